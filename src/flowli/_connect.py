@@ -1,0 +1,47 @@
+"""Open an engine on a store chosen by URL: the one place that knows the backends."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from flowli.domain import InvalidDatabaseURL
+from flowli.engine import Clock, Engine, Options, Registry
+from flowli.store import Store
+
+
+def open_store(url: str) -> Store:
+    """The store for a database URL: ``sqlite:///path``, ``sqlite://:memory:``, ``postgresql://…``."""
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidDatabaseURL(str(url), "expected sqlite:///path.db or postgresql://host/db")
+    scheme = url.split("://", 1)[0].lower()
+    if scheme == "sqlite":
+        from flowli.store.sqlite import SQLiteStore
+
+        return SQLiteStore(url)
+    if scheme in ("postgresql", "postgres"):
+        raise InvalidDatabaseURL(url, "the PostgreSQL backend is not available in this version")
+    raise InvalidDatabaseURL(url, f"unknown scheme {scheme!r}; use sqlite:// or postgresql://")
+
+
+def projection_path(store: Store) -> str:
+    """The projection sits beside a SQLite file; other stores keep it in memory."""
+    path = getattr(store, "path", None)
+    if isinstance(path, str) and path != ":memory:":
+        return f"{path}-projection"
+    return ":memory:"
+
+
+async def connect(
+    url: str, registry: Registry, *, clock: Clock | None = None, options: Options | None = None, **tuning: Any
+) -> Engine:
+    """Open the store at ``url`` (creating or upgrading its schema) and return an Engine."""
+    store = open_store(url)
+    await store.open()
+    if tuning:
+        options = Options(**{**(options or Options()).__dict__, **tuning})
+    return Engine(store, registry, clock=clock, options=options, projection_path=projection_path(store))
+
+
+def default_url() -> str:
+    return os.environ.get("FLOWLI_DB", "sqlite:///flowli.db")

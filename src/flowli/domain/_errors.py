@@ -1,0 +1,158 @@
+"""The error tree of flowli.
+
+Failures are one ``Exception`` tree rooted at :class:`FlowliError`. Control flow that must
+survive a user's ``except Exception:`` — cancellation and a lost lease — derives from
+``BaseException``, as trio's ``Cancelled`` does::
+
+    BaseException
+     ├── Cancelled            the execution was cancelled; raised in the workflow function
+     └── LeaseLost            this worker no longer owns the execution; it writes nothing more
+    Exception
+     ├── NonRetryableError    raised by a step to stop its retries at once
+     └── FlowliError
+          ├── RegistrationError        a workflow could not be registered
+          ├── UnknownWorkflowError     no workflow with that name (and version)
+          ├── WorkflowArgumentsError   arguments do not fit the workflow's signature
+          ├── NotJSONCompatibleError   a value cannot be journaled
+          ├── DuplicateFrameError      one key repeats under one parent frame
+          ├── NondeterminismError      a replay met a different frame than the journal holds
+          ├── StepFailed               a frame has no attempt left
+          ├── ExecutionFailed          an execution ended failed (its error, as data)
+          ├── UnknownExecutionError    no execution with that eid
+          ├── ExecutionTerminalError   the execution is completed, failed or cancelled
+          ├── ExecutionStateError      the execution is not in a state that allows the call
+          └── InvalidDatabaseURL       a database URL that no backend understands
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FlowliError(Exception):
+    """The root of every failure that flowli raises."""
+
+
+class NonRetryableError(Exception):
+    """Raise it in a step to stop the retries of the frame at once."""
+
+
+class RegistrationError(FlowliError):
+    """A workflow could not be registered (not async, or a duplicate name and version)."""
+
+
+class UnknownWorkflowError(FlowliError):
+    """No workflow with that name, or no such version of it."""
+
+    def __init__(self, workflow: str, version: str | None = None, known: list[str] | None = None):
+        self.workflow = workflow
+        self.version = version
+        where = f"workflow {workflow!r}" + (f" version {version!r}" if version is not None else "")
+        hint = f"; registered: {', '.join(known)}" if known else ""
+        super().__init__(f"unknown {where}{hint}")
+
+
+class WorkflowArgumentsError(FlowliError):
+    """The arguments of a start do not fit the workflow's signature."""
+
+    def __init__(self, workflow: str, detail: str):
+        self.workflow = workflow
+        super().__init__(f"arguments do not fit workflow {workflow!r}: {detail}")
+
+
+class NotJSONCompatibleError(FlowliError):
+    """A value that must be journaled (step value, argument, payload) is not JSON-compatible."""
+
+    def __init__(self, what: str, detail: str):
+        self.what = what
+        super().__init__(f"{what} is not JSON-compatible: {detail}")
+
+
+class DuplicateFrameError(FlowliError):
+    """One key repeats under one parent frame."""
+
+    def __init__(self, fid: str):
+        self.fid = fid
+        super().__init__(f"frame {fid} already exists in this execution: give each frame a distinct key")
+
+
+class NondeterminismError(FlowliError):
+    """A replay met a frame that does not match the journal.
+
+    The execution suspends for an operator, who cancels it or migrates it to another version.
+    """
+
+    def __init__(self, eid: str, fid: str, detail: str):
+        self.eid = eid
+        self.fid = fid
+        self.detail = detail
+        super().__init__(f"nondeterminism in execution {eid} at frame {fid}: {detail}")
+
+
+class StepFailed(FlowliError):
+    """A frame has no attempt left. Raised in the workflow, and again on every replay."""
+
+    def __init__(self, fid: str, error_type: str, message: str, attempts: int):
+        self.fid = fid
+        self.error_type = error_type
+        self.message = message
+        self.attempts = attempts
+        super().__init__(f"frame {fid} failed after {attempts} attempt(s): {error_type}: {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (StepFailed, (self.fid, self.error_type, self.message, self.attempts))
+
+
+class ExecutionFailed(FlowliError):
+    """An execution ended failed; carries its error as data when the type cannot be rebuilt."""
+
+    def __init__(self, eid: str, error_type: str, message: str):
+        self.eid = eid
+        self.error_type = error_type
+        self.message = message
+        super().__init__(f"execution {eid} failed: {error_type}: {message}")
+
+
+class UnknownExecutionError(FlowliError):
+    def __init__(self, eid: str):
+        self.eid = eid
+        super().__init__(f"unknown execution {eid}")
+
+
+class ExecutionTerminalError(FlowliError):
+    def __init__(self, eid: str, status: str, action: str):
+        self.eid = eid
+        self.status = status
+        super().__init__(f"cannot {action} execution {eid}: it is {status}")
+
+
+class ExecutionStateError(FlowliError):
+    def __init__(self, eid: str, status: str, action: str, need: str):
+        self.eid = eid
+        self.status = status
+        super().__init__(f"cannot {action} execution {eid}: it is {status}, it must be {need}")
+
+
+class InvalidDatabaseURL(FlowliError):
+    def __init__(self, url: str, detail: str):
+        self.url = url
+        super().__init__(f"invalid database URL {url!r}: {detail}")
+
+
+class Cancelled(BaseException):
+    """The execution was cancelled.
+
+    A ``BaseException``: a workflow's ``except Exception:`` must not swallow a cancellation.
+    """
+
+
+class LeaseLost(BaseException):
+    """This worker lost the lease of an execution; it stops at once and writes nothing more.
+
+    A ``BaseException`` for the same reason as :class:`Cancelled`.
+    """
+
+    def __init__(self, eid: str, epoch: int):
+        self.eid = eid
+        self.epoch = epoch
+        super().__init__(f"lease of execution {eid} at epoch {epoch} is lost")

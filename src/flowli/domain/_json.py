@@ -1,0 +1,58 @@
+"""JSON values: what the journal can hold, and the argument digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+JSON = Any  # a JSON-compatible value: None, bool, int, float, str, list, dict with str keys
+
+
+def _find_bad(value: Any, path: str) -> str | None:
+    if value is None or isinstance(value, (bool, int, str)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{path} is {value!r}, which JSON cannot hold"
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            bad = _find_bad(item, f"{path}[{i}]")
+            if bad:
+                return bad
+        return None
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                return f"{path} has the key {k!r} of type {type(k).__name__}; keys must be str"
+            bad = _find_bad(item, f"{path}[{k!r}]")
+            if bad:
+                return bad
+        return None
+    return f"{path} is of type {type(value).__name__}"
+
+
+def check_json(value: Any, what: str) -> Any:
+    """Return ``value`` as the journal will give it back (tuples become lists), or raise.
+
+    The first run returns this round-tripped value too, so a replay and a first run see the same.
+    """
+    from ._errors import NotJSONCompatibleError
+
+    bad = _find_bad(value, "value")
+    if bad:
+        raise NotJSONCompatibleError(what, bad)
+    return json.loads(dumps(value))
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
+def digest(value: Any) -> str:
+    """The argument digest of a frame: a short hash of the canonical JSON of its arguments."""
+    return hashlib.sha256(canonical(value).encode()).hexdigest()[:16]

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import enum
+
+
+class Status(enum.StrEnum):
+    """The six statuses of an execution. completed, failed and cancelled are terminal."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+
+
+class TaskKind(enum.StrEnum):
+    """The four kinds of task."""
+
+    START = "START"
+    RESUME = "RESUME"
+    RUN_STEP = "RUN_STEP"
+    DELEGATE = "DELEGATE"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class FrameKind(enum.StrEnum):
+    ROOT = "root"
+    STEP = "step"
+    CHILD = "child"
+    RECEIVE = "receive"
+    SLEEP = "sleep"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EntryKind(enum.StrEnum):
+    """The kinds of journal and control-log entry."""
+
+    EXECUTION_STARTED = "execution.started"
+    EXECUTION_SUSPENDED = "execution.suspended"
+    EXECUTION_RESUMED = "execution.resumed"
+    EXECUTION_COMPLETED = "execution.completed"
+    EXECUTION_FAILED = "execution.failed"
+    EXECUTION_CANCELLED = "execution.cancelled"
+    EXECUTION_MIGRATED = "execution.migrated"
+    CANCEL_REQUESTED = "execution.cancel_requested"
+    FRAME_STARTED = "frame.started"
+    FRAME_COMPLETED = "frame.completed"
+    FRAME_FAILED = "frame.failed"
+    ANNOUNCED = "announced"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def lifecycle(self) -> bool:
+        return self.value.startswith("execution.")
+
+
+ENTRY_STATUS: dict[EntryKind, Status] = {
+    EntryKind.EXECUTION_STARTED: Status.PENDING,
+    EntryKind.EXECUTION_SUSPENDED: Status.SUSPENDED,
+    EntryKind.EXECUTION_RESUMED: Status.RUNNING,
+    EntryKind.EXECUTION_COMPLETED: Status.COMPLETED,
+    EntryKind.EXECUTION_FAILED: Status.FAILED,
+    EntryKind.EXECUTION_CANCELLED: Status.CANCELLED,
+}
+"""The status that a lifecycle entry moves an execution to (the projection derives it)."""

@@ -1,0 +1,13 @@
+"""Registry, Context, replay and memo, the worker loop, leases, the sweeper and the Engine.
+
+Imports domain and the Store protocol, never a backend module.
+"""
+
+from ._clock import Clock as Clock
+from ._clock import SystemClock as SystemClock
+from ._context import Context as Context
+from ._engine import Engine as Engine
+from ._projection import ExecutionSummary as ExecutionSummary
+from ._registry import Registry as Registry
+from ._registry import WorkflowDef as WorkflowDef
+from ._runtime import Options as Options

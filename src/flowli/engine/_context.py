@@ -1,0 +1,99 @@
+"""The Context: what a workflow function sees. The replay machinery implements it."""
+
+from __future__ import annotations
+
+import abc
+from datetime import datetime, timedelta
+from typing import Any, Awaitable, Callable, Literal, ParamSpec, TypeVar
+
+from flowli.domain import RetryPolicy, TaskKind
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Scope = Literal["execution", "global"]
+
+
+class Context(abc.ABC):
+    """The handle of one execution, given to its workflow function as the first argument.
+
+    Each method but :meth:`gather` creates exactly one frame when it is called (not when it is
+    awaited), so frame ids do not depend on the order in which concurrent frames complete.
+    """
+
+    @property
+    @abc.abstractmethod
+    def eid(self) -> str:
+        """The eid of this execution."""
+
+    @property
+    @abc.abstractmethod
+    def workflow(self) -> str: ...
+
+    @property
+    @abc.abstractmethod
+    def version(self) -> str: ...
+
+    @abc.abstractmethod
+    def step(
+        self,
+        fn: Callable[P, Awaitable[T]] | Callable[P, T],
+        /,
+        *args: Any,
+        key: str | None = None,
+        retry: RetryPolicy | None = None,
+        queue: str | None = None,
+        **kwargs: Any,
+    ) -> Awaitable[T]:
+        """Run ``fn(*args, **kwargs)`` one time for the life of the execution and memoize its
+        value, which must be JSON-compatible. A sync ``fn`` runs off the event loop. With
+        ``queue``, a worker of that queue runs it (a RUN_STEP task)."""
+
+    @abc.abstractmethod
+    def child(self, workflow: str | Callable[..., Any], /, *args: Any, key: str | None = None) -> Awaitable[Any]:
+        """Start a child execution of ``workflow`` and wait for its result."""
+
+    @abc.abstractmethod
+    def receive(self, channel: str, scope: Scope = "execution") -> Awaitable[Any]:
+        """Wait for the next message on a channel and return its payload."""
+
+    @abc.abstractmethod
+    def sleep(self, delay: timedelta) -> Awaitable[None]:
+        """Wait for ``delay``; the execution holds no worker meanwhile."""
+
+    @abc.abstractmethod
+    def sleep_until(self, instant: datetime) -> Awaitable[None]:
+        """Wait until ``instant`` (an aware datetime)."""
+
+    @abc.abstractmethod
+    async def gather(self, *awaitables: Awaitable[Any]) -> list[Any]:
+        """Await frames at the same time; the execution suspends only when all of them wait."""
+
+    @abc.abstractmethod
+    def now(self) -> Awaitable[datetime]:
+        """The current instant, as a memoized step."""
+
+    @abc.abstractmethod
+    def random(self) -> Awaitable[float]:
+        """A random float in [0, 1), as a memoized step."""
+
+    @abc.abstractmethod
+    def uuid(self) -> Awaitable[str]:
+        """A random UUID, as a memoized step."""
+
+    @abc.abstractmethod
+    def send(self, channel: str, payload: Any, scope: Scope = "execution") -> Awaitable[int]:
+        """Send one message on a channel; returns its sequence number."""
+
+    @abc.abstractmethod
+    def announce(self, kind: str, data: Any) -> Awaitable[int]:
+        """Append one entry to the control log; returns its sequence number."""
+
+    @abc.abstractmethod
+    def enqueue(
+        self, queue: str, kind: TaskKind | str, payload: Any, key: str | None = None
+    ) -> Awaitable[str]:
+        """Enqueue one task; returns its task id."""
+
+    @abc.abstractmethod
+    def withdraw(self, task_id: str) -> Awaitable[bool]:
+        """Remove a task from its queue; returns whether a task was removed."""

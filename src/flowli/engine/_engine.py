@@ -1,0 +1,293 @@
+"""The Engine: the facade that the CLI, the HTTP service and tests call."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import importlib
+from datetime import datetime, timedelta
+from typing import Any, AsyncIterator, Callable, Sequence
+
+from flowli.domain import (
+    TERMINAL,
+    Actor,
+    Cancelled,
+    Code,
+    Entry,
+    EntryKind,
+    ExecutionFailed,
+    ExecutionRecord,
+    ExecutionStateError,
+    ExecutionTerminalError,
+    FrameKind,
+    Status,
+    StepFailed,
+    Task,
+    TaskKind,
+    Timer,
+    UnknownExecutionError,
+    actor_for,
+    check_json,
+    keyed_eid,
+    new_eid,
+    task_id,
+)
+from flowli.store import NewMessage, StatusChange, Store, WakeWaiters, Write
+
+from ._clock import Clock, SystemClock
+from ._projection import ExecutionSummary, Projection
+from ._registry import Registry
+from ._replay import ROOT, new_execution
+from ._runtime import Options, Runtime, entries_with_seqs
+from ._worker import Worker
+
+_NOT_TERMINAL = frozenset(Status) - TERMINAL
+
+
+class Engine:
+    """One store, one registry, one clock. Every method is a coroutine but :meth:`worker`."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        *,
+        clock: Clock | None = None,
+        options: Options | None = None,
+        projection_path: str = ":memory:",
+    ):
+        self.store = store
+        self.registry = registry
+        self.clock: Clock = clock or SystemClock()
+        self.options = options or Options()
+        self.rt = Runtime(store, registry, self.clock, self.options)
+        self.projection = Projection(projection_path, store)
+        self._workers: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Engine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for t in self._workers:
+            t.cancel()
+        for t in self._workers:
+            with contextlib.suppress(BaseException):
+                await t
+        await self.store.close()
+        self.projection.close()
+
+    @contextlib.asynccontextmanager
+    async def worker(
+        self, concurrency: int = 64, queues: Sequence[str] = ("default",), *, sweeper: bool = True
+    ) -> AsyncIterator[Worker]:
+        """Run a worker (and the sweeper) in the background for the duration of the block."""
+        w = Worker(self.rt, concurrency=concurrency, queues=queues, sweeper=sweeper)
+        task = asyncio.create_task(w.run(), name="flowli-worker")
+        self._workers.append(task)
+        try:
+            yield w
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            self._workers.remove(task)
+
+    async def run_worker(self, concurrency: int = 64, queues: Sequence[str] = ("default",), *, sweeper: bool = True) -> None:
+        """Run a worker in the foreground until cancelled."""
+        await Worker(self.rt, concurrency=concurrency, queues=queues, sweeper=sweeper).run()
+
+    # ---- executions -----------------------------------------------------------------------
+
+    async def start(
+        self,
+        workflow: str | Callable[..., Any],
+        *args: Any,
+        by: str | None = None,
+        key: str | None = None,
+        version: str | None = None,
+        queue: str = "default",
+    ) -> str:
+        """Start an execution; returns its eid. With ``key``, a second start returns the first eid."""
+        wf = self.registry.get(workflow, version)
+        wf.bind(args)
+        json_args = check_json(list(args), f"the arguments of workflow {wf.name!r}")
+        eid = keyed_eid(wf.name, key) if key is not None else new_eid()
+        actor = actor_for(by, Actor("system", "engine"))
+        new = new_execution(self.rt, wf, eid, json_args, queue=queue, key=key, actor=actor)
+        result = await self.store.write(Write(executions=[new]), self.clock.now())
+        if result.created[0]:
+            await self.rt.mirror(entries_with_seqs([new.entry], [1]))
+            self.rt.work.set()
+        return eid
+
+    async def status(self, eid: str) -> ExecutionRecord:
+        record = await self.store.read_execution(eid)
+        if record is None:
+            raise UnknownExecutionError(eid)
+        return record
+
+    async def result(self, eid: str, timeout: float | None = None) -> Any:
+        """Wait for a terminal status; return the value, or raise the execution's error."""
+        record = await self._await_end(eid, timeout)
+        if record.status is Status.COMPLETED:
+            return record.result
+        error = record.error or {}
+        if record.status is Status.CANCELLED:
+            raise Cancelled(f"execution {eid} was cancelled")
+        raise rebuild_error(eid, error)
+
+    async def _await_end(self, eid: str, timeout: float | None) -> ExecutionRecord:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        delay = 0.01
+        while True:
+            ended = self.rt.wait_end(eid)
+            record = await self.status(eid)
+            if record.terminal:
+                return record
+            wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
+            if deadline is not None and wait <= 0:
+                raise TimeoutError(f"execution {eid} is still {record.status.value} after {timeout} s")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(ended), timeout=wait)
+            delay = min(delay * 2, 0.5)  # the poll finds ends in other processes
+
+    async def signal(self, eid: str, channel: str, payload: Any, by: str | None = None) -> int:
+        """Send one message to ``{eid}.{channel}`` and enqueue a RESUME; returns its sequence."""
+        record = await self.status(eid)
+        if record.terminal:
+            raise ExecutionTerminalError(eid, record.status.value, f"signal {channel!r} to")
+        payload = check_json(payload, f"the payload of signal {channel!r} to execution {eid}")
+        actor = actor_for(by, Actor("system", "engine"))
+        prov = self.rt.provenance(actor=actor, code=Code(record.workflow, record.version))
+        now = self.clock.now()
+        resume = Task(
+            id=task_id(TaskKind.RESUME, eid, f"signal:{new_eid()}"), kind=TaskKind.RESUME, queue=record.queue,
+            eid=eid, payload={"channel": channel}, provenance=prov, visible_at=now,
+        )
+        try:
+            result = await self.store.write(
+                Write(expect=(eid, _NOT_TERMINAL), messages=[NewMessage(f"{eid}.{channel}", payload, prov)], tasks=[resume]),
+                now,
+            )
+        except ExecutionStateError as exc:
+            raise ExecutionTerminalError(eid, exc.status, f"signal {channel!r} to") from None
+        self.rt.work.set()
+        return result.message_seqs[0]
+
+    async def broadcast(self, channel: str, payload: Any, by: str | None = None) -> int:
+        """Send one message on a global channel and resume every waiter of it."""
+        payload = check_json(payload, f"the payload of broadcast {channel!r}")
+        prov = self.rt.provenance(actor=actor_for(by, Actor("system", "engine")))
+        result = await self.store.write(
+            Write(messages=[NewMessage(channel, payload, prov)],
+                  wake_waiters=[WakeWaiters(channel, f"broadcast:{channel}:{new_eid()}", prov)]),
+            self.clock.now(),
+        )
+        self.rt.work.set()
+        return result.message_seqs[0]
+
+    async def cancel(self, eid: str, by: str | None = None) -> None:
+        """Request cancellation: a request in the lease state plus a RESUME. Kills nothing."""
+        record = await self.status(eid)
+        if record.terminal:
+            raise ExecutionTerminalError(eid, record.status.value, "cancel")
+        actor = actor_for(by, Actor("system", "engine"))
+        now = self.clock.now()
+        request = {"by": actor.id, "actor": str(actor), "at": now.isoformat()}
+        resume = Task(
+            id=task_id(TaskKind.RESUME, eid, "cancel"), kind=TaskKind.RESUME, queue=record.queue, eid=eid,
+            payload={"cancel": True}, provenance=self.rt.provenance(actor=actor), visible_at=now,
+        )
+        try:
+            await self.store.write(Write(expect=(eid, _NOT_TERMINAL), cancel_request=(eid, request), tasks=[resume]), now)
+        except ExecutionStateError as exc:
+            raise ExecutionTerminalError(eid, exc.status, "cancel") from None
+        activation = self.rt.activations.get(eid)
+        if activation is not None:
+            activation.mark_cancel_requested()
+        self.rt.work.set()
+
+    async def migrate(self, eid: str, version: str, by: str | None = None) -> None:
+        """Point a suspended execution at another version of its workflow, and resume it."""
+        record = await self.status(eid)
+        wf = self.registry.get(record.workflow, version)
+        actor = actor_for(by, Actor("system", "engine"))
+        now = self.clock.now()
+        prov = self.rt.provenance(actor=actor, code=Code(wf.name, wf.version, FrameKind.ROOT.value, ROOT, wf.ref))
+        entry = Entry(eid=eid, kind=EntryKind.EXECUTION_MIGRATED, provenance=prov, fid=ROOT,
+                      value={"from": record.version, "to": wf.version, "blocked": record.blocked})
+        resume = Task(
+            id=task_id(TaskKind.RESUME, eid, f"migrate:{new_eid()}"), kind=TaskKind.RESUME, queue=record.queue,
+            eid=eid, payload=None, provenance=prov, visible_at=now,
+        )
+        write = Write(
+            expect=(eid, frozenset({Status.SUSPENDED})), entries=[entry],
+            status=StatusChange(eid, Status.SUSPENDED, version=wf.version), tasks=[resume],
+        )
+        try:
+            result = await self.store.write(write, now)
+        except ExecutionStateError as exc:
+            raise ExecutionStateError(eid, exc.status, "migrate", "suspended") from None
+        await self.rt.mirror(entries_with_seqs([entry], result.entry_seqs))
+        self.rt.work.set()
+
+    async def journal(self, eid: str) -> list[Entry]:
+        """Every entry of the execution."""
+        entries = await self.store.read_journal(eid)
+        if not entries and await self.store.read_execution(eid) is None:
+            raise UnknownExecutionError(eid)
+        return entries
+
+    async def list(
+        self, status: Status | str | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[ExecutionSummary]:
+        """Executions from the projection, newest first."""
+        return await self.projection.list(status, workflow, limit)
+
+    async def timers(self, eid: str | None = None) -> builtins.list[Timer]:
+        """The timers set, for one execution or all."""
+        return await self.store.read_timers(eid)
+
+    async def tasks(self, queue: str | None = None, eid: str | None = None) -> builtins.list[Task]:
+        """The tasks on queues, not yet acked."""
+        return await self.store.read_tasks(queue, eid)
+
+    async def messages(self, eid: str, channel: str) -> builtins.list[Any]:
+        return await self.store.read_messages(f"{eid}.{channel}", 0, 10_000)
+
+    async def sweep(self) -> int:
+        """Run one sweep now (the worker runs them on its own)."""
+        from ._sweeper import Sweeper
+
+        return await Sweeper(self.rt).sweep()
+
+
+def rebuild_error(eid: str, error: dict[str, Any]) -> BaseException:
+    """The workflow's error, rebuilt from its data where the type is known; else ExecutionFailed."""
+    etype, module, message = error.get("type", "Error"), error.get("module", ""), error.get("message", "")
+    if etype == "StepFailed" and "fid" in error:
+        return StepFailed(error["fid"], error.get("cause", "Error"), error.get("cause_message", ""), error.get("attempts", 0))
+    cls: Any = None
+    if module == "builtins":
+        cls = getattr(builtins, etype, None)
+    elif module:
+        with contextlib.suppress(Exception):
+            cls = getattr(importlib.import_module(module), etype, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        with contextlib.suppress(Exception):
+            return cls(message)  # type: ignore[no-any-return]
+    return ExecutionFailed(eid, etype, message)
+
+
+__all__ = ["Engine", "datetime", "timedelta"]

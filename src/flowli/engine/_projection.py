@@ -1,0 +1,135 @@
+"""The projection: a local SQLite view fed from the control log. Derived state only: it can be
+deleted at any time and is rebuilt from the control log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from flowli.domain import ENTRY_STATUS, EntryKind, Status
+from flowli.store import Store
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS cursor (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL);
+INSERT OR IGNORE INTO cursor (id, seq) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS executions (
+    eid TEXT PRIMARY KEY, workflow TEXT, version TEXT, status TEXT, parent_eid TEXT,
+    created_at REAL, updated_at REAL, last_seq INTEGER
+);
+CREATE INDEX IF NOT EXISTS executions_status ON executions (status, created_at);
+CREATE INDEX IF NOT EXISTS executions_workflow ON executions (workflow, created_at);
+CREATE TABLE IF NOT EXISTS announcements (
+    seq INTEGER PRIMARY KEY, eid TEXT, kind TEXT, data TEXT, at REAL
+);
+"""
+
+
+@dataclass(frozen=True)
+class ExecutionSummary:
+    """One row of :meth:`Engine.list`."""
+
+    eid: str
+    workflow: str
+    version: str
+    status: Status
+    created_at: datetime
+    updated_at: datetime
+    parent_eid: str | None = None
+
+
+class Projection:
+    def __init__(self, path: str, store: Store):
+        self.path = path
+        self.store = store
+        self._lock = asyncio.Lock()
+        self._db_lock = threading.Lock()
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        if path != ":memory:":
+            self._conn.execute("PRAGMA journal_mode = WAL")
+        # derived state: a lost tail is rebuilt from the control log, so no fsync per apply
+        self._conn.execute("PRAGMA synchronous = OFF")
+        self._conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    async def catch_up(self) -> int:
+        """Apply the control-log entries past the cursor; returns how many."""
+        applied = 0
+        async with self._lock:
+            while True:
+                cursor = await asyncio.to_thread(self._cursor)
+                entries = await self.store.read_control_log(cursor, 1000)
+                if not entries:
+                    return applied
+                await asyncio.to_thread(self._apply, entries)
+                applied += len(entries)
+
+    def _cursor(self) -> int:
+        with self._db_lock:
+            return int(self._conn.execute("SELECT seq FROM cursor").fetchone()[0])
+
+    def _apply(self, entries: list[Any]) -> None:
+        with self._db_lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                start = conn.execute("SELECT seq FROM cursor").fetchone()[0]
+                for e in entries:
+                    if e.seq <= start:
+                        continue  # another process applied it
+                    at = e.provenance.at.timestamp()
+                    if e.kind is EntryKind.EXECUTION_STARTED:
+                        v = e.value or {}
+                        conn.execute(
+                            "INSERT OR IGNORE INTO executions VALUES (?,?,?,?,?,?,?,?)",
+                            (e.eid, v.get("workflow"), v.get("version"), Status.PENDING.value, v.get("parent_eid"), at, at, e.journal_seq or 0),
+                        )
+                    elif e.kind in ENTRY_STATUS:
+                        conn.execute(
+                            "UPDATE executions SET status = ?, updated_at = ?, last_seq = ? WHERE eid = ? AND last_seq < ?",
+                            (ENTRY_STATUS[e.kind].value, at, e.journal_seq or 0, e.eid, e.journal_seq or 0),
+                        )
+                    elif e.kind is EntryKind.EXECUTION_MIGRATED:
+                        conn.execute("UPDATE executions SET version = ? WHERE eid = ?", ((e.value or {}).get("to"), e.eid))
+                    elif e.kind is EntryKind.ANNOUNCED:
+                        v = e.value or {}
+                        conn.execute(
+                            "INSERT OR IGNORE INTO announcements VALUES (?,?,?,?,?)",
+                            (e.seq, e.eid, v.get("kind"), json.dumps(v.get("data")), at),
+                        )
+                conn.execute("UPDATE cursor SET seq = MAX(seq, ?)", (entries[-1].seq,))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    async def list(
+        self, status: Status | str | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[ExecutionSummary]:
+        await self.catch_up()
+        st = Status(status).value if status is not None else None
+
+        def run() -> list[ExecutionSummary]:
+            with self._db_lock:
+                rows = self._conn.execute(
+                    "SELECT eid, workflow, version, status, created_at, updated_at, parent_eid FROM executions"
+                    " WHERE (? IS NULL OR status = ?) AND (? IS NULL OR workflow = ?)"
+                    " ORDER BY created_at DESC, eid DESC LIMIT ?",
+                    (st, st, workflow, workflow, limit),
+                ).fetchall()
+            return [
+                ExecutionSummary(
+                    eid=r[0], workflow=r[1], version=r[2], status=Status(r[3]),
+                    created_at=datetime.fromtimestamp(r[4], timezone.utc),
+                    updated_at=datetime.fromtimestamp(r[5], timezone.utc), parent_eid=r[6],
+                )
+                for r in rows
+            ]
+
+        return await asyncio.to_thread(run)

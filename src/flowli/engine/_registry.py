@@ -1,0 +1,101 @@
+"""The registry of workflows: names and versions, side by side."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+from flowli.domain import RegistrationError, UnknownWorkflowError, WorkflowArgumentsError
+
+F = TypeVar("F", bound=Callable[..., Any])
+_ATTR = "__flowli_workflow__"
+
+
+@dataclass(frozen=True)
+class WorkflowDef:
+    name: str
+    version: str
+    fn: Callable[..., Any]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.fn.__module__}:{self.fn.__qualname__}"
+
+    def bind(self, args: tuple[Any, ...] | list[Any]) -> None:
+        """Check that ``args`` fit the signature (after the context)."""
+        try:
+            inspect.signature(self.fn).bind(None, *args)
+        except TypeError as exc:
+            raise WorkflowArgumentsError(self.name, str(exc)) from None
+
+
+def _version_key(version: str) -> tuple[Any, ...]:
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-]", version))
+
+
+class Registry:
+    """Workflows by name and version. Several versions of one name live side by side; an
+    execution keeps the version it started with, and a start without a version takes the
+    highest one."""
+
+    def __init__(self) -> None:
+        self._defs: dict[str, dict[str, WorkflowDef]] = {}
+
+    def workflow(self, name: str | None = None, *, version: str = "1") -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            self.add(fn, name, version=version)
+            return fn
+
+        return register
+
+    def add(self, fn: Callable[..., Any], name: str | None = None, *, version: str = "1") -> WorkflowDef:
+        wf_name = name or getattr(fn, "__name__", None)
+        if not wf_name:
+            raise RegistrationError(f"workflow {fn!r} needs a name")
+        if not inspect.iscoroutinefunction(fn):
+            raise RegistrationError(
+                f"workflow {wf_name!r} version {version!r}: {getattr(fn, '__qualname__', fn)!r} is not an async"
+                " function; write it as `async def`"
+            )
+        if not isinstance(version, str) or not version:
+            raise RegistrationError(f"workflow {wf_name!r}: version must be a non-empty string, got {version!r}")
+        versions = self._defs.setdefault(wf_name, {})
+        if version in versions:
+            raise RegistrationError(
+                f"workflow {wf_name!r} version {version!r} is registered already"
+                f" (by {versions[version].ref}); give the new code another version"
+            )
+        wf = WorkflowDef(wf_name, version, fn)
+        versions[version] = wf
+        setattr(fn, _ATTR, wf)
+        return wf
+
+    def get(self, workflow: str | Callable[..., Any], version: str | None = None) -> WorkflowDef:
+        if callable(workflow):
+            wf = getattr(workflow, _ATTR, None)
+            if wf is None:
+                raise UnknownWorkflowError(getattr(workflow, "__qualname__", repr(workflow)), version, self.names())
+            name = wf.name
+            version = version or wf.version
+        else:
+            name = workflow
+        versions = self._defs.get(name)
+        if not versions:
+            raise UnknownWorkflowError(name, version, self.names())
+        if version is None:
+            return versions[max(versions, key=_version_key)]
+        if version not in versions:
+            raise UnknownWorkflowError(name, version, [f"{name}@{v}" for v in versions])
+        return versions[version]
+
+    def names(self) -> list[str]:
+        return sorted(self._defs)
+
+    def versions(self, name: str) -> list[str]:
+        return sorted(self._defs.get(name, {}), key=_version_key)
+
+    def __iter__(self) -> Any:
+        for versions in self._defs.values():
+            yield from versions.values()

@@ -1,0 +1,105 @@
+"""What the activations, the worker, the sweeper and the Engine share in one process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Iterable
+
+from flowli.domain import Actor, Code, Entry, Provenance, Site, new_eid
+from flowli.store import Announcement, Store, Write
+
+from ._clock import Clock
+from ._registry import Registry
+
+if TYPE_CHECKING:
+    from ._replay import Activation
+
+
+@dataclass(frozen=True)
+class Options:
+    """Tuning of an engine. The defaults suit production; tests shorten them."""
+
+    lease_ttl: timedelta = timedelta(seconds=30)
+    """How long a lease lasts without renewal; a dead worker's executions recover after it."""
+    task_ttl: timedelta = timedelta(seconds=30)
+    """How long a dequeued task stays invisible to other workers."""
+    poll_interval: float = 0.5
+    """Seconds between polls of the store when idle (other processes enqueue unseen)."""
+    sweep_interval: float = 1.0
+    """Seconds between sweeps at most; due timers wake the sweeper sooner."""
+    repair_grace: timedelta = timedelta(seconds=5)
+    """How old a lifecycle entry missing from the control log must be before the sweeper repairs it."""
+
+
+class Runtime:
+    """The store, registry and clock of one process, and its in-process wake-ups."""
+
+    def __init__(self, store: Store, registry: Registry, clock: Clock, options: Options):
+        self.store = store
+        self.registry = registry
+        self.clock = clock
+        self.options = options
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.owner = f"{self.host}:{self.pid}:{new_eid()[-12:]}"
+        self.work = asyncio.Event()
+        """Set when this process enqueued a task that is visible now."""
+        self.timers = asyncio.Event()
+        """Set when this process set a timer (the sweeper recomputes its next wake)."""
+        self.ended: dict[str, list[asyncio.Future[None]]] = {}
+        self.activations: dict[str, Activation] = {}
+
+    def provenance(
+        self,
+        *,
+        actor: Actor | None = None,
+        epoch: int | None = None,
+        code: Code | None = None,
+        attempt: int | None = None,
+        on_behalf_of: str | None = None,
+        at: datetime | None = None,
+    ) -> Provenance:
+        return Provenance(
+            actor=actor or Actor("worker", self.owner),
+            site=Site(host=self.host, pid=self.pid, worker=self.owner, epoch=epoch),
+            code=code or Code(),
+            at=at or self.clock.now(),
+            attempt=attempt,
+            on_behalf_of=on_behalf_of,
+        )
+
+    async def mirror(self, entries: Iterable[Entry]) -> None:
+        """The second append: lifecycle journal entries onto the control log. A crash before it
+        is repaired by the sweeper; a repeat is ignored (the control log is keyed by journal seq)."""
+        announcements = [
+            Announcement(Entry(**{**e.__dict__, "journal_seq": e.seq, "seq": None}))
+            for e in entries
+            if e.kind.lifecycle and e.seq is not None
+        ]
+        if announcements:
+            await self.store.write(Write(announcements=announcements), self.clock.now())
+
+    def ended_execution(self, eid: str) -> None:
+        for fut in self.ended.pop(eid, []):
+            if not fut.done():
+                fut.set_result(None)
+
+    def wait_end(self, eid: str) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ended.setdefault(eid, []).append(fut)
+        return fut
+
+
+def entries_with_seqs(entries: list[Entry], seqs: list[int]) -> list[Entry]:
+    return [Entry(**{**e.__dict__, "seq": s}) for e, s in zip(entries, seqs)]
+
+
+def error_data(exc: BaseException) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)}
+
+
+__all__ = ["Options", "Runtime", "entries_with_seqs", "error_data", "field"]

@@ -1,0 +1,103 @@
+"""The sweeper: fires due timers, recovers executions whose lease expired, and repairs the
+control log after a crash between the two appends.
+
+Every worker may run one. Each action is an idempotent enqueue (task ids derive from the timer
+or the lost epoch), so two sweepers fire each timer once and recover each execution once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime, timedelta
+
+from flowli.domain import Actor, Task, TaskKind, task_id
+from flowli.store import Write
+
+from ._runtime import Runtime
+
+log = logging.getLogger("flowli.sweeper")
+_BATCH = 500
+
+
+class Sweeper:
+    def __init__(self, rt: Runtime):
+        self.rt = rt
+        self.actor = Actor("system", "sweeper")
+
+    async def run(self) -> None:
+        rt = self.rt
+        while True:
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("sweep failed")
+            rt.timers.clear()
+            wake = await rt.store.next_wake()
+            now = rt.clock.now()
+            until = now + timedelta(seconds=rt.options.sweep_interval)
+            if wake is not None and wake < until:
+                until = max(wake, now)
+            sleeper = asyncio.ensure_future(rt.clock.sleep_until(until))
+            poke = asyncio.ensure_future(rt.timers.wait())
+            # the poll interval bounds the wait in real time too, for a clock that does not move
+            await asyncio.wait({sleeper, poke}, timeout=rt.options.sweep_interval, return_when=asyncio.FIRST_COMPLETED)
+            for t in (sleeper, poke):
+                t.cancel()
+                with contextlib.suppress(BaseException):
+                    await t
+
+    async def sweep(self) -> int:
+        """One pass; returns the number of tasks enqueued and entries repaired."""
+        return await self.fire_timers() + await self.recover() + await self.repair()
+
+    async def fire_timers(self) -> int:
+        rt = self.rt
+        now = rt.clock.now()
+        timers = await rt.store.due_timers(now, _BATCH)
+        if not timers:
+            return 0
+        records = {r.eid: r for r in await rt.store.read_executions(sorted({t.eid for t in timers}))}
+        prov = rt.provenance(actor=self.actor)
+        tasks = [
+            Task(
+                id=task_id(TaskKind.RESUME, t.eid, f"timer:{t.fid}@{t.at.timestamp()}"), kind=TaskKind.RESUME,
+                queue=records[t.eid].queue, eid=t.eid, payload={"timer": t.fid}, provenance=prov, visible_at=now,
+            )
+            for t in timers
+            if t.eid in records
+        ]
+        await rt.store.write(Write(tasks=tasks, fired=timers), now)
+        rt.work.set()
+        return len(tasks)
+
+    async def recover(self) -> int:
+        rt = self.rt
+        now = rt.clock.now()
+        dead = await rt.store.expired_leases(now, _BATCH)
+        if not dead:
+            return 0
+        prov = rt.provenance(actor=self.actor)
+        tasks = [
+            Task(
+                id=task_id(TaskKind.RESUME, r.eid, f"recover:{r.lease_epoch}"), kind=TaskKind.RESUME,
+                queue=r.queue, eid=r.eid, payload={"recover": r.lease_epoch}, provenance=prov, visible_at=now,
+            )
+            for r in dead
+        ]
+        await rt.store.write(Write(tasks=tasks), now)
+        rt.work.set()
+        return len(tasks)
+
+    async def repair(self) -> int:
+        rt = self.rt
+        now = rt.clock.now()
+        missing = await rt.store.unmirrored(now - rt.options.repair_grace, _BATCH)
+        if missing:
+            log.warning("repairing %d control-log entries", len(missing))
+            await rt.mirror(missing)
+        return len(missing)
+
+
+__all__ = ["Sweeper", "datetime"]

@@ -1,0 +1,207 @@
+"""The worker: dequeues tasks, acquires leases, runs activations and RUN_STEP tasks.
+
+Side tasks, named and supervised: the renewer (renews the leases this worker holds) and the
+sweeper. A stop cancels the dequeue loop first, then waits for the running activations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime, timedelta
+from typing import Any, Sequence
+
+from flowli.domain import (
+    TERMINAL,
+    Code,
+    Entry,
+    EntryKind,
+    ExecutionStateError,
+    FrameKind,
+    LeaseLost,
+    NotJSONCompatibleError,
+    Status,
+    Task,
+    TaskKind,
+    UnknownWorkflowError,
+    check_json,
+    task_id,
+)
+from flowli.store import Write
+
+from ._replay import Activation, failure_entry_value, import_ref, policy_from_json, run_function
+from ._runtime import Runtime, error_data
+from ._sweeper import Sweeper
+
+log = logging.getLogger("flowli.worker")
+_KINDS = (TaskKind.START, TaskKind.RESUME, TaskKind.RUN_STEP)
+
+
+class Worker:
+    def __init__(self, rt: Runtime, *, concurrency: int = 64, queues: Sequence[str] = ("default",), sweeper: bool = True):
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.rt = rt
+        self.concurrency = concurrency
+        self.queues = tuple(queues)
+        self.running: dict[str, asyncio.Task[Any]] = {}
+        self.held: dict[str, Activation] = {}
+        self.sweeper = Sweeper(rt) if sweeper else None
+        self._slot = asyncio.Event()
+
+    async def run(self) -> None:
+        side = [asyncio.create_task(self._renew_loop(), name="flowli-renewer")]
+        if self.sweeper is not None:
+            side.append(asyncio.create_task(self.sweeper.run(), name="flowli-sweeper"))
+        try:
+            await self._dequeue_loop()
+        finally:
+            for t in side:
+                t.cancel()
+            for t in side:
+                with contextlib.suppress(BaseException):
+                    await t
+            # let running activations reach a clean end; they hold leases that others would
+            # otherwise wait out
+            if self.running:
+                await asyncio.gather(*self.running.values(), return_exceptions=True)
+
+    async def _dequeue_loop(self) -> None:
+        rt = self.rt
+        idle = 0.0
+        while True:
+            free = self.concurrency - len(self.running)
+            if free <= 0:
+                self._slot.clear()
+                await self._slot.wait()
+                continue
+            rt.work.clear()
+            tasks = await rt.store.dequeue(self.queues, _KINDS, rt.owner, free, rt.options.task_ttl, rt.clock.now())
+            for task in tasks:
+                key = task.id
+                self.running[key] = asyncio.create_task(self._handle(task), name=f"flowli-task-{key}")
+            if tasks:
+                idle = 0.0
+                continue
+            # nothing visible: wait for an in-process enqueue, or poll (other processes)
+            idle = min(rt.options.poll_interval, idle * 2 or 0.01)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(rt.work.wait(), timeout=idle)
+
+    async def _handle(self, task: Task) -> None:
+        try:
+            if task.kind is TaskKind.RUN_STEP:
+                await self._run_step(task)
+            else:
+                await self._activate(task)
+        except LeaseLost as lost:
+            log.warning("lease lost: %s; this worker writes nothing more for it", lost)
+        except Exception:
+            log.exception("task %s failed in the worker", task.id)
+        finally:
+            self.running.pop(task.id, None)
+            self._slot.set()
+
+    async def _activate(self, task: Task) -> None:
+        rt = self.rt
+        assert task.eid is not None
+        acquired = await rt.store.acquire(task.eid, rt.owner, rt.options.lease_ttl, rt.clock.now(), ack=task.id)
+        if acquired.epoch is None or acquired.record is None:
+            return  # terminal, unknown, or owned by a live worker whose suspension will check its waits
+        record = acquired.record
+        try:
+            wf = rt.registry.get(record.workflow, record.version)
+        except UnknownWorkflowError:
+            # this process lacks the code: give the execution back to a worker that has it
+            await rt.store.write(
+                Write(
+                    tasks=[Task(id=task_id(TaskKind.RESUME, record.eid, f"unknown:{acquired.epoch}"),
+                                kind=TaskKind.RESUME, queue=record.queue, eid=record.eid, payload=None,
+                                provenance=rt.provenance(epoch=acquired.epoch),
+                                visible_at=rt.clock.now() + timedelta(seconds=5))],
+                ),
+                rt.clock.now(),
+            )
+            await self._release(record.eid, acquired.epoch, record.status)
+            log.error("no workflow %s version %s in this worker; execution %s handed back",
+                      record.workflow, record.version, record.eid)
+            return
+        activation = Activation(rt, wf, record, acquired.epoch, acquired.journal)
+        self.held[record.eid] = activation
+        rt.activations[record.eid] = activation
+        try:
+            await activation.run()
+        finally:
+            self.held.pop(record.eid, None)
+            if rt.activations.get(record.eid) is activation:
+                del rt.activations[record.eid]
+
+    async def _release(self, eid: str, epoch: int, status: Status) -> None:
+        from flowli.store import Fence, StatusChange
+
+        await self.rt.store.write(
+            Write(fence=Fence(eid, self.rt.owner, epoch), release=True,
+                  status=StatusChange(eid, Status.SUSPENDED if status is not Status.PENDING else Status.PENDING)),
+            self.rt.clock.now(),
+        )
+
+    async def _run_step(self, task: Task) -> None:
+        """Run one step frame for an execution owned elsewhere; its outcome goes to the journal
+        unfenced (the first outcome wins), with a RESUME for the execution."""
+        rt = self.rt
+        p = task.payload
+        assert task.eid is not None
+        fid, attempt = p["fid"], p["attempt"]
+        code = Code(p["workflow"], p["version"], FrameKind.STEP.value, fid.rsplit("/", 1)[-1], p["ref"])
+        prov = rt.provenance(code=code, attempt=attempt)
+        try:
+            fn = import_ref(p["ref"])
+            value = check_json(await run_function(fn, p["args"], p["kwargs"]), f"the value of step {fid}")
+            entry = Entry(eid=task.eid, kind=EntryKind.FRAME_COMPLETED, provenance=prov, fid=fid, attempt=attempt, value=value)
+        except Exception as exc:  # an outcome, journaled
+            policy = policy_from_json(p["retry"])
+            entry = Entry(
+                eid=task.eid, kind=EntryKind.FRAME_FAILED, provenance=prov, fid=fid, attempt=attempt,
+                value=failure_entry_value(policy, attempt, exc, rt.clock.now()), error=error_data(exc),
+            )
+        record = await rt.store.read_execution(task.eid)
+        resume = Task(
+            id=task_id(TaskKind.RESUME, task.eid, f"step:{fid}@{attempt}"), kind=TaskKind.RESUME,
+            queue=record.queue if record else task.queue, eid=task.eid, payload=None, provenance=prov,
+            visible_at=rt.clock.now(),
+        )
+        write = Write(
+            expect=(task.eid, frozenset(Status) - TERMINAL), entries=[entry], acks=[(task.id, rt.owner)], tasks=[resume]
+        )
+        try:
+            await rt.store.write(write, rt.clock.now())
+        except ExecutionStateError:
+            await rt.store.write(Write(acks=[(task.id, rt.owner)]), rt.clock.now())
+            return
+        rt.work.set()
+
+    async def _renew_loop(self) -> None:
+        rt = self.rt
+        period = max(rt.options.lease_ttl.total_seconds() / 3, 0.05)
+        while True:
+            await asyncio.sleep(period)
+            if not self.held:
+                continue
+            leases = [(eid, a.epoch) for eid, a in self.held.items()]
+            try:
+                renewal = await rt.store.renew(rt.owner, leases, rt.options.lease_ttl, rt.clock.now())
+            except Exception:
+                log.exception("lease renewal failed")
+                continue
+            for eid in renewal.lost:
+                activation = self.held.get(eid)
+                if activation is not None:
+                    activation.mark_lost()
+            for eid in renewal.cancel_requested:
+                activation = self.held.get(eid)
+                if activation is not None:
+                    activation.mark_cancel_requested()
+
+
+__all__ = ["Worker", "datetime", "NotJSONCompatibleError"]

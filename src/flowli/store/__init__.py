@@ -1,0 +1,15 @@
+"""The Store protocol and its backends. Imports domain only: it stores, fences and hands out."""
+
+from ._protocol import Acquired as Acquired
+from ._protocol import Announcement as Announcement
+from ._protocol import Fence as Fence
+from ._protocol import NewExecution as NewExecution
+from ._protocol import NewMessage as NewMessage
+from ._protocol import Renewal as Renewal
+from ._protocol import StatusChange as StatusChange
+from ._protocol import Store as Store
+from ._protocol import WakeCheck as WakeCheck
+from ._protocol import WakeWaiters as WakeWaiters
+from ._protocol import Withdrawal as Withdrawal
+from ._protocol import Write as Write
+from ._protocol import WriteResult as WriteResult

@@ -1,0 +1,231 @@
+"""The Store protocol: the narrow surface that every backend implements.
+
+A backend stores, fences and hands out; it holds no engine logic. Every change goes through
+:meth:`Store.write`, which applies one :class:`Write` atomically: a worker's journal appends
+together with the effects of the frame (messages, tasks, timers, children), fenced by the epoch
+of its lease in the same transaction. Backends may apply many writes in one transaction (group
+commit) as long as each write stays atomic and isolated from the others.
+
+Time is never read by a backend: every call that needs "now" is given it, so an injected clock
+controls timers and leases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol, Sequence
+
+from flowli.domain import Entry, ExecutionRecord, Message, Status, Task, TaskKind, Timer
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The lease that a write requires: ``owner`` holds the lease of ``eid`` at ``epoch``."""
+
+    eid: str
+    owner: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class NewExecution:
+    """An execution to create if no execution with its eid exists, with its first entry and task."""
+
+    record: ExecutionRecord
+    entry: Entry
+    task: Task
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    eid: str
+    status: Status
+    result: Any = None
+    error: dict[str, Any] | None = None
+    blocked: dict[str, Any] | None = None
+    version: str | None = None
+    """Set the version of the execution (a migration)."""
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    channel: str
+    payload: Any
+    provenance: Any
+    memo: int | None = None
+    """Index of an entry of the same write whose value becomes the message's sequence number."""
+
+
+@dataclass(frozen=True)
+class Withdrawal:
+    task_id: str
+    memo: int | None = None
+    """Index of an entry of the same write whose value becomes whether a task was removed."""
+
+
+@dataclass(frozen=True)
+class Announcement:
+    entry: Entry
+    memo: int | None = None
+    """Index of a journal entry of the same write whose value becomes the control-log seq."""
+
+
+@dataclass(frozen=True)
+class WakeCheck:
+    """Enqueue ``task`` in the same transaction if a condition of a suspending execution holds
+    already: a message past the cursor, a child that ended, a timer that is due. It closes the
+    race between a suspension and the send or the end that would resume it."""
+
+    task: Task
+    channels: dict[str, int] = field(default_factory=dict)
+    children: Sequence[str] = ()
+    due_by: datetime | None = None
+    journal_after: int | None = None
+    """A frame.completed or frame.failed appended past this seq (by a RUN_STEP worker)."""
+    cancel: bool = False
+    """The execution has a cancel request."""
+
+
+@dataclass(frozen=True)
+class WakeWaiters:
+    """Enqueue a RESUME, with id ``RESUME:{eid}:{key}``, for every execution waiting on ``channel``."""
+
+    channel: str
+    key: str
+    provenance: Any
+
+
+@dataclass
+class Write:
+    """One unit of work, applied atomically by :meth:`Store.write`."""
+
+    fence: Fence | None = None
+    expect: tuple[str, frozenset[Status]] | None = None
+    """Refuse the write (ExecutionStateError) unless the execution has one of these statuses."""
+    entries: list[Entry] = field(default_factory=list)
+    status: StatusChange | None = None
+    release: bool = False
+    """Release the fenced lease."""
+    cancel_request: tuple[str, dict[str, Any]] | None = None
+    executions: list[NewExecution] = field(default_factory=list)
+    messages: list[NewMessage] = field(default_factory=list)
+    tasks: list[Task] = field(default_factory=list)
+    """Enqueued if no task with the same id exists (an enqueue is idempotent)."""
+    acks: list[tuple[str, str | None]] = field(default_factory=list)
+    """(task id, lease owner or None): tasks acked; with an owner, only if it still leases it."""
+    withdrawals: list[Withdrawal] = field(default_factory=list)
+    timers: list[Timer] = field(default_factory=list)
+    clear_timers: list[str] = field(default_factory=list)
+    """Eids whose timers are deleted."""
+    fired: list[Timer] = field(default_factory=list)
+    """Timers deleted because a RESUME for them is enqueued."""
+    waiters: list[tuple[str, str]] = field(default_factory=list)
+    """(channel, eid): the eid waits on the channel until its next clear_waiters."""
+    clear_waiters: list[str] = field(default_factory=list)
+    wake: WakeCheck | None = None
+    wake_waiters: list[WakeWaiters] = field(default_factory=list)
+    announcements: list[Announcement] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    entry_seqs: list[int]
+    entry_values: list[Any]
+    """The values of the appended entries, with the memos that the store filled in."""
+    message_seqs: list[int]
+    created: list[bool]
+    """For each NewExecution: whether it was created (False: the eid existed)."""
+    woke: bool = False
+
+
+@dataclass(frozen=True)
+class Renewal:
+    lost: list[str]
+    """Eids whose lease the owner no longer holds."""
+    cancel_requested: list[str]
+    """Eids of renewed leases whose execution has a cancel request."""
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """The answer to an acquisition: ``epoch`` is None when the lease was not acquired (the
+    execution is terminal, or another worker holds an unexpired lease)."""
+
+    record: ExecutionRecord | None
+    epoch: int | None
+    journal: list[Entry]
+
+
+class Store(Protocol):
+    """The storage protocol. Backends: ``flowli.store.sqlite``, ``flowli.store.postgres``."""
+
+    url: str
+
+    async def open(self) -> None:
+        """Create or upgrade the schema."""
+
+    async def close(self) -> None: ...
+
+    async def write(self, write: Write, now: datetime) -> WriteResult:
+        """Apply ``write`` atomically. Raises LeaseLost when its fence does not hold, and
+        ExecutionStateError when its ``expect`` does not; then nothing of it is applied."""
+
+    async def acquire(
+        self, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None = None
+    ) -> Acquired:
+        """Acquire the lease of a non-terminal execution that no one holds (or whose lease
+        expired): the epoch increases by one. Returns the record and journal. Acks ``ack``
+        in the same transaction, whether acquired or not."""
+
+    async def renew(
+        self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime
+    ) -> Renewal:
+        """Extend the leases that ``owner`` still holds at the given epochs."""
+
+    async def dequeue(
+        self,
+        queues: Sequence[str],
+        kinds: Sequence[TaskKind],
+        owner: str,
+        limit: int,
+        ttl: timedelta,
+        now: datetime,
+    ) -> list[Task]:
+        """Lease up to ``limit`` visible tasks; each stays invisible for ``ttl``."""
+
+    async def nack(self, task_id: str, owner: str | None, delay: timedelta, now: datetime) -> bool:
+        """Return a task to its queue, visible after ``delay``."""
+
+    async def read_execution(self, eid: str) -> ExecutionRecord | None: ...
+
+    async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]: ...
+
+    async def read_journal(self, eid: str, after: int = 0) -> list[Entry]: ...
+
+    async def read_messages(self, channel: str, after: int = 0, limit: int = 100) -> list[Message]: ...
+
+    async def read_control_log(self, after: int = 0, limit: int = 1000) -> list[Entry]: ...
+
+    async def read_tasks(
+        self, queue: str | None = None, eid: str | None = None, include_acked: bool = False
+    ) -> list[Task]: ...
+
+    async def read_timers(self, eid: str | None = None) -> list[Timer]: ...
+
+    async def due_timers(self, now: datetime, limit: int) -> list[Timer]: ...
+
+    async def expired_leases(self, now: datetime, limit: int) -> list[ExecutionRecord]:
+        """Running executions whose lease expired: their worker is presumed dead."""
+
+    async def unmirrored(self, before: datetime, limit: int) -> list[Entry]:
+        """Lifecycle journal entries not yet appended to the control log, of executions last
+        changed before ``before`` (a worker crashed between the two appends)."""
+
+    async def waiters(self, channel: str) -> list[str]: ...
+
+    async def next_wake(self) -> datetime | None:
+        """The earliest instant at which a timer is due or a delayed task becomes visible."""
+
+    async def claim(self, key: str, owner: str, now: datetime) -> bool:
+        """Put-if-absent: exactly one caller for ``key`` wins."""

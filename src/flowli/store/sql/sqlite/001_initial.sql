@@ -1,0 +1,97 @@
+-- flowli schema, version 1. Instants are UNIX seconds (REAL); JSON values are TEXT.
+
+CREATE TABLE executions (
+    eid              TEXT PRIMARY KEY,
+    workflow         TEXT NOT NULL,
+    version          TEXT NOT NULL,
+    status           TEXT NOT NULL,
+    args             TEXT NOT NULL,
+    queue            TEXT NOT NULL,
+    created_at       REAL NOT NULL,
+    updated_at       REAL NOT NULL,
+    result           TEXT,
+    error            TEXT,
+    parent_eid       TEXT,
+    parent_fid       TEXT,
+    key              TEXT,
+    lease_owner      TEXT,
+    lease_epoch      INTEGER NOT NULL DEFAULT 0,
+    lease_expires_at REAL,
+    cancel_requested TEXT,
+    blocked          TEXT,
+    next_seq         INTEGER NOT NULL DEFAULT 1,  -- the seq of the next journal entry
+    lifecycle_seq    INTEGER NOT NULL DEFAULT 0,  -- the seq of the last lifecycle journal entry
+    mirrored_seq     INTEGER NOT NULL DEFAULT 0   -- the last lifecycle entry on the control log
+);
+CREATE INDEX executions_running ON executions (lease_expires_at) WHERE status = 'running';
+CREATE INDEX executions_unmirrored ON executions (updated_at) WHERE lifecycle_seq > mirrored_seq;
+
+CREATE TABLE journal (
+    eid        TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    kind       TEXT NOT NULL,
+    fid        TEXT,
+    attempt    INTEGER,
+    digest     TEXT,
+    value      TEXT,
+    error      TEXT,
+    provenance TEXT NOT NULL,
+    PRIMARY KEY (eid, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE control_log (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    eid         TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    fid         TEXT,
+    attempt     INTEGER,
+    digest      TEXT,
+    value       TEXT,
+    error       TEXT,
+    provenance  TEXT NOT NULL,
+    journal_seq INTEGER
+);
+CREATE UNIQUE INDEX control_log_mirror ON control_log (eid, journal_seq) WHERE journal_seq IS NOT NULL;
+
+CREATE TABLE tasks (
+    id          TEXT PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    queue       TEXT NOT NULL,
+    eid         TEXT,
+    payload     TEXT,
+    provenance  TEXT NOT NULL,
+    visible_at  REAL NOT NULL,
+    deliveries  INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    state       TEXT NOT NULL DEFAULT 'ready'  -- ready, acked, withdrawn
+);
+CREATE INDEX tasks_ready ON tasks (queue, visible_at) WHERE state = 'ready';
+CREATE INDEX tasks_eid ON tasks (eid);
+
+CREATE TABLE messages (
+    channel    TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    payload    TEXT,
+    provenance TEXT NOT NULL,
+    PRIMARY KEY (channel, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE timers (
+    eid TEXT NOT NULL,
+    fid TEXT NOT NULL,
+    at  REAL NOT NULL,
+    PRIMARY KEY (eid, fid)
+) WITHOUT ROWID;
+CREATE INDEX timers_at ON timers (at);
+
+CREATE TABLE waiters (
+    channel TEXT NOT NULL,
+    eid     TEXT NOT NULL,
+    PRIMARY KEY (channel, eid)
+) WITHOUT ROWID;
+
+CREATE TABLE claims (
+    key   TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    at    REAL NOT NULL
+) WITHOUT ROWID;

@@ -1,0 +1,609 @@
+"""The embedded SQLite store: one file, WAL mode, durable commits (``synchronous=FULL``).
+
+Writes go through one writer thread that applies every write waiting in its queue in one
+transaction, each inside a savepoint of its own (group commit): many concurrent executions
+share one commit and one fsync, and a refused write (a lost fence) rolls back alone. Reads go
+through a second connection on a reader thread, which WAL lets run beside the writer.
+Several processes may share one file: ``BEGIN IMMEDIATE`` with a busy timeout serializes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sqlite3
+import threading
+from datetime import datetime, timedelta
+from importlib import resources
+from typing import Any, Callable, Sequence, TypeVar
+from urllib.parse import unquote, urlparse
+
+from flowli.domain import (
+    TERMINAL,
+    Entry,
+    EntryKind,
+    ExecutionRecord,
+    ExecutionStateError,
+    InvalidDatabaseURL,
+    LeaseLost,
+    Message,
+    Status,
+    Task,
+    TaskKind,
+    Timer,
+    UnknownExecutionError,
+)
+
+from . import _codec as c
+from ._protocol import Acquired, Renewal, Write, WriteResult
+
+T = TypeVar("T")
+_BATCH = 512  # writes per transaction at most
+_STOP = object()
+
+
+def parse_url(url: str) -> str:
+    """The path of a ``sqlite:///path`` URL, or ``:memory:`` for ``sqlite://:memory:``."""
+    parsed = urlparse(url)
+    if parsed.scheme != "sqlite":
+        raise InvalidDatabaseURL(url, "a SQLite URL starts with sqlite:///")
+    if parsed.netloc == ":memory:" or url in ("sqlite://", "sqlite:///:memory:"):
+        return ":memory:"
+    if parsed.netloc:
+        raise InvalidDatabaseURL(
+            url, f"unexpected host {parsed.netloc!r}; write sqlite:///relative.db or sqlite:////abs/path.db"
+        )
+    path = unquote(parsed.path[1:] if parsed.path.startswith("/") else parsed.path)
+    if not path:
+        raise InvalidDatabaseURL(url, "no file path; write sqlite:///flowli.db")
+    return path
+
+
+def _migrations() -> list[tuple[int, str]]:
+    folder = resources.files("flowli.store") / "sql" / "sqlite"
+    found = []
+    for item in folder.iterdir():
+        name = item.name
+        if name.endswith(".sql"):
+            found.append((int(name.split("_", 1)[0]), item.read_text()))
+    return sorted(found)
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.execute("PRAGMA busy_timeout = 30000")
+    if path != ":memory:":
+        conn.execute("PRAGMA journal_mode = WAL")
+    # FULL: a commit reported done survives a power cut, in WAL mode too.
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+class _Thread:
+    """A thread that owns one connection and runs the functions given to it, in batches."""
+
+    def __init__(self, conn: sqlite3.Connection, name: str, transactional: bool):
+        self.conn = conn
+        self.transactional = transactional
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self.queue.put((fn, fut, loop))
+        return fut
+
+    def stop(self) -> None:
+        self.queue.put(_STOP)
+        self.thread.join()
+        self.conn.close()
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is _STOP:
+                return
+            batch = [item]
+            stop = False
+            while len(batch) < _BATCH:
+                try:
+                    nxt = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                batch.append(nxt)
+            outcomes = self._run_batch(batch)
+            for (_, fut, loop), (result, exc) in zip(batch, outcomes):
+                loop.call_soon_threadsafe(_settle, fut, result, exc)
+            if stop:
+                return
+
+    def _run_batch(self, batch: list[Any]) -> list[tuple[Any, BaseException | None]]:
+        conn = self.conn
+        if not self.transactional:
+            out: list[tuple[Any, BaseException | None]] = []
+            for fn, _, _ in batch:
+                try:
+                    out.append((fn(conn), None))
+                except BaseException as exc:  # delivered to the caller
+                    out.append((None, exc))
+            return out
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            return [(None, exc)] * len(batch)
+        out = []
+        for fn, _, _ in batch:
+            conn.execute("SAVEPOINT w")
+            try:
+                result = fn(conn)
+            except BaseException as exc:  # rolled back alone, delivered to the caller
+                conn.execute("ROLLBACK TO w")
+                conn.execute("RELEASE w")
+                out.append((None, exc))
+            else:
+                conn.execute("RELEASE w")
+                out.append((result, None))
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            return [(None, exc)] * len(batch)
+        return out
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)
+
+
+def _journal(conn: sqlite3.Connection, eid: str, after: int = 0) -> list[Entry]:
+    rows = conn.execute(
+        f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = ? AND seq > ? ORDER BY seq", (eid, after)
+    ).fetchall()
+    return [c.entry_record(r) for r in rows]
+
+
+def _execution(conn: sqlite3.Connection, eid: str) -> ExecutionRecord | None:
+    row = conn.execute(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = ?", (eid,)).fetchone()
+    return None if row is None else c.execution_record(row)
+
+
+def _insert_task(conn: sqlite3.Connection, task: Task) -> bool:
+    cur = conn.execute(
+        f"INSERT OR IGNORE INTO tasks ({c.TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", c.task_row(task)
+    )
+    return cur.rowcount > 0
+
+
+def _append(conn: sqlite3.Connection, entry: Entry, now: float) -> int:
+    row = conn.execute(
+        "UPDATE executions SET next_seq = next_seq + 1, updated_at = ? WHERE eid = ? RETURNING next_seq - 1",
+        (now, entry.eid),
+    ).fetchone()
+    if row is None:
+        raise UnknownExecutionError(entry.eid)
+    seq = int(row[0])
+    conn.execute(f"INSERT INTO journal ({c.ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", c.entry_row(entry, seq))
+    if entry.kind.lifecycle:
+        conn.execute("UPDATE executions SET lifecycle_seq = ? WHERE eid = ?", (seq, entry.eid))
+    return seq
+
+
+def _announce(conn: sqlite3.Connection, entry: Entry) -> int | None:
+    cur = conn.execute(
+        "INSERT OR IGNORE INTO control_log (eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
+        " VALUES (?,?,?,?,?,?,?,?,?)",
+        (
+            entry.eid, entry.kind.value, entry.fid, entry.attempt, entry.digest, c.js(entry.value),
+            c.js(entry.error), c.prov(entry.provenance), entry.journal_seq,
+        ),
+    )
+    if entry.journal_seq is not None:
+        conn.execute(
+            "UPDATE executions SET mirrored_seq = MAX(mirrored_seq, ?) WHERE eid = ?",
+            (entry.journal_seq, entry.eid),
+        )
+    return cur.lastrowid if cur.rowcount > 0 else None
+
+
+def _apply(conn: sqlite3.Connection, w: Write, now_dt: datetime) -> WriteResult:
+    now = now_dt.timestamp()
+    if w.fence is not None:
+        row = conn.execute(
+            "SELECT lease_owner, lease_epoch FROM executions WHERE eid = ?", (w.fence.eid,)
+        ).fetchone()
+        if row is None or row[0] != w.fence.owner or row[1] != w.fence.epoch:
+            raise LeaseLost(w.fence.eid, w.fence.epoch)
+    if w.expect is not None:
+        eid, statuses = w.expect
+        row = conn.execute("SELECT status FROM executions WHERE eid = ?", (eid,)).fetchone()
+        if row is None:
+            raise UnknownExecutionError(eid)
+        if Status(row[0]) not in statuses:
+            need = " or ".join(sorted(s.value for s in statuses))
+            raise ExecutionStateError(eid, row[0], "change", need)
+    entries = list(w.entries)
+    created: list[bool] = []
+    for new in w.executions:
+        cur = conn.execute(
+            f"INSERT OR IGNORE INTO executions ({c.EXECUTION_COLUMNS}) VALUES ({','.join('?' * 18)})",
+            c.execution_row(new.record),
+        )
+        made = cur.rowcount > 0
+        created.append(made)
+        if made:
+            _append(conn, new.entry, now)
+            _insert_task(conn, new.task)
+    message_seqs: list[int] = []
+    for m in w.messages:
+        seq = conn.execute(
+            "SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE channel = ?", (m.channel,)
+        ).fetchone()[0]
+        conn.execute(
+            "INSERT INTO messages (channel, seq, payload, provenance) VALUES (?,?,?,?)",
+            (m.channel, seq, c.js(m.payload), c.prov(m.provenance)),
+        )
+        message_seqs.append(seq)
+        if m.memo is not None:
+            entries[m.memo] = _with_value(entries[m.memo], seq)
+    for wd in w.withdrawals:
+        cur = conn.execute(
+            "UPDATE tasks SET state = 'withdrawn', lease_owner = NULL WHERE id = ? AND state = 'ready'",
+            (wd.task_id,),
+        )
+        if wd.memo is not None:
+            entries[wd.memo] = _with_value(entries[wd.memo], cur.rowcount > 0)
+    for a in w.announcements:
+        seq = _announce(conn, a.entry)
+        if a.memo is not None:
+            entries[a.memo] = _with_value(entries[a.memo], seq)
+    entry_seqs = [_append(conn, e, now) for e in entries]
+    if w.status is not None:
+        s = w.status
+        conn.execute(
+            "UPDATE executions SET status = ?, result = ?, error = ?, blocked = ?,"
+            " version = COALESCE(?, version), updated_at = ? WHERE eid = ?",
+            (s.status.value, c.js(s.result), c.js(s.error), c.js(s.blocked), s.version, now, s.eid),
+        )
+    if w.cancel_request is not None:
+        conn.execute(
+            "UPDATE executions SET cancel_requested = ? WHERE eid = ? AND cancel_requested IS NULL",
+            (c.js(w.cancel_request[1]), w.cancel_request[0]),
+        )
+    if w.release and w.fence is not None:
+        conn.execute(
+            "UPDATE executions SET lease_owner = NULL, lease_expires_at = NULL WHERE eid = ?", (w.fence.eid,)
+        )
+    for task in w.tasks:
+        _insert_task(conn, task)
+    for task_id, owner in w.acks:
+        if owner is None:
+            conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (task_id,))
+        else:
+            conn.execute(
+                "UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ? AND lease_owner = ?",
+                (task_id, owner),
+            )
+    for eid in w.clear_timers:
+        conn.execute("DELETE FROM timers WHERE eid = ?", (eid,))
+    for t in w.fired:
+        conn.execute("DELETE FROM timers WHERE eid = ? AND fid = ? AND at = ?", (t.eid, t.fid, t.at.timestamp()))
+    for t in w.timers:
+        conn.execute("INSERT OR REPLACE INTO timers (eid, fid, at) VALUES (?,?,?)", (t.eid, t.fid, t.at.timestamp()))
+    for eid in w.clear_waiters:
+        conn.execute("DELETE FROM waiters WHERE eid = ?", (eid,))
+    for channel, eid in w.waiters:
+        conn.execute("INSERT OR IGNORE INTO waiters (channel, eid) VALUES (?,?)", (channel, eid))
+    for ww in w.wake_waiters:
+        rows = conn.execute(
+            "SELECT w.eid, e.queue FROM waiters w JOIN executions e ON e.eid = w.eid WHERE w.channel = ?",
+            (ww.channel,),
+        ).fetchall()
+        for eid, queue_name in rows:
+            _insert_task(
+                conn,
+                Task(
+                    id=task_id(TaskKind.RESUME, eid, ww.key), kind=TaskKind.RESUME, queue=queue_name, eid=eid,
+                    payload=None, provenance=ww.provenance, visible_at=now_dt,
+                ),
+            )
+    woke = False
+    if w.wake is not None:
+        woke = _wake_holds(conn, w, now)
+        if woke:
+            _insert_task(conn, w.wake.task)
+    return WriteResult(entry_seqs=entry_seqs, entry_values=[e.value for e in entries], message_seqs=message_seqs, created=created, woke=woke)
+
+
+def _wake_holds(conn: sqlite3.Connection, w: Write, now: float) -> bool:
+    assert w.wake is not None
+    wake = w.wake
+    if wake.due_by is not None and wake.due_by.timestamp() <= now:
+        return True
+    for channel, after in wake.channels.items():
+        if conn.execute("SELECT 1 FROM messages WHERE channel = ? AND seq > ? LIMIT 1", (channel, after)).fetchone():
+            return True
+    if wake.journal_after is not None and w.fence is not None:
+        if conn.execute(
+            "SELECT 1 FROM journal WHERE eid = ? AND seq > ? AND kind IN ('frame.completed', 'frame.failed') LIMIT 1",
+            (w.fence.eid, wake.journal_after),
+        ).fetchone():
+            return True
+    if wake.cancel and w.fence is not None:
+        if conn.execute(
+            "SELECT 1 FROM executions WHERE eid = ? AND cancel_requested IS NOT NULL", (w.fence.eid,)
+        ).fetchone():
+            return True
+    for eid in wake.children:
+        row = conn.execute("SELECT status FROM executions WHERE eid = ?", (eid,)).fetchone()
+        if row is not None and Status(row[0]) in TERMINAL:
+            return True
+    return False
+
+
+def _with_value(entry: Entry, value: Any) -> Entry:
+    from dataclasses import replace
+
+    return replace(entry, value=value)
+
+
+class SQLiteStore:
+    """The Store protocol on one SQLite file."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.path = parse_url(url)
+        self._writer: _Thread | None = None
+        self._reader: _Thread | None = None
+
+    async def open(self) -> None:
+        try:
+            writer_conn = await asyncio.to_thread(_connect, self.path)
+        except sqlite3.OperationalError as exc:
+            raise InvalidDatabaseURL(self.url, f"cannot open the file {self.path!r}: {exc}") from None
+        self._writer = _Thread(writer_conn, "flowli-sqlite-writer", transactional=True)
+        await self._writer.submit(self._migrate)
+        if self.path == ":memory:":
+            self._reader = self._writer  # one connection holds the database
+        else:
+            reader_conn = await asyncio.to_thread(_connect, self.path)
+            self._reader = _Thread(reader_conn, "flowli-sqlite-reader", transactional=False)
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> int:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        current = row[0] or 0
+        for version, sql in _migrations():
+            if version > current:
+                for statement in sql.split(";\n"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+                current = version
+        return int(current)
+
+    async def close(self) -> None:
+        if self._reader is not None and self._reader is not self._writer:
+            await asyncio.to_thread(self._reader.stop)
+        if self._writer is not None:
+            await asyncio.to_thread(self._writer.stop)
+        self._reader = self._writer = None
+
+    def _w(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        if self._writer is None:
+            raise RuntimeError(f"store {self.url} is not open")
+        return self._writer.submit(fn)
+
+    def _r(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        if self._reader is None:
+            raise RuntimeError(f"store {self.url} is not open")
+        return self._reader.submit(fn)
+
+    async def write(self, write: Write, now: datetime) -> WriteResult:
+        return await self._w(lambda conn: _apply(conn, write, now))
+
+    async def acquire(
+        self, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None = None
+    ) -> Acquired:
+        def run(conn: sqlite3.Connection) -> Acquired:
+            if ack is not None:
+                conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (ack,))
+            record = _execution(conn, eid)
+            if record is None or record.terminal:
+                return Acquired(record, None, [])
+            if record.lease_owner is not None and record.lease_expires_at is not None and record.lease_expires_at > now:
+                return Acquired(record, None, [])
+            epoch = record.lease_epoch + 1
+            conn.execute(
+                "UPDATE executions SET lease_owner = ?, lease_epoch = ?, lease_expires_at = ?,"
+                " status = 'running', updated_at = ? WHERE eid = ?",
+                (owner, epoch, (now + ttl).timestamp(), now.timestamp(), eid),
+            )
+            return Acquired(_execution(conn, eid), epoch, _journal(conn, eid))
+
+        return await self._w(run)
+
+    async def renew(
+        self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime
+    ) -> Renewal:
+        until = (now + ttl).timestamp()
+
+        def run(conn: sqlite3.Connection) -> Renewal:
+            lost, cancel = [], []
+            for eid, epoch in leases:
+                row = conn.execute(
+                    "UPDATE executions SET lease_expires_at = ? WHERE eid = ? AND lease_owner = ? AND lease_epoch = ?"
+                    " RETURNING cancel_requested IS NOT NULL",
+                    (until, eid, owner, epoch),
+                ).fetchone()
+                if row is None:
+                    lost.append(eid)
+                elif row[0]:
+                    cancel.append(eid)
+            return Renewal(lost, cancel)
+
+        return await self._w(run)
+
+    async def dequeue(
+        self,
+        queues: Sequence[str],
+        kinds: Sequence[TaskKind],
+        owner: str,
+        limit: int,
+        ttl: timedelta,
+        now: datetime,
+    ) -> list[Task]:
+        qs = ",".join("?" * len(queues))
+        ks = ",".join("?" * len(kinds))
+        t = now.timestamp()
+
+        def run(conn: sqlite3.Connection) -> list[Task]:
+            rows = conn.execute(
+                f"UPDATE tasks SET lease_owner = ?, visible_at = ?, deliveries = deliveries + 1"
+                f" WHERE id IN (SELECT id FROM tasks WHERE state = 'ready' AND queue IN ({qs})"
+                f" AND kind IN ({ks}) AND visible_at <= ? ORDER BY visible_at LIMIT ?)"
+                f" RETURNING {c.TASK_COLUMNS}",
+                (owner, t + ttl.total_seconds(), *queues, *[k.value for k in kinds], t, limit),
+            ).fetchall()
+            return [c.task_record(r) for r in rows]
+
+        return await self._w(run)
+
+    async def nack(self, task_id: str, owner: str | None, delay: timedelta, now: datetime) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE tasks SET lease_owner = NULL, visible_at = ? WHERE id = ? AND state = 'ready'"
+                " AND (? IS NULL OR lease_owner = ?)",
+                ((now + delay).timestamp(), task_id, owner, owner),
+            )
+            return cur.rowcount > 0
+
+        return await self._w(run)
+
+    async def read_execution(self, eid: str) -> ExecutionRecord | None:
+        return await self._r(lambda conn: _execution(conn, eid))
+
+    async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
+        marks = ",".join("?" * len(eids))
+
+        def run(conn: sqlite3.Connection) -> list[ExecutionRecord]:
+            rows = conn.execute(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid IN ({marks})", tuple(eids))
+            return [c.execution_record(r) for r in rows]
+
+        return await self._r(run) if eids else []
+
+    async def read_journal(self, eid: str, after: int = 0) -> list[Entry]:
+        return await self._r(lambda conn: _journal(conn, eid, after))
+
+    async def read_messages(self, channel: str, after: int = 0, limit: int = 100) -> list[Message]:
+        def run(conn: sqlite3.Connection) -> list[Message]:
+            rows = conn.execute(
+                "SELECT channel, seq, payload, provenance FROM messages WHERE channel = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (channel, after, limit),
+            )
+            return [c.message_record(r) for r in rows]
+
+        return await self._r(run)
+
+    async def read_control_log(self, after: int = 0, limit: int = 1000) -> list[Entry]:
+        def run(conn: sqlite3.Connection) -> list[Entry]:
+            rows = conn.execute(
+                "SELECT eid, seq, kind, fid, attempt, digest, value, error, provenance, journal_seq"
+                " FROM control_log WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after, limit),
+            )
+            return [c.entry_record(r[:9], r[9]) for r in rows]
+
+        return await self._r(run)
+
+    async def read_tasks(
+        self, queue: str | None = None, eid: str | None = None, include_acked: bool = False
+    ) -> list[Task]:
+        def run(conn: sqlite3.Connection) -> list[Task]:
+            rows = conn.execute(
+                f"SELECT {c.TASK_COLUMNS} FROM tasks WHERE (? IS NULL OR queue = ?) AND (? IS NULL OR eid = ?)"
+                " AND (? OR state = 'ready') ORDER BY visible_at, id",
+                (queue, queue, eid, eid, include_acked),
+            )
+            return [c.task_record(r) for r in rows]
+
+        return await self._r(run)
+
+    async def read_timers(self, eid: str | None = None) -> list[Timer]:
+        def run(conn: sqlite3.Connection) -> list[Timer]:
+            rows = conn.execute(
+                "SELECT eid, fid, at FROM timers WHERE (? IS NULL OR eid = ?) ORDER BY at", (eid, eid)
+            )
+            return [c.timer_record(r) for r in rows]
+
+        return await self._r(run)
+
+    async def due_timers(self, now: datetime, limit: int) -> list[Timer]:
+        def run(conn: sqlite3.Connection) -> list[Timer]:
+            rows = conn.execute("SELECT eid, fid, at FROM timers WHERE at <= ? ORDER BY at LIMIT ?", (now.timestamp(), limit))
+            return [c.timer_record(r) for r in rows]
+
+        return await self._r(run)
+
+    async def expired_leases(self, now: datetime, limit: int) -> list[ExecutionRecord]:
+        def run(conn: sqlite3.Connection) -> list[ExecutionRecord]:
+            rows = conn.execute(
+                f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE status = 'running'"
+                " AND (lease_expires_at IS NULL OR lease_expires_at <= ?) LIMIT ?",
+                (now.timestamp(), limit),
+            )
+            return [c.execution_record(r) for r in rows]
+
+        return await self._r(run)
+
+    async def unmirrored(self, before: datetime, limit: int) -> list[Entry]:
+        def run(conn: sqlite3.Connection) -> list[Entry]:
+            rows = conn.execute(
+                f"SELECT {', '.join('j.' + x.strip() for x in c.ENTRY_COLUMNS.split(','))}"
+                " FROM executions e JOIN journal j ON j.eid = e.eid AND j.seq > e.mirrored_seq"
+                " WHERE e.lifecycle_seq > e.mirrored_seq AND e.updated_at <= ? AND j.kind LIKE 'execution.%'"
+                " ORDER BY j.eid, j.seq LIMIT ?",
+                (before.timestamp(), limit),
+            )
+            return [c.entry_record(r, r[1]) for r in rows]
+
+        return await self._r(run)
+
+    async def waiters(self, channel: str) -> list[str]:
+        def run(conn: sqlite3.Connection) -> list[str]:
+            return [r[0] for r in conn.execute("SELECT eid FROM waiters WHERE channel = ?", (channel,))]
+
+        return await self._r(run)
+
+    async def next_wake(self) -> datetime | None:
+        def run(conn: sqlite3.Connection) -> datetime | None:
+            row = conn.execute(
+                "SELECT MIN(at) FROM (SELECT MIN(at) AS at FROM timers"
+                " UNION ALL SELECT MIN(visible_at) FROM tasks WHERE state = 'ready')"
+            ).fetchone()
+            return c.dt(row[0]) if row and row[0] is not None else None
+
+        return await self._r(run)
+
+    async def claim(self, key: str, owner: str, now: datetime) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO claims (key, owner, at) VALUES (?,?,?)", (key, owner, now.timestamp())
+            )
+            return cur.rowcount > 0
+
+        return await self._w(run)
+
+
+__all__ = ["SQLiteStore", "parse_url", "EntryKind"]
