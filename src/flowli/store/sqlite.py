@@ -32,6 +32,7 @@ from flowli.domain import (
     TaskKind,
     Timer,
     UnknownExecutionError,
+    task_id,
 )
 
 from . import _codec as c
@@ -285,13 +286,13 @@ def _apply(conn: sqlite3.Connection, w: Write, now_dt: datetime) -> WriteResult:
         )
     for task in w.tasks:
         _insert_task(conn, task)
-    for task_id, owner in w.acks:
+    for acked, owner in w.acks:
         if owner is None:
-            conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (task_id,))
+            conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (acked,))
         else:
             conn.execute(
                 "UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ? AND lease_owner = ?",
-                (task_id, owner),
+                (acked, owner),
             )
     for eid in w.clear_timers:
         conn.execute("DELETE FROM timers WHERE eid = ?", (eid,))

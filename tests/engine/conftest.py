@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import flowli
+from flowli import Registry
+from flowli.testing import Clock
+
+FAST = {
+    "lease_ttl": timedelta(seconds=5),
+    "poll_interval": 0.05,
+    "sweep_interval": 0.05,
+    "repair_grace": timedelta(0),
+}
+
+
+@pytest.fixture
+def db_url(tmp_path: Any) -> str:
+    return f"sqlite:///{tmp_path}/flowli.db"
+
+
+@pytest.fixture
+def open_engine(db_url: str) -> Callable[..., contextlib.AbstractAsyncContextManager[flowli.Engine]]:
+    """``async with open_engine(registry, clock=None, worker=True) as engine``: an engine on a real file."""
+
+    @contextlib.asynccontextmanager
+    async def make(
+        registry: Registry, *, clock: Clock | None = None, worker: bool = True, **tuning: Any
+    ) -> AsyncIterator[flowli.Engine]:
+        engine = await flowli.connect(db_url, registry, clock=clock, **{**FAST, **tuning})
+        async with engine:
+            if worker:
+                async with engine.worker(concurrency=16):
+                    yield engine
+            else:
+                yield engine
+
+    return make
+
+
+async def wait_status(engine: flowli.Engine, eid: str, status: str, timeout: float = 10.0) -> None:
+    """Poll until the execution has ``status`` (bounded)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while loop.time() < end:
+        if (await engine.status(eid)).status == status:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"execution {eid} is {(await engine.status(eid)).status}, not {status}, after {timeout} s")
+
+
+def kinds(journal: list[Any], fid: str | None = None) -> list[str]:
+    return [str(e.kind) for e in journal if fid is None or e.fid == fid]
