@@ -164,10 +164,10 @@ class Engine:
 
     async def signal(self, eid: str, channel: str, payload: Any, by: str | None = None) -> int:
         """Send one message to ``{eid}.{channel}`` and enqueue a RESUME; returns its sequence."""
+        payload = check_json(payload, f"the payload of signal {channel!r} to execution {eid}")
         record = await self.status(eid)
         if record.terminal:
             raise ExecutionTerminalError(eid, record.status.value, f"signal {channel!r} to")
-        payload = check_json(payload, f"the payload of signal {channel!r} to execution {eid}")
         actor = actor_for(by, Actor("system", "engine"))
         prov = self.rt.provenance(actor=actor, code=Code(record.workflow, record.version))
         now = self.clock.now()
@@ -285,8 +285,12 @@ def rebuild_error(eid: str, error: dict[str, Any]) -> BaseException:
         with contextlib.suppress(Exception):
             cls = getattr(importlib.import_module(module), etype, None)
     if isinstance(cls, type) and issubclass(cls, Exception):
-        with contextlib.suppress(Exception):
+        try:
             return cls(message)  # type: ignore[no-any-return]
+        except Exception:  # a constructor with other arguments: keep the type and the message
+            exc = cls.__new__(cls)
+            Exception.__init__(exc, message)
+            return exc  # type: ignore[no-any-return]
     return ExecutionFailed(eid, etype, message)
 
 

@@ -1,0 +1,183 @@
+"""Tasks, queues, leases and the control log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from flowli import Context, Registry
+from flowli.domain import EntryKind, LeaseLost, Status, TaskKind
+from flowli.store import Write
+from flowli.testing import Clock
+
+from .conftest import kinds, wait_status
+
+
+def heavy(x: int) -> int:
+    """A module-level step: a RUN_STEP worker imports it by reference."""
+    return x * x
+
+
+async def test_start_with_a_key_is_idempotent(open_engine):
+    registry = Registry()
+
+    @registry.workflow("once")
+    async def once(ctx: Context, n: int) -> int:
+        return n
+
+    async with open_engine(registry) as engine:
+        first = await engine.start("once", 1, key="order-7")
+        second = await engine.start("once", 2, key="order-7")
+        assert first == second
+        assert await engine.result(first, timeout=10) == 1
+        assert len(await engine.list(workflow="once")) == 1
+
+
+async def test_a_step_with_a_queue_runs_in_that_worker_pool(open_engine):
+    registry = Registry()
+
+    @registry.workflow("offload")
+    async def offload(ctx: Context, x: int) -> int:
+        return await ctx.step(heavy, x, queue="gpu") + 1
+
+    async with open_engine(registry, worker=False) as engine:
+        async with engine.worker(queues=["default"]):
+            eid = await engine.start("offload", 7)
+            await wait_status(engine, eid, "suspended")
+            [task] = await engine.tasks(queue="gpu")
+            assert task.kind is TaskKind.RUN_STEP and task.id == f"RUN_STEP:{eid}:root/heavy#0@1"
+            async with engine.worker(queues=["gpu"], sweeper=False):
+                assert await engine.result(eid, timeout=10) == 50
+        journal = await engine.journal(eid)
+        assert kinds(journal, "root/heavy#0") == ["frame.started", "frame.completed"]
+        assert await engine.tasks(queue="gpu") == []
+
+
+async def test_a_worker_never_runs_a_delegate_task(open_engine):
+    registry = Registry()
+
+    @registry.workflow("asks")
+    async def asks(ctx: Context) -> str:
+        await ctx.enqueue("default", TaskKind.DELEGATE, {"question": "approve?"}, key="q")
+        return await ctx.receive("answer")
+
+    async with open_engine(registry) as engine:
+        eid = await engine.start("asks")
+        await wait_status(engine, eid, "suspended")
+        await asyncio.sleep(0.2)  # the worker polls the default queue meanwhile
+        [task] = await engine.tasks(queue="default")
+        assert task.kind is TaskKind.DELEGATE and task.deliveries == 0
+        await engine.signal(eid, "answer", "approved")
+        assert await engine.result(eid, timeout=10) == "approved"
+
+
+async def test_a_stolen_lease_stops_the_worker_which_writes_nothing_more(open_engine, caplog):
+    registry = Registry()
+    began = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow() -> str:
+        began.set()
+        await release.wait()
+        return "late"
+
+    @registry.workflow("stolen")
+    async def stolen(ctx: Context) -> str:
+        return await ctx.step(slow)
+
+    clock = Clock()
+    caplog.set_level(logging.WARNING, logger="flowli.worker")
+    async with open_engine(registry, clock=clock, lease_ttl=timedelta(seconds=30)) as engine:
+        eid = await engine.start("stolen")
+        await asyncio.wait_for(began.wait(), 10)
+        epoch = (await engine.status(eid)).lease_epoch
+        await clock.advance(timedelta(seconds=31))  # the lease expired: another worker may acquire it
+        thief = await engine.store.acquire(eid, "thief", timedelta(seconds=30), clock.now())
+        assert thief.epoch == epoch + 1
+        before = await engine.journal(eid)
+        release.set()
+        for _ in range(500):
+            if "lease" in caplog.text and "lost" in caplog.text:
+                break
+            await asyncio.sleep(0.01)
+        assert "lease of execution" in caplog.text
+        assert await engine.journal(eid) == before  # the frame.completed was refused
+        assert engine.rt.activations == {}
+        record = await engine.status(eid)
+        assert record.lease_owner == "thief" and record.status is Status.RUNNING
+
+
+async def test_a_write_with_an_old_epoch_is_refused_in_the_store(open_engine):
+    from flowli.store import Fence
+
+    registry = Registry()
+
+    @registry.workflow("idle")
+    async def idle(ctx: Context) -> None:
+        await ctx.receive("never")
+
+    async with open_engine(registry, worker=False) as engine:
+        eid = await engine.start("idle")
+        now = engine.clock.now()
+        first = await engine.store.acquire(eid, "a", timedelta(seconds=-1), now)  # acquired, already expired
+        second = await engine.store.acquire(eid, "b", timedelta(seconds=30), now)
+        assert (first.epoch, second.epoch) == (1, 2)
+        try:
+            await engine.store.write(Write(fence=Fence(eid, "a", 1), release=True), now)
+        except LeaseLost as exc:
+            assert exc.epoch == 1
+        else:
+            raise AssertionError("the fenced write went through")
+        assert (await engine.status(eid)).lease_owner == "b"
+
+
+async def test_sweeper_repairs_the_control_log_after_a_crash_between_the_two_appends(open_engine):
+    """A lifecycle entry appended to the journal but never to the control log reaches the
+    projection through the sweeper."""
+    from flowli.domain import Actor, Code, Entry, Provenance, Site
+    from flowli.store import StatusChange
+
+    registry = Registry()
+
+    @registry.workflow("r")
+    async def r(ctx: Context) -> None:
+        await ctx.receive("never")
+
+    async with open_engine(registry, worker=False) as engine:
+        eid = await engine.start("r")
+        now = engine.clock.now()
+        # what a worker that died after its journal append leaves behind
+        entry = Entry(eid=eid, kind=EntryKind.EXECUTION_SUSPENDED, fid="root",
+                      provenance=Provenance(Actor("worker", "dead"), Site(), Code("r", "1"), now), value={"waits": []})
+        await engine.store.write(Write(entries=[entry], status=StatusChange(eid, Status.SUSPENDED)), now)
+        [listed] = await engine.list()
+        assert listed.status is Status.PENDING  # the control log does not know yet
+        assert await engine.sweep() >= 1
+        [listed] = await engine.list()
+        assert listed.status is Status.SUSPENDED
+        assert await engine.sweep() == 0  # repaired once
+
+
+async def test_the_sweeper_recovers_an_execution_whose_worker_died(open_engine):
+    registry = Registry()
+
+    @registry.workflow("rec")
+    async def rec(ctx: Context) -> str:
+        return "recovered"
+
+    clock = Clock()
+    async with open_engine(registry, clock=clock, worker=False) as engine:
+        eid = await engine.start("rec")
+        # a worker acquires the lease, then dies without a trace
+        got = await engine.store.acquire(eid, "dead-worker", timedelta(seconds=10), clock.now(), ack=f"START:{eid}")
+        assert got.epoch == 1
+        async with engine.worker():
+            await asyncio.sleep(0.1)
+            assert (await engine.status(eid)).status is Status.RUNNING
+            await clock.advance(timedelta(seconds=11))
+            assert await engine.result(eid, timeout=10) == "recovered"
+        journal = await engine.journal(eid)
+        resumed = [e for e in journal if e.kind is EntryKind.EXECUTION_RESUMED]
+        assert resumed == [] or resumed[0].value["epoch"] == 2
+        assert (await engine.status(eid)).lease_epoch == 2
