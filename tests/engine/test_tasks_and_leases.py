@@ -181,3 +181,32 @@ async def test_the_sweeper_recovers_an_execution_whose_worker_died(open_engine):
         resumed = [e for e in journal if e.kind is EntryKind.EXECUTION_RESUMED]
         assert resumed == [] or resumed[0].value["epoch"] == 2
         assert (await engine.status(eid)).lease_epoch == 2
+
+
+async def test_an_engine_error_hands_the_execution_back_instead_of_holding_the_lease(open_engine):
+    """A store failure inside an activation (not the workflow's failure) releases the lease and
+    enqueues a delayed RESUME, so the execution goes on without waiting out the lease."""
+    registry = Registry()
+
+    @registry.workflow("hb")
+    async def hb(ctx: Context) -> str:
+        return "done"
+
+    async with open_engine(registry, worker=False) as engine:
+        real_write = engine.store.write
+        failed: list[int] = []
+
+        async def failing_once(write, now):
+            if not failed and any(e.kind is EntryKind.EXECUTION_COMPLETED for e in write.entries):
+                failed.append(1)
+                raise OSError("disk I/O error")
+            return await real_write(write, now)
+
+        engine.store.write = failing_once  # type: ignore[method-assign]
+        eid = await engine.start("hb")
+        async with engine.worker():
+            assert await engine.result(eid, timeout=10) == "done"
+        journal = await engine.journal(eid)
+        handed = [e for e in journal if e.kind is EntryKind.EXECUTION_SUSPENDED]
+        assert failed == [1] and handed and handed[0].error["message"] == "disk I/O error"
+        assert kinds(journal)[-1] == "execution.completed"

@@ -28,10 +28,10 @@ from flowli.domain import (
     check_json,
     task_id,
 )
-from flowli.store import Write
+from flowli.store import Fence, StatusChange, Write
 
 from ._replay import Activation, failure_entry_value, import_ref, policy_from_json, run_function
-from ._runtime import Runtime, error_data
+from ._runtime import Runtime, entries_with_seqs, error_data
 from ._sweeper import Sweeper
 
 log = logging.getLogger("flowli.worker")
@@ -132,14 +132,36 @@ class Worker:
         rt.activations[record.eid] = activation
         try:
             await activation.run()
+        except Exception as exc:
+            # not the workflow's failure (that is an outcome): the store or the engine itself.
+            # Hand the execution back at once rather than hold the lease until it expires.
+            log.exception("activation of %s failed; handing it back", record.eid)
+            with contextlib.suppress(Exception):
+                await self._hand_back(record, acquired.epoch, exc)
         finally:
             self.held.pop(record.eid, None)
             if rt.activations.get(record.eid) is activation:
                 del rt.activations[record.eid]
 
-    async def _release(self, eid: str, epoch: int, status: Status) -> None:
-        from flowli.store import Fence, StatusChange
+    async def _hand_back(self, record: Any, epoch: int, exc: Exception) -> None:
+        rt = self.rt
+        now = rt.clock.now()
+        entry = Entry(
+            eid=record.eid, kind=EntryKind.EXECUTION_SUSPENDED, fid="root", value={"reason": "worker error"},
+            error=error_data(exc), provenance=rt.provenance(epoch=epoch, code=Code(record.workflow, record.version)),
+        )
+        retry = Task(
+            id=task_id(TaskKind.RESUME, record.eid, f"retry:{epoch}"), kind=TaskKind.RESUME, queue=record.queue,
+            eid=record.eid, payload=None, provenance=entry.provenance, visible_at=now + timedelta(seconds=1),
+        )
+        result = await rt.store.write(
+            Write(fence=Fence(record.eid, rt.owner, epoch), entries=[entry], release=True,
+                  status=StatusChange(record.eid, Status.SUSPENDED), tasks=[retry]),
+            now,
+        )
+        await rt.mirror(entries_with_seqs([entry], result.entry_seqs))
 
+    async def _release(self, eid: str, epoch: int, status: Status) -> None:
         await self.rt.store.write(
             Write(fence=Fence(eid, self.rt.owner, epoch), release=True,
                   status=StatusChange(eid, Status.SUSPENDED if status is not Status.PENDING else Status.PENDING)),
