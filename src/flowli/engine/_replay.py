@@ -245,11 +245,23 @@ class Activation(Context):
         if self.record.blocked is not None and self.cancel_requested:
             return await self._end(Status.CANCELLED, error={"type": "Cancelled", "message": "cancelled while blocked"})
         wf_task: asyncio.Task[Any] = asyncio.create_task(self.wf.fn(self, *self.record.args))
+        try:
+            return await self._drive(wf_task)
+        except asyncio.CancelledError:
+            # the worker stops: end every task of this activation, write nothing
+            await self._close(wf_task)
+            raise
+
+    async def _drive(self, wf_task: asyncio.Task[Any]) -> Status:
         while not wf_task.done():
             self.changed.clear()
             idle = asyncio.ensure_future(self.changed.wait())
-            await asyncio.wait({wf_task, idle}, return_when=asyncio.FIRST_COMPLETED)
-            idle.cancel()
+            try:
+                await asyncio.wait({wf_task, idle}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                idle.cancel()
+            if wf_task.done():
+                break
             if self.lost:
                 await self._close(wf_task)
                 raise LeaseLost(self.eid, self.epoch)

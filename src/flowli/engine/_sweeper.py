@@ -41,12 +41,16 @@ class Sweeper:
                 until = max(wake, now)
             sleeper = asyncio.ensure_future(rt.clock.sleep_until(until))
             poke = asyncio.ensure_future(rt.timers.wait())
-            # the poll interval bounds the wait in real time too, for a clock that does not move
-            await asyncio.wait({sleeper, poke}, timeout=rt.options.sweep_interval, return_when=asyncio.FIRST_COMPLETED)
-            for t in (sleeper, poke):
-                t.cancel()
-                with contextlib.suppress(BaseException):
-                    await t
+            try:
+                # the sweep interval bounds the wait in real time too, for a clock that does not move
+                await asyncio.wait(
+                    {sleeper, poke}, timeout=rt.options.sweep_interval, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for t in (sleeper, poke):
+                    t.cancel()
+                    with contextlib.suppress(BaseException):
+                        await t
 
     async def sweep(self) -> int:
         """One pass; returns the number of tasks enqueued and entries repaired."""

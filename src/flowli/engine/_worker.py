@@ -39,11 +39,16 @@ _KINDS = (TaskKind.START, TaskKind.RESUME, TaskKind.RUN_STEP)
 
 
 class Worker:
-    def __init__(self, rt: Runtime, *, concurrency: int = 64, queues: Sequence[str] = ("default",), sweeper: bool = True):
+    def __init__(
+        self, rt: Runtime, *, concurrency: int = 64, queues: Sequence[str] = ("default",), sweeper: bool = True,
+        grace: float = 2.0,
+    ):
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.rt = rt
         self.concurrency = concurrency
+        self.grace = grace
+        """Seconds that a stop waits for running activations before it cancels them."""
         self.queues = tuple(queues)
         self.running: dict[str, asyncio.Task[Any]] = {}
         self.held: dict[str, Activation] = {}
@@ -62,10 +67,14 @@ class Worker:
             for t in side:
                 with contextlib.suppress(BaseException):
                     await t
-            # let running activations reach a clean end; they hold leases that others would
-            # otherwise wait out
+            # let running activations reach a clean end for a grace period; then stop them,
+            # and each hands its execution back (no other worker waits out its lease)
             if self.running:
-                await asyncio.gather(*self.running.values(), return_exceptions=True)
+                _, pending = await asyncio.wait(list(self.running.values()), timeout=self.grace)
+                for t in pending:
+                    t.cancel()
+                if pending:
+                    await asyncio.wait(pending)
 
     async def _dequeue_loop(self) -> None:
         rt = self.rt
@@ -132,6 +141,11 @@ class Worker:
         rt.activations[record.eid] = activation
         try:
             await activation.run()
+        except asyncio.CancelledError:
+            # the worker stops: give the execution back now rather than at lease expiry
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._hand_back(record, acquired.epoch, None))
+            raise
         except Exception as exc:
             # not the workflow's failure (that is an outcome): the store or the engine itself.
             # Hand the execution back at once rather than hold the lease until it expires.
@@ -143,16 +157,21 @@ class Worker:
             if rt.activations.get(record.eid) is activation:
                 del rt.activations[record.eid]
 
-    async def _hand_back(self, record: Any, epoch: int, exc: Exception) -> None:
+    async def _hand_back(self, record: Any, epoch: int, exc: Exception | None) -> None:
+        """Append execution.suspended, release the lease and enqueue a RESUME: after an engine
+        error (``exc``, resumed a second later) or when the worker stops (``exc`` None, at once)."""
         rt = self.rt
         now = rt.clock.now()
         entry = Entry(
-            eid=record.eid, kind=EntryKind.EXECUTION_SUSPENDED, fid="root", value={"reason": "worker error"},
-            error=error_data(exc), provenance=rt.provenance(epoch=epoch, code=Code(record.workflow, record.version)),
+            eid=record.eid, kind=EntryKind.EXECUTION_SUSPENDED, fid="root",
+            value={"reason": "worker error" if exc is not None else "worker stopped"},
+            error=error_data(exc) if exc is not None else None,
+            provenance=rt.provenance(epoch=epoch, code=Code(record.workflow, record.version)),
         )
         retry = Task(
-            id=task_id(TaskKind.RESUME, record.eid, f"retry:{epoch}"), kind=TaskKind.RESUME, queue=record.queue,
-            eid=record.eid, payload=None, provenance=entry.provenance, visible_at=now + timedelta(seconds=1),
+            id=task_id(TaskKind.RESUME, record.eid, f"handed-back:{epoch}"), kind=TaskKind.RESUME, queue=record.queue,
+            eid=record.eid, payload=None, provenance=entry.provenance,
+            visible_at=now + timedelta(seconds=1 if exc is not None else 0),
         )
         result = await rt.store.write(
             Write(fence=Fence(record.eid, rt.owner, epoch), entries=[entry], release=True,
