@@ -1,0 +1,186 @@
+"""Workloads W1–W4 of BENCH.md, on a fresh SQLite database each run.
+
+Each ``run_*`` function opens its own engine on a new file in ``db_dir``, runs the worker in the
+same process as the client, and returns the JSON-ready result line of BENCH.md (without the
+versions and machine, which :mod:`bench.run` adds). Every run checks that all executions it
+started completed with the expected value, and raises :class:`BenchError` otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Awaitable, Callable
+
+import flowli
+from flowli.domain import Status
+
+registry = flowli.Registry()
+
+RESULT_TIMEOUT = 600.0
+"""Seconds a run waits for its executions at most (a hang fails the run instead of the bench)."""
+
+
+class BenchError(RuntimeError):
+    """A run did not complete all its executions as expected."""
+
+
+# ---- the step and the workflows (module level: the engine imports steps by reference) ------
+
+
+def step(i: int) -> dict[str, int]:
+    """The trivial step of BENCH.md."""
+    return {"i": i}
+
+
+@registry.workflow("bench.sequential", version="1")
+async def sequential(ctx: flowli.Context, steps: int) -> int:
+    """W1: ``steps`` sequential steps."""
+    total = 0
+    for i in range(steps):
+        total += (await ctx.step(step, i))["i"]
+    return total
+
+
+@registry.workflow("bench.fan_out", version="1")
+async def fan_out(ctx: flowli.Context, width: int) -> int:
+    """W2: ``width`` steps gathered concurrently; returns their count."""
+    values = await ctx.gather(*(ctx.step(step, i) for i in range(width)))
+    return len(values)
+
+
+@registry.workflow("bench.one_step", version="1")
+async def one_step(ctx: flowli.Context, i: int) -> int:
+    """W3: one step."""
+    return (await ctx.step(step, i))["i"]
+
+
+@registry.workflow("bench.sleep", version="1")
+async def sleep_then_step(ctx: flowli.Context, seconds: float, i: int) -> int:
+    """W4: a durable sleep, then one step."""
+    await ctx.sleep(timedelta(seconds=seconds))
+    return (await ctx.step(step, i))["i"]
+
+
+# ---- the runs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    id: str
+    title: str
+    default_n: int
+    unit: str
+    run: Callable[..., Awaitable[dict[str, Any]]]
+
+
+def db_url(db_dir: str) -> str:
+    return f"sqlite:///{os.path.abspath(os.path.join(db_dir, 'bench.db'))}"
+
+
+async def _open(db_dir: str) -> flowli.Engine:
+    return await flowli.connect(db_url(db_dir), registry)
+
+
+async def _await_all(engine: flowli.Engine, eids: list[str]) -> list[Any]:
+    return list(await asyncio.gather(*(engine.result(eid, timeout=RESULT_TIMEOUT) for eid in eids)))
+
+
+async def _check_completed(engine: flowli.Engine, eids: list[str], values: list[Any], expected: list[Any]) -> None:
+    """Every execution is COMPLETED in the store and returned the expected value."""
+    if values != expected:
+        bad = [(eid, v, e) for eid, v, e in zip(eids, values, expected) if v != e][:3]
+        raise BenchError(f"unexpected results (eid, got, expected): {bad}")
+    for eid in eids:
+        record = await engine.status(eid)
+        if record.status is not Status.COMPLETED:
+            raise BenchError(f"execution {eid} is {record.status.value}, not completed")
+
+
+def _line(workload: str, n: int, wall: float, rate: float | None, unit: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "engine": "flowli", "backend": "sqlite", "workload": workload, "n": n,
+        "wall_s": round(wall, 4), "rate": None if rate is None else round(rate, 1), "unit": unit, **extra,
+    }
+
+
+async def run_w1(db_dir: str, n: int = 200, *, steps: int = 10, concurrency: int = 64) -> dict[str, Any]:
+    """W1: start ``n`` workflows of ``steps`` sequential steps back to back, then wait for all."""
+    engine = await _open(db_dir)
+    async with engine, engine.worker(concurrency=concurrency):
+        t0 = time.perf_counter()
+        eids = [await engine.start(sequential, steps) for _ in range(n)]
+        started = time.perf_counter()
+        values = await _await_all(engine, eids)
+        wall = time.perf_counter() - t0
+        await _check_completed(engine, eids, values, [sum(range(steps))] * n)
+    total = n * steps
+    return _line("W1", n, wall, total / wall, "steps/s", steps=total, start_s=round(started - t0, 4),
+                 concurrency=concurrency)
+
+
+async def run_w2(db_dir: str, n: int = 500, *, concurrency: int = 64) -> dict[str, Any]:
+    """W2: one workflow gathers ``n`` steps and returns their count."""
+    engine = await _open(db_dir)
+    async with engine, engine.worker(concurrency=concurrency):
+        t0 = time.perf_counter()
+        eid = await engine.start(fan_out, n)
+        values = await _await_all(engine, [eid])
+        wall = time.perf_counter() - t0
+        await _check_completed(engine, [eid], values, [n])
+    return _line("W2", n, wall, n / wall, "steps/s", steps=n, concurrency=concurrency)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0–100), nearest rank."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+async def run_w3(db_dir: str, n: int = 100, *, concurrency: int = 64) -> dict[str, Any]:
+    """W3: ``n`` one-step workflows, each started and awaited before the next starts."""
+    engine = await _open(db_dir)
+    latencies: list[float] = []
+    eids: list[str] = []
+    values: list[Any] = []
+    async with engine, engine.worker(concurrency=concurrency):
+        t0 = time.perf_counter()
+        for i in range(n):
+            s = time.perf_counter()
+            eid = await engine.start(one_step, i)
+            values.append(await engine.result(eid, timeout=RESULT_TIMEOUT))
+            latencies.append(time.perf_counter() - s)
+            eids.append(eid)
+        wall = time.perf_counter() - t0
+        await _check_completed(engine, eids, values, list(range(n)))
+    ms = [x * 1000 for x in latencies]
+    return _line("W3", n, wall, n / wall, "workflows/s",
+                 p50_ms=round(percentile(ms, 50), 2), p99_ms=round(percentile(ms, 99), 2),
+                 max_ms=round(max(ms), 2), concurrency=concurrency)
+
+
+async def run_w4(db_dir: str, n: int = 200, *, sleep_s: float = 1.0, concurrency: int = 64) -> dict[str, Any]:
+    """W4: ``n`` workflows each sleep ``sleep_s`` seconds, then run one step. The figure is the wall."""
+    engine = await _open(db_dir)
+    async with engine, engine.worker(concurrency=concurrency):
+        t0 = time.perf_counter()
+        eids = [await engine.start(sleep_then_step, sleep_s, i) for i in range(n)]
+        started = time.perf_counter()
+        values = await _await_all(engine, eids)
+        wall = time.perf_counter() - t0
+        await _check_completed(engine, eids, values, list(range(n)))
+    return _line("W4", n, wall, None, "s", sleep_s=sleep_s, overhead_s=round(wall - sleep_s, 4),
+                 start_s=round(started - t0, 4), concurrency=concurrency)
+
+
+WORKLOADS: dict[str, Workload] = {
+    "W1": Workload("W1", "sequential: n workflows x 10 steps", 200, "steps/s", run_w1),
+    "W2": Workload("W2", "fan-out: one workflow gathers n steps", 500, "steps/s", run_w2),
+    "W3": Workload("W3", "latency: n one-step workflows, one at a time", 100, "ms", run_w3),
+    "W4": Workload("W4", "sleep: n workflows sleep 1 s then one step", 200, "s", run_w4),
+}
