@@ -13,6 +13,7 @@ run these workflows too::
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from datetime import timedelta
 from typing import Any
@@ -29,6 +30,7 @@ registry = Registry()
 
 APPROVER = "carol@example.com"
 REQUESTER = "alice@example.com"
+QUEUE = "demo"
 
 _fraud_calls: dict[str, int] = {}
 """Calls of the fraud service per invoice in this process: the first one times out."""
@@ -52,7 +54,7 @@ def post_to_ledger(invoice_id: str, amount: float) -> dict[str, Any]:
 
 @registry.workflow("notify_accounting", version="1")
 async def notify_accounting(ctx: Context, invoice_id: str, amount: float) -> dict[str, Any]:
-    return await ctx.step(post_to_ledger, invoice_id, amount)  # type: ignore[no-any-return]
+    return await ctx.step(post_to_ledger, invoice_id, amount)
 
 
 @registry.workflow("invoice_approval", version="1")
@@ -96,7 +98,8 @@ class Progress:
     def entry(self, e: Entry) -> None:
         status = _LIFECYCLE_STATUS.get(e.kind)
         if status is not None:
-            self.line((f"{status.value:<10}", f"bold {STATUS_STYLE[status]}"), describe_entry(e))
+            by = f" by {e.provenance.actor}" if e.kind is EntryKind.EXECUTION_STARTED else ""
+            self.line((f"{status.value:<10}", f"bold {STATUS_STYLE[status]}"), describe_entry(e), by)
             return
         if e.kind is EntryKind.FRAME_STARTED and e.provenance.code.frame_kind == "step":
             return  # the outcome line tells the attempt
@@ -108,10 +111,16 @@ class Progress:
 
     async def poll(self) -> tuple[ExecutionRecord, list[Entry]]:
         entries = await self.engine.journal(self.eid)
+        # a child ends before its parent resumes: show the children known already first
+        await self.poll_children(list(self.children))
         for e in entries[self.printed:]:
             self.entry(e)
         self.printed = len(entries)
-        for ceid in child_eids(entries):
+        await self.poll_children(child_eids(entries))
+        return await self.engine.status(self.eid), entries
+
+    async def poll_children(self, eids: list[str]) -> None:
+        for ceid in eids:
             try:
                 child = await self.engine.status(ceid)
             except UnknownExecutionError:
@@ -119,7 +128,6 @@ class Progress:
             if self.children.get(ceid) is not child.status:
                 self.children[ceid] = child.status
                 self.line("  ", f"child {child.workflow} {ceid} is ", (child.status.value, STATUS_STYLE[child.status]))
-        return await self.engine.status(self.eid), entries
 
 
 def waits_for_decision(eid: str, entries: list[Entry]) -> bool:
@@ -137,8 +145,10 @@ async def run_demo(engine: Engine, console: Console, *, url: str, timeout: float
     console.print(Text.assemble(("flowli demo", "bold"), f": an invoice approval on {url}"))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    async with engine.worker(concurrency=8):
-        eid = await engine.start("invoice_approval", invoice_id, 1250.0, by=REQUESTER)
+    # a queue of its own: the demo's worker takes no task of other applications on this
+    # database, and their workers take none of the demo's
+    async with engine.worker(concurrency=8, queues=[QUEUE]):
+        eid = await engine.start("invoice_approval", invoice_id, 1250.0, by=REQUESTER, queue=QUEUE)
         progress = Progress(engine, eid, console)
         signalled = False
         with console.status(f"running execution {eid}…"):
@@ -149,7 +159,7 @@ async def run_demo(engine: Engine, console: Console, *, url: str, timeout: float
                 if not signalled and waits_for_decision(eid, entries):
                     payload = {"approved": True}
                     progress.line(("signal    ", "bold cyan"),
-                                  f"{APPROVER} approves {invoice_id}: decision {payload} sent to {eid}")
+                                  f"{APPROVER} approves {invoice_id}: decision {json.dumps(payload)} sent to {eid}")
                     await engine.signal(eid, "decision", payload, by=APPROVER)
                     signalled = True
                 if loop.time() > deadline:

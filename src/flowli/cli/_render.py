@@ -10,7 +10,8 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from rich.console import Group, RenderableType
+from rich import box
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -157,39 +158,57 @@ def site_line(p: Provenance) -> str:
     return text
 
 
-def timeline(entries: Sequence[Entry]) -> Table:
+class Timeline:
     """The journal as a table, one row per entry.
 
     Lifecycle entries sit at the left margin and frame entries are indented beneath them; a rule
     separates the activations (each ``execution.resumed`` is a new lease), so one can read which
-    worker ran which attempt of which frame.
+    worker ran which attempt of which frame. On a narrow console the provenance moves under the
+    value instead of taking two columns of its own.
     """
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
-    table.add_column("seq", justify="right", style="dim", no_wrap=True)
-    table.add_column("time (UTC)", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
-    table.add_column("frame", no_wrap=True)
-    table.add_column("att", justify="right", no_wrap=True)
-    table.add_column("value / error", overflow="fold", ratio=1)
-    table.add_column("actor", overflow="fold")
-    table.add_column("site", no_wrap=True, style="dim")
-    for i, e in enumerate(entries):
-        lifecycle = e.kind.lifecycle
-        if e.kind is EntryKind.EXECUTION_RESUMED and i > 0:
-            table.add_section()
-        kind = Text(e.kind.value if lifecycle else f"  {e.kind.value}", style=KIND_STYLE.get(e.kind, ""))
-        frame = Text("" if lifecycle or e.fid is None else f"  {e.fid}", style="bold" if not lifecycle else "")
-        table.add_row(
-            str(e.seq if e.seq is not None else i + 1),
-            clock(e.at),
-            kind,
-            frame,
-            "" if e.attempt is None else str(e.attempt),
-            describe_entry(e),
-            actor_line(e.provenance),
-            site_line(e.provenance),
-        )
-    return table
+
+    WIDE = 150
+
+    def __init__(self, entries: Sequence[Entry]):
+        self.entries = list(entries)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(wide=options.max_width >= self.WIDE)
+
+    def table(self, wide: bool = True) -> Table:
+        table = Table(show_header=True, header_style="bold", box=box.HORIZONTALS, show_edge=False, pad_edge=False,
+                      collapse_padding=True)
+        table.add_column("seq", justify="right", style="dim", no_wrap=True)
+        table.add_column("time (UTC)", no_wrap=True)
+        table.add_column("kind", no_wrap=True)
+        table.add_column("frame", no_wrap=True)
+        table.add_column("att", justify="right", no_wrap=True)
+        table.add_column("value / error" if wide else "value / error, provenance", overflow="fold", ratio=1, min_width=24)
+        if wide:
+            table.add_column("actor", overflow="fold")
+            table.add_column("site", no_wrap=True, style="dim")
+        for i, e in enumerate(self.entries):
+            lifecycle = e.kind.lifecycle
+            if e.kind is EntryKind.EXECUTION_RESUMED and i > 0:
+                table.add_section()
+            kind = Text(e.kind.value if lifecycle else f"  {e.kind.value}", style=KIND_STYLE.get(e.kind, ""))
+            frame = Text("" if lifecycle or e.fid is None else f"  {e.fid}", style="" if lifecycle else "bold")
+            cells: list[Any] = [
+                str(e.seq if e.seq is not None else i + 1), clock(e.at), kind, frame,
+                "" if e.attempt is None else str(e.attempt), describe_entry(e),
+            ]
+            if wide:
+                cells += [actor_line(e.provenance), site_line(e.provenance)]
+            else:
+                cells[-1] = Text.assemble(
+                    cells[-1], "\n", (f"{actor_line(e.provenance)} at {site_line(e.provenance)}", "dim")
+                )
+            table.add_row(*cells)
+        return table
+
+
+def timeline(entries: Sequence[Entry]) -> Timeline:
+    return Timeline(entries)
 
 
 def record_view(record: ExecutionRecord, children: Sequence[ExecutionRecord] = ()) -> Table:
@@ -253,20 +272,39 @@ def execution_view(record: ExecutionRecord | None, entries: Sequence[Entry], chi
     return Group(*parts)
 
 
-def executions_table(rows: Sequence[ExecutionSummary]) -> Table:
-    table = Table(header_style="bold", box=None, pad_edge=False)
-    table.add_column("eid", no_wrap=True, min_width=36)
-    table.add_column("workflow", overflow="fold")
-    table.add_column("version", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("created (UTC)", no_wrap=True)
-    table.add_column("updated (UTC)", no_wrap=True)
-    table.add_column("parent", no_wrap=True, style="dim")
-    for r in rows:
-        table.add_row(
-            r.eid, r.workflow, r.version, status_text(r.status),
-            r.created_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
-            r.updated_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S"),
-            (r.parent_eid or "")[:8],
-        )
-    return table
+class Executions:
+    """The rows of ``flowli ls``; fewer columns on a narrow console, never a cut eid."""
+
+    def __init__(self, rows: Sequence[ExecutionSummary]):
+        self.rows = list(rows)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(options.max_width)
+
+    def table(self, width: int = 200) -> Table:
+        created, updated, parent = width >= 120, width >= 90, width >= 160
+        table = Table(header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+        table.add_column("eid", no_wrap=True, min_width=36)
+        table.add_column("workflow", overflow="fold", ratio=1, min_width=8)
+        table.add_column("version", overflow="fold", min_width=7)
+        table.add_column("status", no_wrap=True, min_width=9)
+        if created:
+            table.add_column("created (UTC)", no_wrap=True)
+        if updated:
+            table.add_column("updated (UTC)", no_wrap=True)
+        if parent:
+            table.add_column("parent", no_wrap=True, style="dim")
+        for r in self.rows:
+            cells: list[Any] = [r.eid, r.workflow, r.version, status_text(r.status)]
+            if created:
+                cells.append(r.created_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S"))
+            if updated:
+                cells.append(r.updated_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S" if created else "%m-%d %H:%M:%S"))
+            if parent:
+                cells.append(r.parent_eid or "")
+            table.add_row(*cells)
+        return table
+
+
+def executions_table(rows: Sequence[ExecutionSummary]) -> Executions:
+    return Executions(rows)

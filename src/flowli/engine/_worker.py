@@ -121,20 +121,11 @@ class Worker:
         record = acquired.record
         try:
             wf = rt.registry.get(record.workflow, record.version)
-        except UnknownWorkflowError:
+        except UnknownWorkflowError as exc:
             # this process lacks the code: give the execution back to a worker that has it
-            await rt.store.write(
-                Write(
-                    tasks=[Task(id=task_id(TaskKind.RESUME, record.eid, f"unknown:{acquired.epoch}"),
-                                kind=TaskKind.RESUME, queue=record.queue, eid=record.eid, payload=None,
-                                provenance=rt.provenance(epoch=acquired.epoch),
-                                visible_at=rt.clock.now() + timedelta(seconds=5))],
-                ),
-                rt.clock.now(),
-            )
-            await self._release(record.eid, acquired.epoch, record.status)
             log.error("no workflow %s version %s in this worker; execution %s handed back",
                       record.workflow, record.version, record.eid)
+            await self._hand_back(record, acquired.epoch, exc, delay=5.0)
             return
         activation = Activation(rt, wf, record, acquired.epoch, acquired.journal)
         self.held[record.eid] = activation
@@ -157,7 +148,7 @@ class Worker:
             if rt.activations.get(record.eid) is activation:
                 del rt.activations[record.eid]
 
-    async def _hand_back(self, record: Any, epoch: int, exc: Exception | None) -> None:
+    async def _hand_back(self, record: Any, epoch: int, exc: Exception | None, delay: float = 1.0) -> None:
         """Append execution.suspended, release the lease and enqueue a RESUME: after an engine
         error (``exc``, resumed a second later) or when the worker stops (``exc`` None, at once)."""
         rt = self.rt
@@ -171,7 +162,7 @@ class Worker:
         retry = Task(
             id=task_id(TaskKind.RESUME, record.eid, f"handed-back:{epoch}"), kind=TaskKind.RESUME, queue=record.queue,
             eid=record.eid, payload=None, provenance=entry.provenance,
-            visible_at=now + timedelta(seconds=1 if exc is not None else 0),
+            visible_at=now + timedelta(seconds=delay if exc is not None else 0),
         )
         result = await rt.store.write(
             Write(fence=Fence(record.eid, rt.owner, epoch), entries=[entry], release=True,
@@ -179,13 +170,6 @@ class Worker:
             now,
         )
         await rt.mirror(entries_with_seqs([entry], result.entry_seqs))
-
-    async def _release(self, eid: str, epoch: int, status: Status) -> None:
-        await self.rt.store.write(
-            Write(fence=Fence(eid, self.rt.owner, epoch), release=True,
-                  status=StatusChange(eid, Status.SUSPENDED if status is not Status.PENDING else Status.PENDING)),
-            self.rt.clock.now(),
-        )
 
     async def _run_step(self, task: Task) -> None:
         """Run one step frame for an execution owned elsewhere; its outcome goes to the journal

@@ -82,9 +82,11 @@ class WakeCheck:
     children: Sequence[str] = ()
     due_by: datetime | None = None
     journal_after: int | None = None
-    """A frame.completed or frame.failed appended past this seq (by a RUN_STEP worker)."""
+    """A frame.completed or frame.failed appended past this seq (by a RUN_STEP worker) to the
+    journal of the fenced execution."""
     cancel: bool = False
-    """The execution has a cancel request."""
+    """The fenced execution has a cancel request. (journal_after and cancel look at the
+    execution of the write's fence; a wake check without a fence ignores them.)"""
 
 
 @dataclass(frozen=True)
@@ -219,8 +221,8 @@ class Store(Protocol):
         """Running executions whose lease expired: their worker is presumed dead."""
 
     async def unmirrored(self, before: datetime, limit: int) -> list[Entry]:
-        """Lifecycle journal entries not yet appended to the control log, of executions last
-        changed before ``before`` (a worker crashed between the two appends)."""
+        """Lifecycle journal entries appended before ``before`` and not yet appended to the
+        control log (a worker crashed between the two appends), each until it is mirrored."""
 
     async def waiters(self, channel: str) -> list[str]: ...
 

@@ -19,23 +19,18 @@ from typing import Any, Callable, Sequence, TypeVar
 from urllib.parse import unquote, urlparse
 
 from flowli.domain import (
-    TERMINAL,
     Entry,
     EntryKind,
     ExecutionRecord,
-    ExecutionStateError,
     InvalidDatabaseURL,
-    LeaseLost,
     Message,
-    Status,
     Task,
     TaskKind,
     Timer,
-    UnknownExecutionError,
-    task_id,
 )
 
 from . import _codec as c
+from ._apply import Plan, apply_write
 from ._protocol import Acquired, Renewal, Write, WriteResult
 
 T = TypeVar("T")
@@ -178,183 +173,18 @@ def _execution(conn: sqlite3.Connection, eid: str) -> ExecutionRecord | None:
     return None if row is None else c.execution_record(row)
 
 
-def _insert_task(conn: sqlite3.Connection, task: Task) -> bool:
-    cur = conn.execute(
-        f"INSERT OR IGNORE INTO tasks ({c.TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", c.task_row(task)
-    )
-    return cur.rowcount > 0
-
-
-def _append(conn: sqlite3.Connection, entry: Entry, now: float) -> int:
-    row = conn.execute(
-        "UPDATE executions SET next_seq = next_seq + 1, updated_at = ? WHERE eid = ? RETURNING next_seq - 1",
-        (now, entry.eid),
-    ).fetchone()
-    if row is None:
-        raise UnknownExecutionError(entry.eid)
-    seq = int(row[0])
-    conn.execute(f"INSERT INTO journal ({c.ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", c.entry_row(entry, seq))
-    if entry.kind.lifecycle:
-        conn.execute("UPDATE executions SET lifecycle_seq = ? WHERE eid = ?", (seq, entry.eid))
-    return seq
-
-
-def _announce(conn: sqlite3.Connection, entry: Entry) -> int | None:
-    cur = conn.execute(
-        "INSERT OR IGNORE INTO control_log (eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
-        " VALUES (?,?,?,?,?,?,?,?,?)",
-        (
-            entry.eid, entry.kind.value, entry.fid, entry.attempt, entry.digest, c.js(entry.value),
-            c.js(entry.error), c.prov(entry.provenance), entry.journal_seq,
-        ),
-    )
-    if entry.journal_seq is not None:
-        conn.execute(
-            "UPDATE executions SET mirrored_seq = MAX(mirrored_seq, ?) WHERE eid = ?",
-            (entry.journal_seq, entry.eid),
-        )
-    return cur.lastrowid if cur.rowcount > 0 else None
-
-
-def _apply(conn: sqlite3.Connection, w: Write, now_dt: datetime) -> WriteResult:
-    now = now_dt.timestamp()
-    if w.fence is not None:
-        row = conn.execute(
-            "SELECT lease_owner, lease_epoch FROM executions WHERE eid = ?", (w.fence.eid,)
-        ).fetchone()
-        if row is None or row[0] != w.fence.owner or row[1] != w.fence.epoch:
-            raise LeaseLost(w.fence.eid, w.fence.epoch)
-    if w.expect is not None:
-        eid, statuses = w.expect
-        row = conn.execute("SELECT status FROM executions WHERE eid = ?", (eid,)).fetchone()
-        if row is None:
-            raise UnknownExecutionError(eid)
-        if Status(row[0]) not in statuses:
-            need = " or ".join(sorted(s.value for s in statuses))
-            raise ExecutionStateError(eid, row[0], "change", need)
-    entries = list(w.entries)
-    created: list[bool] = []
-    for new in w.executions:
-        cur = conn.execute(
-            f"INSERT OR IGNORE INTO executions ({c.EXECUTION_COLUMNS}) VALUES ({','.join('?' * 18)})",
-            c.execution_row(new.record),
-        )
-        made = cur.rowcount > 0
-        created.append(made)
-        if made:
-            _append(conn, new.entry, now)
-            _insert_task(conn, new.task)
-    message_seqs: list[int] = []
-    for m in w.messages:
-        seq = conn.execute(
-            "SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE channel = ?", (m.channel,)
-        ).fetchone()[0]
-        conn.execute(
-            "INSERT INTO messages (channel, seq, payload, provenance) VALUES (?,?,?,?)",
-            (m.channel, seq, c.js(m.payload), c.prov(m.provenance)),
-        )
-        message_seqs.append(seq)
-        if m.memo is not None:
-            entries[m.memo] = _with_value(entries[m.memo], seq)
-    for wd in w.withdrawals:
-        cur = conn.execute(
-            "UPDATE tasks SET state = 'withdrawn', lease_owner = NULL WHERE id = ? AND state = 'ready'",
-            (wd.task_id,),
-        )
-        if wd.memo is not None:
-            entries[wd.memo] = _with_value(entries[wd.memo], cur.rowcount > 0)
-    for a in w.announcements:
-        seq = _announce(conn, a.entry)
-        if a.memo is not None:
-            entries[a.memo] = _with_value(entries[a.memo], seq)
-    entry_seqs = [_append(conn, e, now) for e in entries]
-    if w.status is not None:
-        s = w.status
-        conn.execute(
-            "UPDATE executions SET status = ?, result = ?, error = ?, blocked = ?,"
-            " version = COALESCE(?, version), updated_at = ? WHERE eid = ?",
-            (s.status.value, c.js(s.result), c.js(s.error), c.js(s.blocked), s.version, now, s.eid),
-        )
-    if w.cancel_request is not None:
-        conn.execute(
-            "UPDATE executions SET cancel_requested = ? WHERE eid = ? AND cancel_requested IS NULL",
-            (c.js(w.cancel_request[1]), w.cancel_request[0]),
-        )
-    if w.release and w.fence is not None:
-        conn.execute(
-            "UPDATE executions SET lease_owner = NULL, lease_expires_at = NULL WHERE eid = ?", (w.fence.eid,)
-        )
-    for task in w.tasks:
-        _insert_task(conn, task)
-    for acked, owner in w.acks:
-        if owner is None:
-            conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (acked,))
-        else:
-            conn.execute(
-                "UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ? AND lease_owner = ?",
-                (acked, owner),
-            )
-    for eid in w.clear_timers:
-        conn.execute("DELETE FROM timers WHERE eid = ?", (eid,))
-    for t in w.fired:
-        conn.execute("DELETE FROM timers WHERE eid = ? AND fid = ? AND at = ?", (t.eid, t.fid, t.at.timestamp()))
-    for t in w.timers:
-        conn.execute("INSERT OR REPLACE INTO timers (eid, fid, at) VALUES (?,?,?)", (t.eid, t.fid, t.at.timestamp()))
-    for eid in w.clear_waiters:
-        conn.execute("DELETE FROM waiters WHERE eid = ?", (eid,))
-    for channel, eid in w.waiters:
-        conn.execute("INSERT OR IGNORE INTO waiters (channel, eid) VALUES (?,?)", (channel, eid))
-    for ww in w.wake_waiters:
-        rows = conn.execute(
-            "SELECT w.eid, e.queue FROM waiters w JOIN executions e ON e.eid = w.eid WHERE w.channel = ?",
-            (ww.channel,),
-        ).fetchall()
-        for eid, queue_name in rows:
-            _insert_task(
-                conn,
-                Task(
-                    id=task_id(TaskKind.RESUME, eid, ww.key), kind=TaskKind.RESUME, queue=queue_name, eid=eid,
-                    payload=None, provenance=ww.provenance, visible_at=now_dt,
-                ),
-            )
-    woke = False
-    if w.wake is not None:
-        woke = _wake_holds(conn, w, now)
-        if woke:
-            _insert_task(conn, w.wake.task)
-    return WriteResult(entry_seqs=entry_seqs, entry_values=[e.value for e in entries], message_seqs=message_seqs, created=created, woke=woke)
-
-
-def _wake_holds(conn: sqlite3.Connection, w: Write, now: float) -> bool:
-    assert w.wake is not None
-    wake = w.wake
-    if wake.due_by is not None and wake.due_by.timestamp() <= now:
-        return True
-    for channel, after in wake.channels.items():
-        if conn.execute("SELECT 1 FROM messages WHERE channel = ? AND seq > ? LIMIT 1", (channel, after)).fetchone():
-            return True
-    if wake.journal_after is not None and w.fence is not None:
-        if conn.execute(
-            "SELECT 1 FROM journal WHERE eid = ? AND seq > ? AND kind IN ('frame.completed', 'frame.failed') LIMIT 1",
-            (w.fence.eid, wake.journal_after),
-        ).fetchone():
-            return True
-    if wake.cancel and w.fence is not None:
-        if conn.execute(
-            "SELECT 1 FROM executions WHERE eid = ? AND cancel_requested IS NOT NULL", (w.fence.eid,)
-        ).fetchone():
-            return True
-    for eid in wake.children:
-        row = conn.execute("SELECT status FROM executions WHERE eid = ?", (eid,)).fetchone()
-        if row is not None and Status(row[0]) in TERMINAL:
-            return True
-    return False
-
-
-def _with_value(entry: Entry, value: Any) -> Entry:
-    from dataclasses import replace
-
-    return replace(entry, value=value)
+def _drive(conn: sqlite3.Connection, plan: Plan) -> Any:
+    """Run a plan of ``_apply`` on this connection (SQLite serializes write transactions, so
+    ``{lock}`` needs no SQL)."""
+    try:
+        query = next(plan)
+        while True:
+            mode, sql, params = query
+            cur = conn.execute(sql.replace("{lock}", ""), params)
+            result = cur.fetchone() if mode == "one" else cur.fetchall() if mode == "all" else cur.rowcount
+            query = plan.send(result)
+    except StopIteration as stop:
+        return stop.value
 
 
 class SQLiteStore:
@@ -411,7 +241,7 @@ class SQLiteStore:
         return self._reader.submit(fn)
 
     async def write(self, write: Write, now: datetime) -> WriteResult:
-        return await self._w(lambda conn: _apply(conn, write, now))
+        return await self._w(lambda conn: _drive(conn, apply_write(write, now)))
 
     async def acquire(
         self, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None = None
@@ -572,9 +402,8 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> list[Entry]:
             rows = conn.execute(
                 f"SELECT {', '.join('j.' + x.strip() for x in c.ENTRY_COLUMNS.split(','))}"
-                " FROM executions e JOIN journal j ON j.eid = e.eid AND j.seq > e.mirrored_seq"
-                " WHERE e.lifecycle_seq > e.mirrored_seq AND e.updated_at <= ? AND j.kind LIKE 'execution.%'"
-                " ORDER BY j.eid, j.seq LIMIT ?",
+                " FROM unmirrored u JOIN journal j ON j.eid = u.eid AND j.seq = u.seq"
+                " WHERE u.at <= ? ORDER BY u.at, j.eid, j.seq LIMIT ?",
                 (before.timestamp(), limit),
             )
             return [c.entry_record(r, r[1]) for r in rows]

@@ -19,12 +19,18 @@ CREATE TABLE executions (
     lease_expires_at REAL,
     cancel_requested TEXT,
     blocked          TEXT,
-    next_seq         INTEGER NOT NULL DEFAULT 1,  -- the seq of the next journal entry
-    lifecycle_seq    INTEGER NOT NULL DEFAULT 0,  -- the seq of the last lifecycle journal entry
-    mirrored_seq     INTEGER NOT NULL DEFAULT 0   -- the last lifecycle entry on the control log
+    next_seq         INTEGER NOT NULL DEFAULT 1   -- the seq of the next journal entry
 );
 CREATE INDEX executions_running ON executions (lease_expires_at) WHERE status = 'running';
-CREATE INDEX executions_unmirrored ON executions (updated_at) WHERE lifecycle_seq > mirrored_seq;
+
+-- lifecycle journal entries not yet appended to the control log (the second append)
+CREATE TABLE unmirrored (
+    eid TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    at  REAL NOT NULL,
+    PRIMARY KEY (eid, seq)
+) WITHOUT ROWID;
+CREATE INDEX unmirrored_at ON unmirrored (at);
 
 CREATE TABLE journal (
     eid        TEXT NOT NULL,
@@ -67,6 +73,11 @@ CREATE TABLE tasks (
 );
 CREATE INDEX tasks_ready ON tasks (queue, visible_at) WHERE state = 'ready';
 CREATE INDEX tasks_eid ON tasks (eid);
+
+CREATE TABLE channels (
+    name     TEXT PRIMARY KEY,
+    next_seq INTEGER NOT NULL  -- the sequence number of the next message
+) WITHOUT ROWID;
 
 CREATE TABLE messages (
     channel    TEXT NOT NULL,

@@ -1,0 +1,439 @@
+"""The ``flowli`` command: a thin layer over :class:`flowli.Engine`.
+
+Every command opens one engine with ``async with engine:`` and runs under ``asyncio.run``. A
+flowli error (a refused command: unknown workflow or execution, bad arguments, a terminal
+execution, a bad database URL or ``--app``) prints one red line and exits with code 2; the
+failure of an execution that ``start --wait`` waited for exits with code 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Annotated, Any, AsyncIterator, Coroutine, NoReturn
+from urllib.parse import unquote, urlparse
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.text import Text
+
+import flowli
+from flowli._connect import default_url
+from flowli.domain import Cancelled, FlowliError, Status, UnknownExecutionError, UnknownWorkflowError
+from flowli.engine import Engine, Registry
+
+from ._render import child_eids, execution_view, executions_table
+
+EXIT_REFUSED = 2
+EXIT_EXECUTION_FAILED = 1
+
+
+class CLIError(FlowliError):
+    """A command that the CLI refuses before the engine sees it (a bad ``--app``, no database)."""
+
+
+def _console(stderr: bool = False) -> Console:
+    # piped output is read by people with wide terminals and by grep: do not wrap it at 80
+    probe = Console(stderr=stderr)
+    if not probe.is_terminal and "COLUMNS" not in os.environ:
+        return Console(stderr=stderr, width=200)
+    return probe
+
+
+out = _console()
+err = _console(stderr=True)
+
+app = typer.Typer(
+    name="flowli",
+    help="flowli: durable execution for Python workflows. Run a worker, start executions, read their journals.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+
+# ---- global options ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    app: str | None = None
+    db: str | None = None
+
+    @property
+    def url(self) -> str:
+        return self.db or default_url()
+
+
+_APP_HELP = "The registry of your workflows, as module:attribute (env FLOWLI_APP)."
+_DB_HELP = "The database URL, e.g. sqlite:///flowli.db (env FLOWLI_DB; default sqlite:///flowli.db)."
+AppOption = Annotated[str | None, typer.Option("--app", metavar="MODULE:REGISTRY", help=_APP_HELP, show_default=False)]
+DbOption = Annotated[str | None, typer.Option("--db", metavar="URL", help=_DB_HELP, show_default=False)]
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    app_: Annotated[str | None, typer.Option("--app", envvar="FLOWLI_APP", metavar="MODULE:REGISTRY", help=_APP_HELP)] = None,
+    db: Annotated[str | None, typer.Option("--db", envvar="FLOWLI_DB", metavar="URL", help=_DB_HELP)] = None,
+) -> None:
+    ctx.obj = Settings(app_, db)
+
+
+def _settings(ctx: typer.Context, app_: str | None, db: str | None) -> Settings:
+    """A command's own --app/--db win over the global ones, which win over the environment."""
+    base = ctx.obj if isinstance(ctx.obj, Settings) else Settings()
+    return Settings(app_ or base.app, db or base.db)
+
+
+# ---- helpers -------------------------------------------------------------------------------
+
+
+def fail(message: str, code: int = EXIT_REFUSED) -> NoReturn:
+    err.print(Text.assemble(("error: ", "bold red"), (message, "red")), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def run(coro: Coroutine[Any, Any, int | None]) -> None:
+    """Run a command's coroutine; a flowli error is one red line and exit code 2."""
+    try:
+        code = asyncio.run(coro)
+    except FlowliError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    if code:
+        raise typer.Exit(code)
+
+
+def load_registry(spec: str) -> Registry:
+    """The Registry named by ``module:attribute`` (the working directory is importable)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CLIError(f"--app {spec!r}: expected module:attribute, e.g. myapp.workflows:registry")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise CLIError(f"--app {spec!r}: no module named {module_name!r} (is its directory on PYTHONPATH?)") from None
+        raise CLIError(f"--app {spec!r}: importing {module_name!r} failed: {exc}") from None
+    except Exception as exc:
+        raise CLIError(f"--app {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise CLIError(f"--app {spec!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not isinstance(obj, Registry):
+        raise CLIError(f"--app {spec!r}: {attr} is a {type(obj).__name__}, not a flowli.Registry")
+    return obj
+
+
+def registry_of(s: Settings) -> Registry:
+    return load_registry(s.app) if s.app else Registry()
+
+
+def missing_database(url: str) -> str | None:
+    """The path of a SQLite database file that does not exist, else None.
+
+    Commands that act on stored executions refuse a missing file rather than create an empty
+    database (a typo in --db would otherwise leave a stray file and a misleading answer).
+    """
+    parsed = urlparse(url)
+    if parsed.scheme != "sqlite" or parsed.netloc:
+        return None  # :memory:, other backends and malformed URLs: connect decides
+    path = unquote(parsed.path[1:] if parsed.path.startswith("/") else parsed.path)
+    if not path or path == ":memory:" or os.path.exists(path):
+        return None
+    return path
+
+
+@contextlib.asynccontextmanager
+async def open_engine(s: Settings, registry: Registry | None = None) -> AsyncIterator[Engine]:
+    engine = await flowli.connect(s.url, registry if registry is not None else Registry())
+    async with engine:
+        yield engine
+
+
+def require_database(s: Settings, eid: str) -> None:
+    path = missing_database(s.url)
+    if path is not None:
+        raise CLIError(f"unknown execution {eid}: there is no database at {path} (pass --db URL or set FLOWLI_DB)")
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value: JSON when it parses, else the plain string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def with_app_hint(exc: UnknownWorkflowError, s: Settings) -> FlowliError:
+    if s.app:
+        return exc
+    return CLIError(f"{exc}; no --app given: pass --app module:registry or set FLOWLI_APP")
+
+
+def setup_logging() -> None:
+    """The engine logs its troubles (a lost lease, a failing sweep) on the ``flowli`` loggers."""
+    logger = logging.getLogger("flowli")
+    if not logger.handlers:
+        logger.addHandler(RichHandler(console=err, show_path=False))
+        logger.setLevel(logging.INFO)
+
+
+# ---- commands ------------------------------------------------------------------------------
+
+
+@app.command()
+def worker(
+    ctx: typer.Context,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, help="Executions run at once.")] = 64,
+    queue: Annotated[list[str] | None, typer.Option("--queue", "-q", help="A queue to dequeue from (repeat it).")] = None,
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """Run a worker in the foreground until Ctrl-C or SIGTERM."""
+    run(_worker(_settings(ctx, app_, db), concurrency, queue or ["default"]))
+
+
+async def _worker(s: Settings, concurrency: int, queues: list[str]) -> int:
+    if not s.app:
+        raise CLIError("flowli worker needs --app module:registry (or FLOWLI_APP): a worker runs the workflows of a registry")
+    registry = load_registry(s.app)
+    setup_logging()
+    async with open_engine(s, registry) as engine:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+        out.print(
+            f"flowli worker: {', '.join(registry.names()) or 'no workflows'} from {s.app} on {s.url}; "
+            f"queues {', '.join(queues)}; concurrency {concurrency}. Ctrl-C or SIGTERM stops it.",
+            soft_wrap=True,
+        )
+        running = asyncio.create_task(engine.run_worker(concurrency=concurrency, queues=queues), name="flowli-cli-worker")
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if running.done():
+                running.result()  # the worker ended on its own: show why
+                return 1
+            out.print("stopping: the running activations end first")
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+        finally:
+            stopping.cancel()
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+    out.print("worker stopped")
+    return 0
+
+
+@app.command()
+def start(
+    ctx: typer.Context,
+    workflow: Annotated[str, typer.Argument(help="The workflow's name.")],
+    args: Annotated[list[str] | None, typer.Argument(help="Its arguments, each JSON or a plain string.")] = None,
+    by: Annotated[str | None, typer.Option("--by", metavar="EMAIL", help="Who starts it.")] = None,
+    key: Annotated[str | None, typer.Option("--key", help="Idempotency key: a second start returns the first eid.")] = None,
+    version: Annotated[str | None, typer.Option("--version", help="The workflow version (default: the highest).")] = None,
+    queue: Annotated[str, typer.Option("--queue", help="The queue of its tasks.")] = "default",
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Run a worker here and wait for the result.")] = False,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="With --wait: give up after this many seconds.")] = None,
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """Start an execution and print its eid (and, with --wait, its result as JSON)."""
+    values = [parse_value(a) for a in args or []]
+    run(_start(_settings(ctx, app_, db), workflow, values, by, key, version, queue, wait, timeout))
+
+
+async def _start(
+    s: Settings, workflow: str, values: list[Any], by: str | None, key: str | None, version: str | None,
+    queue: str, wait: bool, timeout: float | None,
+) -> int:
+    registry = registry_of(s)
+    try:
+        registry.get(workflow, version)  # refuse an unknown workflow before a database file appears
+    except UnknownWorkflowError as exc:
+        raise with_app_hint(exc, s) from None
+    async with open_engine(s, registry) as engine:
+        try:
+            eid = await engine.start(workflow, *values, by=by, key=key, version=version, queue=queue)
+        except UnknownWorkflowError as exc:
+            raise with_app_hint(exc, s) from None
+        print(eid, flush=True)
+        if not wait:
+            return 0
+        setup_logging()
+        async with engine.worker(queues=[queue]):
+            try:
+                value = await engine.result(eid, timeout=timeout)
+            except TimeoutError as exc:
+                fail(str(exc), EXIT_EXECUTION_FAILED)
+            except (Exception, Cancelled) as exc:
+                record = await engine.status(eid)
+                fail(f"execution {eid} {record.status.value}: {exc}", EXIT_EXECUTION_FAILED)
+        print(json.dumps(value, ensure_ascii=False), flush=True)
+    return 0
+
+
+@app.command("ls")
+def ls_(
+    ctx: typer.Context,
+    status: Annotated[Status | None, typer.Option("--status", help="Only executions with this status.")] = None,
+    workflow: Annotated[str | None, typer.Option("--workflow", help="Only executions of this workflow.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many, newest first.")] = 50,
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """List executions, newest first."""
+    run(_ls(_settings(ctx, app_, db), status, workflow, limit))
+
+
+async def _ls(s: Settings, status: Status | None, workflow: str | None, limit: int) -> int:
+    path = missing_database(s.url)
+    if path is not None:
+        out.print(f"no executions: there is no database at {path}")
+        return 0
+    async with open_engine(s) as engine:
+        rows = await engine.list(status=status, workflow=workflow, limit=limit)
+    if not rows:
+        filters = [f"status {status.value}" if status else "", f"workflow {workflow}" if workflow else ""]
+        out.print("no executions" + (" with " + " and ".join(f for f in filters if f) if any(filters) else ""))
+        return 0
+    out.print(executions_table(rows))
+    return 0
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    eid: Annotated[str, typer.Argument(help="The execution's eid.")],
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """Show an execution's journal as a timeline, then its record."""
+    run(_show(_settings(ctx, app_, db), eid))
+
+
+async def _show(s: Settings, eid: str) -> int:
+    require_database(s, eid)
+    async with open_engine(s) as engine:
+        entries = await engine.journal(eid)
+        try:
+            record = await engine.status(eid)
+        except UnknownExecutionError:
+            record = None  # archived: the journal is all there is
+        children = []
+        for ceid in child_eids(entries):
+            with contextlib.suppress(UnknownExecutionError):
+                children.append(await engine.status(ceid))
+    out.print(execution_view(record, entries, children))
+    return 0
+
+
+@app.command("signal")
+def signal_(
+    ctx: typer.Context,
+    eid: Annotated[str, typer.Argument(help="The execution's eid.")],
+    channel: Annotated[str, typer.Argument(help="The channel, e.g. decision.")],
+    payload: Annotated[str, typer.Argument(help="The payload, JSON or a plain string.")],
+    by: Annotated[str | None, typer.Option("--by", metavar="EMAIL", help="Who sends it.")] = None,
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """Send one message to an execution's channel; a worker resumes it."""
+    run(_signal(_settings(ctx, app_, db), eid, channel, parse_value(payload), by))
+
+
+async def _signal(s: Settings, eid: str, channel: str, payload: Any, by: str | None) -> int:
+    require_database(s, eid)
+    async with open_engine(s) as engine:
+        seq = await engine.signal(eid, channel, payload, by=by)
+    out.print(f"sent message #{seq} on {channel!r} to execution {eid}", soft_wrap=True)
+    return 0
+
+
+@app.command()
+def cancel(
+    ctx: typer.Context,
+    eid: Annotated[str, typer.Argument(help="The execution's eid.")],
+    by: Annotated[str | None, typer.Option("--by", metavar="EMAIL", help="Who cancels it.")] = None,
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """Request the cancellation of an execution; a worker cancels it at its next frame boundary."""
+    run(_cancel(_settings(ctx, app_, db), eid, by))
+
+
+async def _cancel(s: Settings, eid: str, by: str | None) -> int:
+    require_database(s, eid)
+    async with open_engine(s) as engine:
+        await engine.cancel(eid, by=by)
+    out.print(f"cancel requested for execution {eid}: a worker cancels it at its next frame boundary", soft_wrap=True)
+    return 0
+
+
+@app.command()
+def migrate(
+    ctx: typer.Context,
+    eid: Annotated[str, typer.Argument(help="The execution's eid.")],
+    version: Annotated[str, typer.Argument(help="The version of its workflow to run from now on.")],
+    by: Annotated[str | None, typer.Option("--by", metavar="EMAIL", help="Who migrates it.")] = None,
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """Point a suspended execution at another version of its workflow, and resume it."""
+    run(_migrate(_settings(ctx, app_, db), eid, version, by))
+
+
+async def _migrate(s: Settings, eid: str, version: str, by: str | None) -> int:
+    require_database(s, eid)
+    async with open_engine(s, registry_of(s)) as engine:
+        try:
+            await engine.migrate(eid, version, by=by)
+        except UnknownWorkflowError as exc:
+            raise with_app_hint(exc, s) from None
+    out.print(f"execution {eid} now runs version {version}; a worker resumes it", soft_wrap=True)
+    return 0
+
+
+@app.command()
+def demo(
+    ctx: typer.Context,
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """Run an example invoice approval end to end, then print its journal."""
+    run(_demo(_settings(ctx, app_, db)))
+
+
+async def _demo(s: Settings) -> int:
+    from . import _demo as demo_module
+
+    registry = load_registry(s.app) if s.app else demo_module.registry
+    setup_logging()
+    async with open_engine(s, registry) as engine:
+        return await demo_module.run_demo(engine, out, url=s.url)
+
+
+def main() -> None:
+    """The console script ``flowli``."""
+    app(prog_name="flowli")

@@ -1,0 +1,195 @@
+"""The logic of a write, once for every backend, free of I/O.
+
+Each function here is a generator that yields the statements it needs, as ``(mode, sql,
+params)``, and receives their results: ``"one"`` a row or None, ``"all"`` a list of rows,
+``"exec"`` a row count. A backend drives it on its own connection inside its own transaction
+(see ``drive`` in each backend). The SQL is written once in the dialect both SQLite and
+PostgreSQL accept (``ON CONFLICT``, ``RETURNING``); a backend rewrites the ``?`` placeholders
+and the ``{lock}`` marker, which PostgreSQL turns into ``FOR UPDATE`` so that concurrent
+transactions serialize on the rows they check (SQLite serializes whole write transactions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from flowli.domain import (
+    TERMINAL,
+    Entry,
+    ExecutionStateError,
+    LeaseLost,
+    Status,
+    Task,
+    TaskKind,
+    UnknownExecutionError,
+    task_id,
+)
+
+from . import _codec as c
+from ._protocol import Write, WriteResult
+
+Query = tuple[str, str, tuple[Any, ...]]
+Plan = Generator[Query, Any, Any]
+
+
+def insert_task(task: Task) -> Plan:
+    n = yield ("exec", f"INSERT INTO tasks ({c.TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING",
+               c.task_row(task))
+    return n > 0
+
+
+def append(entry: Entry, now: float) -> Plan:
+    row = yield ("one", "UPDATE executions SET next_seq = next_seq + 1, updated_at = ? WHERE eid = ? RETURNING next_seq - 1",
+                 (now, entry.eid))
+    if row is None:
+        raise UnknownExecutionError(entry.eid)
+    seq = int(row[0])
+    yield ("exec", f"INSERT INTO journal ({c.ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", c.entry_row(entry, seq))
+    if entry.kind.lifecycle:
+        yield ("exec", "INSERT INTO unmirrored (eid, seq, at) VALUES (?,?,?)", (entry.eid, seq, now))
+    return seq
+
+
+def announce(entry: Entry) -> Plan:
+    row = yield (
+        "one",
+        "INSERT INTO control_log (eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
+        " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING seq",
+        (entry.eid, entry.kind.value, entry.fid, entry.attempt, entry.digest, c.js(entry.value), c.js(entry.error),
+         c.prov(entry.provenance), entry.journal_seq),
+    )
+    if entry.journal_seq is not None:
+        yield ("exec", "DELETE FROM unmirrored WHERE eid = ? AND seq = ?", (entry.eid, entry.journal_seq))
+    return None if row is None else int(row[0])
+
+
+def next_message_seq(channel: str) -> Plan:
+    """The next sequence number of a channel; in PostgreSQL the upsert also locks the channel's
+    row, which serializes a send with a suspension that checks the channel."""
+    row = yield ("one", "INSERT INTO channels (name, next_seq) VALUES (?, 2) ON CONFLICT (name)"
+                        " DO UPDATE SET next_seq = channels.next_seq + 1 RETURNING next_seq - 1", (channel,))
+    return int(row[0])
+
+
+def lock_channel(channel: str) -> Plan:
+    yield ("one", "INSERT INTO channels (name, next_seq) VALUES (?, 1) ON CONFLICT (name)"
+                  " DO UPDATE SET next_seq = channels.next_seq RETURNING next_seq", (channel,))
+
+
+def apply_write(w: Write, now_dt: datetime) -> Plan:
+    """Apply one Write; the caller gives it a transaction (or a savepoint) of its own."""
+    now = now_dt.timestamp()
+    if w.fence is not None:
+        row = yield ("one", "SELECT lease_owner, lease_epoch FROM executions WHERE eid = ?{lock}", (w.fence.eid,))
+        if row is None or row[0] != w.fence.owner or row[1] != w.fence.epoch:
+            raise LeaseLost(w.fence.eid, w.fence.epoch)
+    if w.expect is not None:
+        eid, statuses = w.expect
+        row = yield ("one", "SELECT status FROM executions WHERE eid = ?{lock}", (eid,))
+        if row is None:
+            raise UnknownExecutionError(eid)
+        if Status(row[0]) not in statuses:
+            need = " or ".join(sorted(s.value for s in statuses))
+            raise ExecutionStateError(eid, row[0], "change", need)
+    entries = list(w.entries)
+    created: list[bool] = []
+    for new in w.executions:
+        n = yield ("exec", f"INSERT INTO executions ({c.EXECUTION_COLUMNS}) VALUES ({','.join('?' * 18)})"
+                           " ON CONFLICT (eid) DO NOTHING", c.execution_row(new.record))
+        created.append(n > 0)
+        if n > 0:
+            yield from append(new.entry, now)
+            yield from insert_task(new.task)
+    message_seqs: list[int] = []
+    for m in w.messages:
+        seq = yield from next_message_seq(m.channel)
+        yield ("exec", "INSERT INTO messages (channel, seq, payload, provenance) VALUES (?,?,?,?)",
+               (m.channel, seq, c.js(m.payload), c.prov(m.provenance)))
+        message_seqs.append(seq)
+        if m.memo is not None:
+            entries[m.memo] = replace(entries[m.memo], value=seq)
+    for wd in w.withdrawals:
+        n = yield ("exec", "UPDATE tasks SET state = 'withdrawn', lease_owner = NULL WHERE id = ? AND state = 'ready'",
+                   (wd.task_id,))
+        if wd.memo is not None:
+            entries[wd.memo] = replace(entries[wd.memo], value=n > 0)
+    for a in w.announcements:
+        seq = yield from announce(a.entry)
+        if a.memo is not None:
+            entries[a.memo] = replace(entries[a.memo], value=seq)
+    entry_seqs = []
+    for e in entries:
+        entry_seqs.append((yield from append(e, now)))
+    if w.status is not None:
+        s = w.status
+        yield ("exec",
+               "UPDATE executions SET status = ?, result = ?, error = ?, blocked = ?, version = COALESCE(?, version),"
+               " updated_at = ? WHERE eid = ?",
+               (s.status.value, c.js(s.result), c.js(s.error), c.js(s.blocked), s.version, now, s.eid))
+    if w.cancel_request is not None:
+        yield ("exec", "UPDATE executions SET cancel_requested = ? WHERE eid = ? AND cancel_requested IS NULL",
+               (c.js(w.cancel_request[1]), w.cancel_request[0]))
+    if w.release and w.fence is not None:
+        yield ("exec", "UPDATE executions SET lease_owner = NULL, lease_expires_at = NULL WHERE eid = ?", (w.fence.eid,))
+    for task in w.tasks:
+        yield from insert_task(task)
+    for acked, owner in w.acks:
+        if owner is None:
+            yield ("exec", "UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (acked,))
+        else:
+            yield ("exec", "UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ? AND lease_owner = ?",
+                   (acked, owner))
+    for eid in w.clear_timers:
+        yield ("exec", "DELETE FROM timers WHERE eid = ?", (eid,))
+    for t in w.fired:
+        yield ("exec", "DELETE FROM timers WHERE eid = ? AND fid = ? AND at = ?", (t.eid, t.fid, t.at.timestamp()))
+    for t in w.timers:
+        yield ("exec", "INSERT INTO timers (eid, fid, at) VALUES (?,?,?) ON CONFLICT (eid, fid) DO UPDATE SET at = excluded.at",
+               (t.eid, t.fid, t.at.timestamp()))
+    for eid in w.clear_waiters:
+        yield ("exec", "DELETE FROM waiters WHERE eid = ?", (eid,))
+    for channel, eid in w.waiters:
+        yield ("exec", "INSERT INTO waiters (channel, eid) VALUES (?,?) ON CONFLICT DO NOTHING", (channel, eid))
+    for ww in w.wake_waiters:
+        yield from lock_channel(ww.channel)
+        rows = yield ("all", "SELECT w.eid, e.queue FROM waiters w JOIN executions e ON e.eid = w.eid WHERE w.channel = ?",
+                      (ww.channel,))
+        for eid, queue_name in rows:
+            yield from insert_task(Task(
+                id=task_id(TaskKind.RESUME, eid, ww.key), kind=TaskKind.RESUME, queue=queue_name, eid=eid,
+                payload=None, provenance=ww.provenance, visible_at=now_dt,
+            ))
+    woke = False
+    if w.wake is not None:
+        woke = yield from wake_holds(w, now)
+        if woke:
+            yield from insert_task(w.wake.task)
+    return WriteResult(entry_seqs=entry_seqs, entry_values=[e.value for e in entries], message_seqs=message_seqs,
+                       created=created, woke=woke)
+
+
+def wake_holds(w: Write, now: float) -> Plan:
+    """Whether a condition of a suspending execution holds already (see WakeCheck)."""
+    assert w.wake is not None
+    wake = w.wake
+    if wake.due_by is not None and wake.due_by.timestamp() <= now:
+        return True
+    for channel, after in sorted(wake.channels.items()):
+        yield from lock_channel(channel)
+        if (yield ("one", "SELECT 1 FROM messages WHERE channel = ? AND seq > ? LIMIT 1", (channel, after))):
+            return True
+    if wake.journal_after is not None and w.fence is not None:
+        if (yield ("one", "SELECT 1 FROM journal WHERE eid = ? AND seq > ? AND kind IN ('frame.completed', 'frame.failed')"
+                          " LIMIT 1", (w.fence.eid, wake.journal_after))):
+            return True
+    if wake.cancel and w.fence is not None:
+        if (yield ("one", "SELECT 1 FROM executions WHERE eid = ? AND cancel_requested IS NOT NULL", (w.fence.eid,))):
+            return True
+    for eid in sorted(wake.children):
+        row = yield ("one", "SELECT status FROM executions WHERE eid = ?{lock}", (eid,))
+        if row is not None and Status(row[0]) in TERMINAL:
+            return True
+    return False

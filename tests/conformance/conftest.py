@@ -1,0 +1,219 @@
+"""The conformance suite of the Store protocol: one ``store`` fixture over every backend.
+
+A backend joins the suite by adding one :class:`Backend` to :data:`BACKENDS`: an async context
+manager that, given the test's ``tmp_path``, yields the URL of a fresh, empty database (and drops
+it on exit). Every store of a test is opened through :func:`flowli._connect.open_store`, so the
+tests know no backend module.
+
+The helpers below build records with explicit instants: a store never reads the clock, every
+call is given ``now``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowli._connect import open_store
+from flowli.domain import (
+    Actor,
+    Code,
+    Entry,
+    EntryKind,
+    ExecutionRecord,
+    Provenance,
+    Site,
+    Status,
+    Task,
+    TaskKind,
+    task_id,
+)
+from flowli.store import Fence, NewExecution, Store, Write
+
+# ---- backends ------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def sqlite_file(tmp_path: Path) -> AsyncIterator[str]:
+    yield f"sqlite:///{tmp_path / 'flowli.db'}"  # tmp_path is absolute: sqlite:////tmp/...
+
+
+@contextlib.asynccontextmanager
+async def sqlite_memory(tmp_path: Path) -> AsyncIterator[str]:
+    yield "sqlite://:memory:"
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    database: Callable[[Path], contextlib.AbstractAsyncContextManager[str]]
+    """Yields the URL of a fresh database for one test."""
+    shared: bool
+    """Two stores opened on the URL see one database (false for an in-memory database)."""
+
+
+BACKENDS = [
+    Backend("sqlite-file", sqlite_file, shared=True),
+    Backend("sqlite-memory", sqlite_memory, shared=False),
+]
+
+
+@pytest.fixture(params=BACKENDS, ids=lambda b: b.name)
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    async with request.param.database(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(params=[b for b in BACKENDS if b.shared], ids=lambda b: b.name)
+async def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """The URL of a database that several stores (and processes) share."""
+    async with request.param.database(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[Store]:
+    s = open_store(store_url)
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+# ---- instants ------------------------------------------------------------------------------
+
+T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+TTL = timedelta(seconds=30)
+
+
+def at(seconds: float) -> datetime:
+    """The instant ``seconds`` after T0."""
+    return T0 + timedelta(seconds=seconds)
+
+
+# ---- records -------------------------------------------------------------------------------
+
+_ids = itertools.count(1)
+
+
+def new_id(prefix: str = "e") -> str:
+    return f"{prefix}-{next(_ids):06d}"
+
+
+def prov(
+    actor: str = "w1",
+    *,
+    kind: str = "worker",
+    when: datetime = T0,
+    epoch: int | None = None,
+    on_behalf_of: str | None = None,
+    attempt: int | None = None,
+) -> Provenance:
+    return Provenance(
+        actor=Actor(kind, actor),  # type: ignore[arg-type]
+        site=Site(host="host-a", pid=4242, worker=actor, instance="i-1", region="eu", epoch=epoch),
+        code=Code(workflow="wf", version="1", frame_kind="step", frame_name="fetch", ref="app.mod:fetch"),
+        at=when,
+        attempt=attempt,
+        on_behalf_of=on_behalf_of,
+    )
+
+
+def record(
+    eid: str, *, queue: str = "default", status: Status = Status.PENDING, now: datetime = T0, **fields: Any
+) -> ExecutionRecord:
+    return ExecutionRecord(
+        eid=eid,
+        workflow="wf",
+        version="1",
+        status=status,
+        args=[1, "two"],
+        queue=queue,
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
+
+
+def entry(
+    eid: str,
+    kind: EntryKind = EntryKind.FRAME_STARTED,
+    fid: str | None = "root/fetch#0",
+    *,
+    when: datetime = T0,
+    epoch: int | None = None,
+    **fields: Any,
+) -> Entry:
+    return Entry(eid=eid, kind=kind, provenance=prov(when=when, epoch=epoch), fid=fid, **fields)
+
+
+def task(
+    tid: str | None = None,
+    *,
+    kind: TaskKind = TaskKind.RESUME,
+    queue: str = "default",
+    eid: str | None = None,
+    visible_at: datetime = T0,
+    payload: Any = None,
+) -> Task:
+    return Task(
+        id=tid or new_id("t"),
+        kind=kind,
+        queue=queue,
+        eid=eid,
+        payload=payload,
+        provenance=prov(when=visible_at),
+        visible_at=visible_at,
+    )
+
+
+def new_execution(eid: str | None = None, *, queue: str = "default", now: datetime = T0, **fields: Any) -> NewExecution:
+    """A pending execution with its execution.started entry and its START task."""
+    eid = eid or new_id()
+    return NewExecution(
+        record=record(eid, queue=queue, now=now, **fields),
+        entry=entry(eid, EntryKind.EXECUTION_STARTED, "root", when=now, value={"args": [1, "two"]}),
+        task=task(task_id(TaskKind.START, eid), kind=TaskKind.START, queue=queue, eid=eid, visible_at=now),
+    )
+
+
+async def create(store: Store, eid: str | None = None, *, queue: str = "default", now: datetime = T0) -> str:
+    """Create a pending execution; return its eid."""
+    new = new_execution(eid, queue=queue, now=now)
+    result = await store.write(Write(executions=[new]), now)
+    assert result.created == [True]
+    return new.record.eid
+
+
+async def started(
+    store: Store, owner: str = "w1", *, queue: str = "default", now: datetime = T0, ttl: timedelta = TTL
+) -> tuple[str, Fence]:
+    """Create an execution and acquire its lease; return the eid and the fence of the lease."""
+    eid = await create(store, queue=queue, now=now)
+    acquired = await store.acquire(eid, owner, ttl, now, ack=task_id(TaskKind.START, eid))
+    assert acquired.epoch is not None
+    return eid, Fence(eid, owner, acquired.epoch)
+
+
+async def snapshot(store: Store, eids: Iterable[str] = (), channels: Iterable[str] = ()) -> dict[str, Any]:
+    """Everything a write could change for these executions and channels, and the control log:
+    for "nothing was applied" checks."""
+    eids, channels = list(eids), list(channels)
+    return {
+        "executions": {eid: await store.read_execution(eid) for eid in eids},
+        "journals": {eid: await store.read_journal(eid) for eid in eids},
+        "ready_tasks": {eid: await store.read_tasks(eid=eid) for eid in eids},
+        "all_tasks": {eid: await store.read_tasks(eid=eid, include_acked=True) for eid in eids},
+        "timers": {eid: await store.read_timers(eid) for eid in eids},
+        "messages": {ch: await store.read_messages(ch) for ch in channels},
+        "waiters": {ch: await store.waiters(ch) for ch in channels},
+        "control_log": await store.read_control_log(),
+    }

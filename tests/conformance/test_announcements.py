@@ -1,0 +1,142 @@
+"""The control log: announcements append with a global increasing seq; a mirror of a journal
+entry is idempotent; ``unmirrored`` finds the lifecycle entries that were never mirrored."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from flowli.domain import EntryKind, Status
+from flowli.store import Announcement, StatusChange, Write
+
+from .conftest import T0, at, create, entry, started
+
+
+def mirror_of(e):
+    """The control-log entry that mirrors journal entry ``e`` (as the engine builds it)."""
+    return Announcement(dataclasses.replace(e, journal_seq=e.seq, seq=None))
+
+
+async def announce(store, *entries, now=T0):
+    await store.write(Write(announcements=[Announcement(e) for e in entries]), now)
+
+
+async def test_announcements_append_with_a_global_increasing_seq(store):
+    a, b = await create(store), await create(store)
+    await announce(store, entry(a, EntryKind.ANNOUNCED, value={"kind": "x", "data": 1}))
+    await announce(store, entry(b, EntryKind.ANNOUNCED, value={"kind": "y"}), entry(a, EntryKind.ANNOUNCED, value=3))
+    log = await store.read_control_log()
+    assert [(e.eid, e.value) for e in log] == [(a, {"kind": "x", "data": 1}), (b, {"kind": "y"}), (a, 3)]
+    seqs = [e.seq for e in log]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 3 and all(s > 0 for s in seqs)
+    assert [e.seq for e in await store.read_control_log(after=seqs[0])] == seqs[1:]
+    assert [e.seq for e in await store.read_control_log(after=0, limit=2)] == seqs[:2]
+    assert await store.read_control_log(after=seqs[-1]) == []
+
+
+async def test_a_control_log_entry_round_trips(store):
+    eid = await create(store)
+    e = entry(
+        eid,
+        EntryKind.ANNOUNCED,
+        "root/announce#0",
+        attempt=1,
+        digest="d",
+        value={"kind": "review.opened", "data": {"inbox": "ops"}},
+        error={"type": "none"},
+    )
+    await announce(store, e)
+    (got,) = await store.read_control_log()
+    assert got == dataclasses.replace(e, seq=got.seq)
+    assert got.journal_seq is None
+
+
+async def test_the_memo_of_an_announcement_is_its_control_log_seq(store):
+    eid = await create(store)
+    await announce(store, entry(eid, EntryKind.ANNOUNCED))
+    result = await store.write(
+        Write(
+            entries=[
+                entry(eid, EntryKind.FRAME_STARTED, "root/announce#0"),
+                entry(eid, EntryKind.FRAME_COMPLETED, "root/announce#0"),
+            ],
+            announcements=[Announcement(entry(eid, EntryKind.ANNOUNCED, value={"kind": "k"}), memo=1)],
+        ),
+        at(1),
+    )
+    log = await store.read_control_log()
+    assert len(log) == 2
+    assert result.entry_values == [None, log[1].seq]
+    assert (await store.read_journal(eid, after=2))[0].value == log[1].seq
+
+
+async def test_a_mirror_of_a_journal_entry_is_appended_once(store):
+    eid = await create(store)
+    (started_entry,) = await store.read_journal(eid)
+    await store.write(Write(announcements=[mirror_of(started_entry)]), at(1))
+    await store.write(Write(announcements=[mirror_of(started_entry)]), at(2))
+    await store.write(Write(announcements=[mirror_of(started_entry), mirror_of(started_entry)]), at(3))
+    log = await store.read_control_log()
+    assert len(log) == 1
+    assert (log[0].eid, log[0].kind, log[0].journal_seq) == (eid, EntryKind.EXECUTION_STARTED, 1)
+    assert log[0].provenance == started_entry.provenance
+    other = await create(store)  # the same journal seq of another execution is another entry
+    (other_started,) = await store.read_journal(other)
+    await store.write(Write(announcements=[mirror_of(other_started)]), at(4))
+    assert [e.eid for e in await store.read_control_log()] == [eid, other]
+
+
+async def test_unmirrored_lists_the_lifecycle_entries_not_yet_mirrored(store):
+    eid, fence = await started(store)
+    await store.write(Write(fence=fence, entries=[entry(eid), entry(eid, EntryKind.FRAME_COMPLETED, value=1)]), at(1))
+    suspended = await store.write(
+        Write(
+            fence=fence,
+            entries=[entry(eid, EntryKind.EXECUTION_SUSPENDED, "root", when=at(2))],
+            release=True,
+            status=StatusChange(eid, Status.SUSPENDED),
+        ),
+        at(2),
+    )
+    assert suspended.entry_seqs == [4]
+
+    missing = await store.unmirrored(at(10), 100)
+    assert [(e.eid, e.seq, e.kind) for e in missing] == [
+        (eid, 1, EntryKind.EXECUTION_STARTED),
+        (eid, 4, EntryKind.EXECUTION_SUSPENDED),
+    ]
+    journal = await store.read_journal(eid)
+    assert [dataclasses.replace(e, journal_seq=None) for e in missing] == [journal[0], journal[3]]
+
+    await store.write(Write(announcements=[mirror_of(journal[0])]), at(11))
+    assert [e.seq for e in await store.unmirrored(at(12), 100)] == [4]
+    await store.write(Write(announcements=[mirror_of(journal[3])]), at(12))
+    assert await store.unmirrored(at(13), 100) == []
+
+
+async def test_unmirrored_waits_until_the_execution_is_older_than_before(store):
+    eid = await create(store, now=at(5))
+    assert await store.unmirrored(at(4), 100) == []  # changed after `before`: a worker may still mirror it
+    assert [e.eid for e in await store.unmirrored(at(6), 100)] == [eid]
+
+
+async def test_unmirrored_respects_the_limit(store):
+    for _ in range(3):
+        await create(store)
+    assert len(await store.unmirrored(at(1), 2)) == 2
+    assert len(await store.unmirrored(at(1), 100)) == 3
+
+
+async def test_unmirrored_lists_an_entry_that_a_later_mirror_skipped(store):
+    """A worker appends execution.suspended and crashes before it mirrors it; the next worker
+    appends and mirrors execution.resumed. The suspension is still not on the control log."""
+    eid = await create(store)
+    (first,) = await store.read_journal(eid)
+    await store.write(Write(announcements=[mirror_of(first)]), at(1))
+    await store.write(Write(entries=[entry(eid, EntryKind.EXECUTION_SUSPENDED, "root")]), at(2))  # never mirrored
+    await store.write(Write(entries=[entry(eid, EntryKind.EXECUTION_RESUMED, "root")]), at(3))
+    resumed = (await store.read_journal(eid, after=2))[0]
+    await store.write(Write(announcements=[mirror_of(resumed)]), at(3))
+
+    assert [e.journal_seq for e in await store.read_control_log()] == [1, 3]
+    missing = await store.unmirrored(at(10), 100)
+    assert [(e.seq, e.kind) for e in missing] == [(2, EntryKind.EXECUTION_SUSPENDED)]
