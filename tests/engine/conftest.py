@@ -58,3 +58,20 @@ async def wait_status(engine: flowli.Engine, eid: str, status: str, timeout: flo
 
 def kinds(journal: list[Any], fid: str | None = None) -> list[str]:
     return [str(e.kind) for e in journal if fid is None or e.fid == fid]
+
+
+@pytest.fixture(autouse=True)
+async def _dump_tasks_if_stuck():
+    """A test that hangs prints the stack of every asyncio task before pytest-timeout ends it."""
+    import asyncio
+    import sys
+
+    async def watchdog() -> None:
+        await asyncio.sleep(15)
+        print("\n=== asyncio tasks of a stuck test ===", file=sys.stderr)
+        for task in asyncio.all_tasks():
+            task.print_stack(file=sys.stderr)
+
+    dog = asyncio.ensure_future(watchdog())
+    yield
+    dog.cancel()

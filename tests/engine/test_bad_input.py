@@ -66,7 +66,7 @@ async def test_signal_to_unknown_or_terminal_execution(open_engine):
         with pytest.raises(UnknownExecutionError, match="0000"):
             await engine.signal("0000-missing", "go", 1)
         eid = await engine.start("quick")
-        await engine.result(eid, timeout=10)
+        await engine.result(eid, timeout=30)
         before = await engine.journal(eid)
         with pytest.raises(ExecutionTerminalError, match=f"{eid}.*completed"):
             await engine.signal(eid, "go", 1)
@@ -92,7 +92,7 @@ async def test_a_step_value_that_is_not_json_fails_the_frame_naming_it(open_engi
     async with open_engine(registry) as engine:
         eid = await engine.start("badvalue")
         with pytest.raises(StepFailed) as info:
-            await engine.result(eid, timeout=10)
+            await engine.result(eid, timeout=30)
         assert info.value.fid == "root/makes_object#0"
         assert "root/makes_object#0" in info.value.message and "object" in info.value.message
         journal = await engine.journal(eid)
@@ -111,7 +111,7 @@ async def test_step_arguments_that_are_not_json_name_the_step(open_engine):
     async with open_engine(registry) as engine:
         eid = await engine.start("badarg")
         with pytest.raises(NotJSONCompatibleError, match="step 'takes'.*workflow 'badarg'"):
-            await engine.result(eid, timeout=10)
+            await engine.result(eid, timeout=30)
 
 
 @pytest.mark.parametrize("url", ["bogus://x", "sqlite://host/file.db", "not a url", "sqlite:///"])

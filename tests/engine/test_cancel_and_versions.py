@@ -40,7 +40,7 @@ async def test_cancel_a_suspended_execution(open_engine):
         await wait_status(engine, eid, "suspended")
         await engine.cancel(eid, by="dave@example.com")
         with pytest.raises(Cancelled):
-            await engine.result(eid, timeout=10)
+            await engine.result(eid, timeout=30)
         journal = await engine.journal(eid)
         assert journal[-1].kind is EntryKind.EXECUTION_CANCELLED
         assert journal[-1].provenance.on_behalf_of == "dave@example.com"
@@ -74,7 +74,7 @@ async def test_cancel_a_running_execution_at_its_next_frame_boundary(open_engine
         await engine.cancel(eid, by="erin@example.com")
         release.set()
         with pytest.raises(Cancelled):
-            await engine.result(eid, timeout=10)
+            await engine.result(eid, timeout=30)
         journal = await engine.journal(eid)
         assert kinds(journal, "root/long_step#0") == ["frame.started", "frame.completed"]
         assert not [e for e in journal if e.fid == "root/next_step#0"]
@@ -121,7 +121,7 @@ async def test_nondeterminism_suspends_for_an_operator_who_migrates(open_engine,
         blocked_entry = (await engine.journal(eid))[-1]
         assert blocked_entry.kind is EntryKind.EXECUTION_SUSPENDED and blocked_entry.error["type"] == "NondeterminismError"
         await engine.migrate(eid, "2", by="ops@example.com")
-        assert await engine.result(eid, timeout=10) == "v2:ok"
+        assert await engine.result(eid, timeout=30) == "v2:ok"
         assert (await engine.status(eid)).version == "2"
         assert [e.value["to"] for e in await engine.journal(eid) if e.kind is EntryKind.EXECUTION_MIGRATED] == ["2"]
 
@@ -158,7 +158,7 @@ async def test_a_blocked_execution_can_be_cancelled(open_engine):
         assert seen == ["root/tag#0"]
         await engine.cancel(eid, by="ops@example.com")
         with pytest.raises(Cancelled):
-            await engine.result(eid, timeout=10)
+            await engine.result(eid, timeout=30)
 
 
 async def test_a_frame_the_code_no_longer_creates_is_nondeterminism(open_engine):
@@ -203,7 +203,7 @@ async def test_migrate_refuses_an_execution_that_is_not_suspended(open_engine):
 
     async with open_engine(registry) as engine:
         eid = await engine.start("m", version="1")
-        assert await engine.result(eid, timeout=10) == 1
+        assert await engine.result(eid, timeout=30) == 1
         with pytest.raises(ExecutionStateError, match="suspended"):
             await engine.migrate(eid, "2")
         assert (await engine.status(eid)).version == "1"
@@ -226,6 +226,6 @@ async def test_versions_live_side_by_side_and_an_execution_keeps_its_version(ope
         new = await engine.start("invoice_approval", "inv-2")  # the highest version: 10
         await wait_status(engine, old, "suspended")
         await engine.signal(old, "go", None)
-        assert await engine.result(old, timeout=10) == "v3:inv-1"
-        assert await engine.result(new, timeout=10) == "v10:inv-2"
+        assert await engine.result(old, timeout=30) == "v3:inv-1"
+        assert await engine.result(new, timeout=30) == "v10:inv-2"
         assert (await engine.status(old)).version == "3"

@@ -38,7 +38,7 @@ async def test_frame_ids_follow_the_reference(open_engine):
 
     async with open_engine(registry) as engine:
         eid = await engine.start("ids")
-        assert await engine.result(eid, timeout=10) == [{"i": 1}, {"i": 2}, {"i": 3}, 40]
+        assert await engine.result(eid, timeout=30) == [{"i": 1}, {"i": 2}, {"i": 3}, 40]
         fids = [e.fid for e in await engine.journal(eid) if e.kind is EntryKind.FRAME_COMPLETED]
         assert fids == ["root/fetch#0", "root/fetch#1", "root/fetch:orders", "root/afetch#0"]
 
@@ -56,7 +56,7 @@ async def test_gather_gives_stable_ids_whatever_completes_first(open_engine):
 
     async with open_engine(registry) as engine:
         eid = await engine.start("g")
-        assert await engine.result(eid, timeout=10) == ["a", "b", "c"]
+        assert await engine.result(eid, timeout=30) == ["a", "b", "c"]
         journal = await engine.journal(eid)
         by_fid = {e.fid: e.value for e in journal if e.kind is EntryKind.FRAME_COMPLETED}
         assert by_fid == {"root/slow#0": "a", "root/slow#1": "b", "root/slow:k": "c"}
@@ -78,7 +78,7 @@ async def test_duplicate_key_under_one_parent_raises(open_engine):
 
     async with open_engine(registry) as engine:
         eid = await engine.start("dup")
-        assert await engine.result(eid, timeout=10) == "root/fetch:x"
+        assert await engine.result(eid, timeout=30) == "root/fetch:x"
 
 
 async def test_memoized_frames_run_zero_times_on_replay(open_engine):
@@ -97,7 +97,7 @@ async def test_memoized_frames_run_zero_times_on_replay(open_engine):
         eid = await engine.start("memo")
         await wait_status(engine, eid, "suspended")
         await engine.signal(eid, "go", 100)
-        assert await engine.result(eid, timeout=10) == 7 + 80 + 100 + 9
+        assert await engine.result(eid, timeout=30) == 7 + 80 + 100 + 9
         assert RUNS == {"fetch7": 1, "afetch8": 1, "fetch9": 1}
         journal = await engine.journal(eid)
         assert kinds(journal).count("execution.resumed") == 1
@@ -121,7 +121,7 @@ async def test_now_random_uuid_are_memoized_steps(open_engine):
         await wait_status(engine, eid, "suspended")
         first = {e.fid: e.value for e in await engine.journal(eid) if e.kind is EntryKind.FRAME_COMPLETED}
         await engine.signal(eid, "go", None)
-        result = await engine.result(eid, timeout=10)
+        result = await engine.result(eid, timeout=30)
         # the values before the suspension are the journaled ones, replayed
         assert result[0] == first["root/now#0"] and result[1] == first["root/random#0"] and result[2] == first["root/uuid#0"]
         assert 0 <= result[1] < 1 and len(result[2]) == 36
@@ -149,7 +149,7 @@ async def test_first_completed_entry_wins(open_engine, db_url):
         )
         await engine.store.write(Write(entries=[late]), engine.clock.now())
         await engine.signal(eid, "go", None)
-        assert await engine.result(eid, timeout=10) == 10
+        assert await engine.result(eid, timeout=30) == 10
 
 
 async def test_step_failed_is_raised_again_on_every_replay(open_engine):
@@ -172,7 +172,7 @@ async def test_step_failed_is_raised_again_on_every_replay(open_engine):
         eid = await engine.start("sf")
         await wait_status(engine, eid, "suspended")
         await engine.signal(eid, "go", None)
-        assert await engine.result(eid, timeout=10) == "root/boom#0"
+        assert await engine.result(eid, timeout=30) == "root/boom#0"
         assert seen == ["root/boom#0", "root/boom#0"]  # first run, then the replay
         journal = await engine.journal(eid)
         assert kinds(journal, "root/boom#0") == ["frame.started", "frame.failed"]
@@ -191,7 +191,7 @@ async def test_unhandled_step_failure_fails_the_execution(open_engine):
     async with open_engine(registry) as engine:
         eid = await engine.start("fails")
         with pytest.raises(StepFailed) as info:
-            await engine.result(eid, timeout=10)
+            await engine.result(eid, timeout=30)
         assert info.value.fid == "root/boom#0" and info.value.error_type == "ValueError"
         assert "card declined" in info.value.message
         assert (await engine.status(eid)).status == "failed"
@@ -207,4 +207,4 @@ async def test_workflow_error_is_rebuilt_for_the_caller(open_engine):
     async with open_engine(registry) as engine:
         eid = await engine.start("raises")
         with pytest.raises(KeyError):
-            await engine.result(eid, timeout=10)
+            await engine.result(eid, timeout=30)

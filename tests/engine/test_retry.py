@@ -42,7 +42,7 @@ async def test_retry_delay_suspends_on_a_timer_and_frees_the_worker(open_engine)
         timers = await engine.timers(eid)
         assert [t.at - clock.now() for t in timers] == [timedelta(seconds=4)]
         await clock.advance(timedelta(seconds=4))
-        assert await engine.result(eid, timeout=10) == "paid"
+        assert await engine.result(eid, timeout=30) == "paid"
         journal = await engine.journal(eid)
         outcomes = [(str(e.kind), e.attempt) for e in journal if e.fid == "root/flaky#0" and e.kind is not EntryKind.FRAME_STARTED]
         assert outcomes == [("frame.failed", 1), ("frame.failed", 2), ("frame.completed", 3)]
@@ -75,7 +75,7 @@ async def test_non_retryable_error_stops_at_once(open_engine):
     async with open_engine(registry) as engine:
         eid = await engine.start("nr")
         with pytest.raises(StepFailed) as info:
-            await engine.result(eid, timeout=10)
+            await engine.result(eid, timeout=30)
         assert info.value.error_type == "NonRetryableError" and info.value.attempts == 1
         assert calls == [1]
 
@@ -95,7 +95,7 @@ async def test_zero_backoff_retries_in_place_until_attempts_run_out(open_engine)
     async with open_engine(registry) as engine:
         eid = await engine.start("z")
         with pytest.raises(StepFailed) as info:
-            await engine.result(eid, timeout=10)
+            await engine.result(eid, timeout=30)
         assert info.value.attempts == 3 and "attempt 3" in info.value.message
         assert len(calls) == 3
         journal = await engine.journal(eid)

@@ -30,7 +30,7 @@ async def test_start_with_a_key_is_idempotent(open_engine):
         first = await engine.start("once", 1, key="order-7")
         second = await engine.start("once", 2, key="order-7")
         assert first == second
-        assert await engine.result(first, timeout=10) == 1
+        assert await engine.result(first, timeout=30) == 1
         assert len(await engine.list(workflow="once")) == 1
 
 
@@ -48,7 +48,7 @@ async def test_a_step_with_a_queue_runs_in_that_worker_pool(open_engine):
             [task] = await engine.tasks(queue="gpu")
             assert task.kind is TaskKind.RUN_STEP and task.id == f"RUN_STEP:{eid}:root/heavy#0@1"
             async with engine.worker(queues=["gpu"], sweeper=False):
-                assert await engine.result(eid, timeout=10) == 50
+                assert await engine.result(eid, timeout=30) == 50
         journal = await engine.journal(eid)
         assert kinds(journal, "root/heavy#0") == ["frame.started", "frame.completed"]
         assert await engine.tasks(queue="gpu") == []
@@ -69,7 +69,7 @@ async def test_a_worker_never_runs_a_delegate_task(open_engine):
         [task] = await engine.tasks(queue="default")
         assert task.kind is TaskKind.DELEGATE and task.deliveries == 0
         await engine.signal(eid, "answer", "approved")
-        assert await engine.result(eid, timeout=10) == "approved"
+        assert await engine.result(eid, timeout=30) == "approved"
 
 
 async def test_a_stolen_lease_stops_the_worker_which_writes_nothing_more(open_engine, caplog):
@@ -176,7 +176,7 @@ async def test_the_sweeper_recovers_an_execution_whose_worker_died(open_engine):
             await asyncio.sleep(0.1)
             assert (await engine.status(eid)).status is Status.RUNNING
             await clock.advance(timedelta(seconds=11))
-            assert await engine.result(eid, timeout=10) == "recovered"
+            assert await engine.result(eid, timeout=30) == "recovered"
         journal = await engine.journal(eid)
         resumed = [e for e in journal if e.kind is EntryKind.EXECUTION_RESUMED]
         assert resumed == [] or resumed[0].value["epoch"] == 2
@@ -205,7 +205,7 @@ async def test_an_engine_error_hands_the_execution_back_instead_of_holding_the_l
         engine.store.write = failing_once  # type: ignore[method-assign]
         eid = await engine.start("hb")
         async with engine.worker():
-            assert await engine.result(eid, timeout=10) == "done"
+            assert await engine.result(eid, timeout=30) == "done"
         journal = await engine.journal(eid)
         handed = [e for e in journal if e.kind is EntryKind.EXECUTION_SUSPENDED]
         assert failed == [1] and handed and handed[0].error["message"] == "disk I/O error"

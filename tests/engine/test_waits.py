@@ -34,7 +34,7 @@ async def test_sleep_of_three_days_runs_in_milliseconds_with_the_test_clock(open
         await asyncio.sleep(0.1)
         assert (await engine.status(eid)).status is Status.SUSPENDED
         await clock.advance(timedelta(days=1))
-        assert await engine.result(eid, timeout=10) == "reminded"
+        assert await engine.result(eid, timeout=30) == "reminded"
 
 
 async def test_sleep_until(open_engine):
@@ -52,7 +52,7 @@ async def test_sleep_until(open_engine):
         await wait_status(engine, eid, "suspended")
         assert [t.at for t in await engine.timers(eid)] == [wake]
         await clock.advance(timedelta(hours=5))
-        assert await engine.result(eid, timeout=10) == wake.isoformat()
+        assert await engine.result(eid, timeout=30) == wake.isoformat()
 
 
 async def test_receive_consumes_messages_in_order_past_the_last_consumed(open_engine):
@@ -68,7 +68,7 @@ async def test_receive_consumes_messages_in_order_past_the_last_consumed(open_en
         assert await engine.signal(eid, "payments", {"n": 1}) == 2  # the same payload twice is two messages
         await wait_status(engine, eid, "suspended")
         await engine.signal(eid, "payments", {"n": 3}, by="bob@example.com")
-        assert await engine.result(eid, timeout=10) == [{"n": 1}, {"n": 1}, {"n": 3}]
+        assert await engine.result(eid, timeout=30) == [{"n": 1}, {"n": 1}, {"n": 3}]
         last = [e for e in await engine.journal(eid) if e.kind is EntryKind.FRAME_COMPLETED][-1]
         assert last.value["seq"] == 3 and last.value["by"] == "human:bob@example.com"
 
@@ -99,7 +99,7 @@ async def test_gather_suspends_only_when_every_frame_waits(open_engine):
         [suspended] = [e for e in journal if e.kind is EntryKind.EXECUTION_SUSPENDED]
         assert [w["fid"] for w in suspended.value["waits"]] == ["root/receive#0"]
         await engine.signal(eid, "x", "X")
-        assert await engine.result(eid, timeout=10) == ["a", "b", "X"]
+        assert await engine.result(eid, timeout=30) == ["a", "b", "X"]
         assert ran == ["a", "b"]
 
 
@@ -118,7 +118,7 @@ async def test_child_execution_with_deterministic_eid(open_engine):
 
     async with open_engine(registry) as engine:
         eid = await engine.start("parent", 5)
-        assert await engine.result(eid, timeout=10) == [10, 12]
+        assert await engine.result(eid, timeout=30) == [10, 12]
         first = child_eid(eid, "root/kid#0")
         record = await engine.status(first)
         assert record.parent_eid == eid and record.parent_fid == "root/kid#0" and record.result == 10
@@ -165,7 +165,7 @@ async def test_broadcast_resumes_every_waiter_of_a_global_channel(open_engine):
         for eid in eids:
             await wait_status(engine, eid, "suspended")
         await engine.broadcast("rates", {"eur": 1.1}, by="system:pricing")
-        assert [await engine.result(e, timeout=10) for e in eids] == [{"eur": 1.1}] * 3
+        assert [await engine.result(e, timeout=30) for e in eids] == [{"eur": 1.1}] * 3
 
 
 async def test_send_announce_enqueue_withdraw_memoize_their_effect(open_engine):
@@ -185,7 +185,7 @@ async def test_send_announce_enqueue_withdraw_memoize_their_effect(open_engine):
         eid = await engine.start("fx")
         await wait_status(engine, eid, "suspended")
         await engine.signal(eid, "go", None)
-        seq, ann, tid, gone, again = await engine.result(eid, timeout=10)
+        seq, ann, tid, gone, again = await engine.result(eid, timeout=30)
         assert seq == 1 and isinstance(ann, int) and tid == f"DELEGATE:{eid}:approve"
         assert (gone, again) == (True, False)
         assert len(await engine.messages(eid, "notes")) == 1

@@ -40,6 +40,7 @@ from ._projection import ExecutionSummary, Projection
 from ._registry import Registry
 from ._replay import ROOT, new_execution
 from ._runtime import Options, Runtime, entries_with_seqs
+from ._tasks import cancel_and_wait
 from ._worker import Worker
 
 _NOT_TERMINAL = frozenset(Status) - TERMINAL
@@ -78,11 +79,7 @@ class Engine:
         if self._closed:
             return
         self._closed = True
-        for t in self._workers:
-            t.cancel()
-        for t in self._workers:
-            with contextlib.suppress(BaseException):
-                await t
+        await cancel_and_wait(self._workers)
         await self.store.close()
         self.projection.close()
 
@@ -97,9 +94,7 @@ class Engine:
         try:
             yield w
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait([task])
             self._workers.remove(task)
 
     async def run_worker(self, concurrency: int = 64, queues: Sequence[str] = ("default",), *, sweeper: bool = True) -> None:

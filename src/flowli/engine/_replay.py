@@ -9,7 +9,6 @@ memo runs. When every live frame waits, the execution suspends: the activation a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import inspect
 import random as _random
@@ -59,6 +58,7 @@ from flowli.store import (
 from ._context import Context, Scope
 from ._registry import WorkflowDef
 from ._runtime import Runtime, entries_with_seqs, error_data
+from ._tasks import cancel_and_wait
 
 ROOT = "root"
 
@@ -253,23 +253,24 @@ class Activation(Context):
             raise
 
     async def _drive(self, wf_task: asyncio.Task[Any]) -> Status:
-        while not wf_task.done():
+        while True:
+            # clear before checking: a change during the checks (which yield) sets it again
             self.changed.clear()
-            idle = asyncio.ensure_future(self.changed.wait())
-            try:
-                await asyncio.wait({wf_task, idle}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                idle.cancel()
             if wf_task.done():
                 break
             if self.lost:
                 await self._close(wf_task)
                 raise LeaseLost(self.eid, self.epoch)
-            if not wf_task.done() and await self._settled(wf_task):
+            if self._quiescent() and await self._settled(wf_task):
                 await self._close(wf_task)
                 if self.nondeterminism is None:
                     self._check_all_visited()
                 return await (self._block() if self.nondeterminism is not None else self._suspend())
+            idle = asyncio.ensure_future(self.changed.wait())
+            try:
+                await asyncio.wait({wf_task, idle}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                idle.cancel()
         await self._close(wf_task, finished=True)
         if self.lost:
             raise LeaseLost(self.eid, self.epoch)
@@ -309,18 +310,7 @@ class Activation(Context):
 
     async def _close(self, wf_task: asyncio.Task[Any], finished: bool = False) -> None:
         self.closing = True
-        pending = [t for t in self.frame_tasks if not t.done()]
-        if not finished:
-            wf_task.cancel()
-            pending.append(wf_task)
-        for t in pending:
-            t.cancel()
-        for t in pending:
-            with contextlib.suppress(BaseException):
-                await t
-        for t in self.frame_tasks:  # retrieve exceptions of frames nobody awaited
-            if t.done() and not t.cancelled():
-                t.exception()
+        await cancel_and_wait([*self.frame_tasks, *([] if finished else [wf_task])])
 
     def mark_lost(self) -> None:
         self.lost = True

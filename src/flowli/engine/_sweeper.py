@@ -8,7 +8,6 @@ or the lost epoch), so two sweepers fire each timer once and recover each execut
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from datetime import datetime, timedelta
 
@@ -16,6 +15,7 @@ from flowli.domain import Actor, Task, TaskKind, task_id
 from flowli.store import Write
 
 from ._runtime import Runtime
+from ._tasks import cancel_and_wait
 
 log = logging.getLogger("flowli.sweeper")
 _BATCH = 500
@@ -47,10 +47,7 @@ class Sweeper:
                     {sleeper, poke}, timeout=rt.options.sweep_interval, return_when=asyncio.FIRST_COMPLETED
                 )
             finally:
-                for t in (sleeper, poke):
-                    t.cancel()
-                    with contextlib.suppress(BaseException):
-                        await t
+                await cancel_and_wait((sleeper, poke))
 
     async def sweep(self) -> int:
         """One pass; returns the number of tasks enqueued and entries repaired."""

@@ -33,6 +33,7 @@ from flowli.store import Fence, StatusChange, Write
 from ._replay import Activation, failure_entry_value, import_ref, policy_from_json, run_function
 from ._runtime import Runtime, entries_with_seqs, error_data
 from ._sweeper import Sweeper
+from ._tasks import cancel_and_wait
 
 log = logging.getLogger("flowli.worker")
 _KINDS = (TaskKind.START, TaskKind.RESUME, TaskKind.RUN_STEP)
@@ -62,19 +63,12 @@ class Worker:
         try:
             await self._dequeue_loop()
         finally:
-            for t in side:
-                t.cancel()
-            for t in side:
-                with contextlib.suppress(BaseException):
-                    await t
+            await cancel_and_wait(side)
             # let running activations reach a clean end for a grace period; then stop them,
             # and each hands its execution back (no other worker waits out its lease)
             if self.running:
                 _, pending = await asyncio.wait(list(self.running.values()), timeout=self.grace)
-                for t in pending:
-                    t.cancel()
-                if pending:
-                    await asyncio.wait(pending)
+                await cancel_and_wait(pending)
 
     async def _dequeue_loop(self) -> None:
         rt = self.rt

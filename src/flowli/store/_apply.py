@@ -54,15 +54,18 @@ def append(entry: Entry, now: float) -> Plan:
 
 
 def announce(entry: Entry) -> Plan:
+    if entry.journal_seq is not None:
+        gone = yield ("one", "DELETE FROM unmirrored WHERE eid = ? AND seq = ? RETURNING seq", (entry.eid, entry.journal_seq))
+        if gone is None:
+            return None  # mirrored already
+    (seq,) = yield ("one", "UPDATE counters SET n = n + 1 WHERE name = 'control_log' RETURNING n", ())
     row = yield (
         "one",
-        "INSERT INTO control_log (eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
-        " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING seq",
-        (entry.eid, entry.kind.value, entry.fid, entry.attempt, entry.digest, c.js(entry.value), c.js(entry.error),
+        "INSERT INTO control_log (seq, eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING seq",
+        (seq, entry.eid, entry.kind.value, entry.fid, entry.attempt, entry.digest, c.js(entry.value), c.js(entry.error),
          c.prov(entry.provenance), entry.journal_seq),
     )
-    if entry.journal_seq is not None:
-        yield ("exec", "DELETE FROM unmirrored WHERE eid = ? AND seq = ?", (entry.eid, entry.journal_seq))
     return None if row is None else int(row[0])
 
 

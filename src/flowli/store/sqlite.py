@@ -10,6 +10,7 @@ Several processes may share one file: ``BEGIN IMMEDIATE`` with a busy timeout se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import sqlite3
 import threading
@@ -112,9 +113,15 @@ class _Thread:
                     stop = True
                     break
                 batch.append(nxt)
-            outcomes = self._run_batch(batch)
+            try:
+                outcomes = self._run_batch(batch)
+            except BaseException as exc:  # never let the thread die: its callers would wait forever
+                with contextlib.suppress(BaseException):
+                    self.conn.rollback()
+                outcomes = [(None, exc)] * len(batch)
             for (_, fut, loop), (result, exc) in zip(batch, outcomes):
-                loop.call_soon_threadsafe(_settle, fut, result, exc)
+                with contextlib.suppress(RuntimeError):  # the caller's loop is closed
+                    loop.call_soon_threadsafe(_settle, fut, result, exc)
             if stop:
                 return
 

@@ -45,8 +45,16 @@ CREATE TABLE journal (
     PRIMARY KEY (eid, seq)
 ) WITHOUT ROWID;
 
+-- control-log seqs come from one counter row: its lock orders the appends of concurrent
+-- transactions, so a reader that has seen seq n never finds a lower seq committed later
+CREATE TABLE counters (
+    name TEXT PRIMARY KEY,
+    n    INTEGER NOT NULL
+);
+INSERT INTO counters (name, n) VALUES ('control_log', 0);
+
 CREATE TABLE control_log (
-    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq         INTEGER PRIMARY KEY,  -- from counters: commit order is seq order
     eid         TEXT NOT NULL,
     kind        TEXT NOT NULL,
     fid         TEXT,
