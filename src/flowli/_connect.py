@@ -20,7 +20,9 @@ def open_store(url: str) -> Store:
 
         return SQLiteStore(url)
     if scheme in ("postgresql", "postgres"):
-        raise InvalidDatabaseURL(url, "the PostgreSQL backend is not available in this version")
+        from flowli.store.postgres import PostgresStore
+
+        return PostgresStore(url)
     raise InvalidDatabaseURL(url, f"unknown scheme {scheme!r}; use sqlite:// or postgresql://")
 
 

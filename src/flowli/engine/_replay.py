@@ -272,9 +272,9 @@ class Activation(Context):
             finally:
                 idle.cancel()
         await self._close(wf_task, finished=True)
+        exc = wf_task.exception() if not wf_task.cancelled() else Cancelled("the workflow task was cancelled")
         if self.lost:
             raise LeaseLost(self.eid, self.epoch)
-        exc = wf_task.exception() if not wf_task.cancelled() else Cancelled("the workflow task was cancelled")
         if isinstance(exc, LeaseLost):
             raise exc
         if self.nondeterminism is None:
@@ -362,6 +362,9 @@ class Activation(Context):
             self.last_seq = max(self.last_seq, *result.entry_seqs)
         if write.tasks or result.woke or result.created:
             self.rt.work.set()
+        if any(e.kind.lifecycle for e in write.entries):
+            # the second append: lifecycle entries onto the control log
+            await self.rt.mirror(entries_with_seqs(write.entries, result.entry_seqs))
         return result
 
     # ---- frames ---------------------------------------------------------------------------
@@ -819,9 +822,7 @@ class Activation(Context):
         return status
 
     async def _final_write(self, write: Write) -> None:
-        entries_before = self.pending + write.entries
-        result = await self._write(write, final=True)
-        await self.rt.mirror(entries_with_seqs(entries_before, result.entry_seqs))
+        await self._write(write, final=True)
 
 
 def _shift(item: Any, shift: int) -> Any:

@@ -51,7 +51,13 @@ class Runtime:
         self.timers = asyncio.Event()
         """Set when this process set a timer (the sweeper recomputes its next wake)."""
         self.ended: dict[str, list[asyncio.Future[None]]] = {}
+        store.subscribe(self._notified)
         self.activations: dict[str, Activation] = {}
+
+    def _notified(self, what: str) -> None:
+        """Another process enqueued a task or set a timer."""
+        self.work.set()
+        self.timers.set()
 
     def provenance(
         self,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from flowli.domain import Entry, ExecutionRecord, Message, Status, Task, TaskKind, Timer
 
@@ -231,3 +231,8 @@ class Store(Protocol):
 
     async def claim(self, key: str, owner: str, now: datetime) -> bool:
         """Put-if-absent: exactly one caller for ``key`` wins."""
+
+    def subscribe(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback("work")`` when another process enqueued a task or set a timer
+        (PostgreSQL: LISTEN/NOTIFY). A backend that cannot tell never calls it; workers then
+        find such work by their slow poll."""

@@ -433,6 +433,9 @@ class SQLiteStore:
 
         return await self._r(run)
 
+    def subscribe(self, callback: Callable[[str], None]) -> None:
+        """SQLite has no notifications: other processes' work is found by polling."""
+
     async def claim(self, key: str, owner: str, now: datetime) -> bool:
         def run(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(

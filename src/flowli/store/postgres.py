@@ -1,0 +1,406 @@
+"""The PostgreSQL store: many worker processes on many hosts share one database.
+
+- Writes: a group-commit writer applies every write waiting in its queue in one transaction,
+  each in a savepoint of its own, through the same plans as SQLite (``_apply``). Rows that a
+  write checks are locked (``FOR UPDATE``), so the fence holds until commit.
+- Dequeue: ``FOR UPDATE SKIP LOCKED``; a commit that enqueued a visible task or set a timer
+  sends ``NOTIFY``, and every store LISTENs, so workers wake without polling.
+- Schema: versioned migrations under an advisory lock, so many processes starting at once
+  upgrade it once.
+- Driver: asyncpg (see the README, "PostgreSQL", for the measurement that chose it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import re
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
+
+import asyncpg
+
+from flowli.domain import (
+    Entry,
+    ExecutionRecord,
+    InvalidDatabaseURL,
+    Message,
+    Task,
+    TaskKind,
+    Timer,
+)
+
+from . import _codec as c
+from ._apply import Plan, apply_write
+from ._protocol import Acquired, Renewal, Write, WriteResult
+
+log = logging.getLogger("flowli.store.postgres")
+_BATCH = 256
+_CHANNEL = "flowli"
+_LOCK_KEY = 0x666C6F776C69  # "flowli": the advisory lock of schema migrations
+_RETRYABLE = ("40001", "40P01")  # serialization failure, deadlock
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """The libpq URL without flowli's own ``schema`` parameter, and that schema."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("postgresql", "postgres"):
+        raise InvalidDatabaseURL(url, "a PostgreSQL URL starts with postgresql://")
+    query = parse_qs(parsed.query)
+    schema = query.pop("schema", ["public"])[0]
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
+        raise InvalidDatabaseURL(url, f"schema {schema!r} is not a plain identifier")
+    rest = urlunparse(parsed._replace(scheme="postgresql", query=urlencode(query, doseq=True)))
+    return rest, schema
+
+
+@functools.lru_cache(maxsize=512)
+def dialect(sql: str) -> str:
+    """``?`` placeholders to ``$n``; ``{lock}`` to ``FOR UPDATE``."""
+    count = 0
+
+    def number(_: re.Match[str]) -> str:
+        nonlocal count
+        count += 1
+        return f"${count}"
+
+    return re.sub(r"\?", number, sql.replace("{lock}", " FOR UPDATE"))
+
+
+def _rowcount(status: str) -> int:
+    try:
+        return int(status.rsplit(" ", 1)[-1])
+    except ValueError:
+        return 0
+
+
+async def drive(conn: asyncpg.Connection, plan: Plan) -> Any:
+    """Run a plan of ``_apply`` on this connection."""
+    try:
+        query = next(plan)
+        while True:
+            mode, sql, params = query
+            sql = dialect(sql)
+            if mode == "one":
+                row = await conn.fetchrow(sql, *params)
+                result: Any = None if row is None else tuple(row)
+            elif mode == "all":
+                result = [tuple(r) for r in await conn.fetch(sql, *params)]
+            else:
+                result = _rowcount(await conn.execute(sql, *params))
+            query = plan.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+def _migrations() -> list[tuple[int, str]]:
+    folder = resources.files("flowli.store") / "sql" / "postgres"
+    found = [(int(item.name.split("_", 1)[0]), item.read_text()) for item in folder.iterdir() if item.name.endswith(".sql")]
+    return sorted(found)
+
+
+def _wakes(w: Write, result: WriteResult) -> bool:
+    """Whether a write made a task visible that another process should dequeue."""
+    return bool(w.tasks or w.executions or w.wake_waiters or result.woke or w.timers)
+
+
+class PostgresStore:
+    """The Store protocol on one PostgreSQL database (and schema)."""
+
+    def __init__(self, url: str, *, pool_size: int = 10):
+        self.url = url
+        self.dsn, self.schema = parse_url(url)
+        self.pool_size = pool_size
+        self._pool: asyncpg.Pool | None = None
+        self._listener: asyncpg.Connection | None = None
+        self._queue: asyncio.Queue[tuple[Write, datetime, asyncio.Future[WriteResult]]] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+        self._subscribers: list[Callable[[str], None]] = []
+
+    async def open(self) -> None:
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.dsn, min_size=2, max_size=self.pool_size, statement_cache_size=512,
+                # a startup parameter, not a SET: the pool's RESET ALL on release keeps it
+                server_settings={"search_path": f'"{self.schema}"'},
+            )
+        except (OSError, asyncpg.PostgresError, ValueError) as exc:
+            raise InvalidDatabaseURL(self.url, f"cannot connect: {exc}") from None
+        async with self._pool.acquire() as conn:
+            await self._migrate(conn)
+        self._writer = asyncio.create_task(self._write_loop(), name="flowli-postgres-writer")
+        with contextlib.suppress(Exception):
+            self._listener = await asyncpg.connect(self.dsn)
+            await self._listener.add_listener(_CHANNEL, self._on_notify)
+
+    async def _migrate(self, conn: asyncpg.Connection) -> None:
+        async with conn.transaction():
+            # one process upgrades; the others wait here, then find nothing to do
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+            await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            current = await conn.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+            for version, sql in _migrations():
+                if version > current:
+                    await conn.execute(sql)
+                    await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", version)
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+            self._writer = None
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+            self._listener = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    # ---- notifications ----------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[str], None]) -> None:
+        self._subscribers.append(callback)
+
+    def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        for callback in self._subscribers:
+            callback(payload)
+
+    # ---- writes -------------------------------------------------------------------------
+
+    async def write(self, write: Write, now: datetime) -> WriteResult:
+        fut: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
+        await self._queue.put((write, now, fut))
+        return await fut
+
+    async def _write_loop(self) -> None:
+        assert self._pool is not None
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < _BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            batch = [item for item in batch if not item[2].done()]
+            if not batch:
+                continue
+            try:
+                outcomes = await self._apply_batch(batch)
+            except (asyncpg.PostgresError, OSError) as exc:
+                if getattr(exc, "sqlstate", None) in _RETRYABLE or len(batch) > 1:
+                    outcomes = [await self._apply_alone(item) for item in batch]
+                else:
+                    outcomes = [(None, exc)]
+            except BaseException as exc:
+                for _, _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                raise
+            for (_, _, fut), (result, exc) in zip(batch, outcomes):
+                if fut.done():
+                    continue
+                if exc is not None:
+                    fut.set_exception(exc)
+                else:
+                    fut.set_result(result)
+
+    async def _apply_batch(self, batch: list[Any]) -> list[tuple[Any, BaseException | None]]:
+        assert self._pool is not None
+        out: list[tuple[Any, BaseException | None]] = []
+        notify = False
+        async with self._pool.acquire() as conn, conn.transaction():
+            for w, now, _ in batch:
+                try:
+                    async with conn.transaction():  # a savepoint: a refused write rolls back alone
+                        result = await drive(conn, apply_write(w, now))
+                except (asyncpg.PostgresError, OSError):
+                    raise  # the transaction is broken: the caller retries each write alone
+                except Exception as exc:
+                    out.append((None, exc))
+                else:
+                    out.append((result, None))
+                    notify = notify or _wakes(w, result)
+            if notify:
+                await conn.execute(f"SELECT pg_notify('{_CHANNEL}', 'work')")
+        return out
+
+    async def _apply_alone(self, item: Any) -> tuple[Any, BaseException | None]:
+        for attempt in range(5):
+            try:
+                return (await self._apply_batch([item]))[0]
+            except (asyncpg.PostgresError, OSError) as exc:
+                if getattr(exc, "sqlstate", None) not in _RETRYABLE or attempt == 4:
+                    return (None, exc)
+                await asyncio.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    # ---- leases and tasks -----------------------------------------------------------------
+
+    async def acquire(
+        self, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None = None
+    ) -> Acquired:
+        assert self._pool is not None
+        async with self._pool.acquire() as conn, conn.transaction():
+            if ack is not None:
+                await conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = $1", ack)
+            row = await conn.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1 FOR UPDATE", eid)
+            if row is None:
+                return Acquired(None, None, [])
+            record = c.execution_record(row)
+            if record.terminal:
+                return Acquired(record, None, [])
+            if record.lease_owner is not None and record.lease_expires_at is not None and record.lease_expires_at > now:
+                return Acquired(record, None, [])
+            epoch = record.lease_epoch + 1
+            row = await conn.fetchrow(
+                "UPDATE executions SET lease_owner = $1, lease_epoch = $2, lease_expires_at = $3, status = 'running',"
+                f" updated_at = $4 WHERE eid = $5 RETURNING {c.EXECUTION_COLUMNS}",
+                owner, epoch, (now + ttl).timestamp(), now.timestamp(), eid,
+            )
+            rows = await conn.fetch(f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = $1 ORDER BY seq", eid)
+            return Acquired(c.execution_record(row), epoch, [c.entry_record(r) for r in rows])
+
+    async def renew(
+        self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime
+    ) -> Renewal:
+        assert self._pool is not None
+        eids = [e for e, _ in leases]
+        epochs = [p for _, p in leases]
+        rows = await self._pool.fetch(
+            "UPDATE executions e SET lease_expires_at = $1 FROM unnest($2::text[], $3::bigint[]) AS l(eid, epoch)"
+            " WHERE e.eid = l.eid AND e.lease_owner = $4 AND e.lease_epoch = l.epoch"
+            " RETURNING e.eid, e.cancel_requested IS NOT NULL",
+            (now + ttl).timestamp(), eids, epochs, owner,
+        )
+        kept = {r[0] for r in rows}
+        return Renewal([e for e in eids if e not in kept], [r[0] for r in rows if r[1]])
+
+    async def dequeue(
+        self,
+        queues: Sequence[str],
+        kinds: Sequence[TaskKind],
+        owner: str,
+        limit: int,
+        ttl: timedelta,
+        now: datetime,
+    ) -> list[Task]:
+        assert self._pool is not None
+        t = now.timestamp()
+        rows = await self._pool.fetch(
+            "UPDATE tasks SET lease_owner = $1, visible_at = $2, deliveries = deliveries + 1"
+            " WHERE id IN (SELECT id FROM tasks WHERE state = 'ready' AND queue = ANY($3::text[])"
+            " AND kind = ANY($4::text[]) AND visible_at <= $5 ORDER BY visible_at LIMIT $6 FOR UPDATE SKIP LOCKED)"
+            f" RETURNING {c.TASK_COLUMNS}",
+            owner, t + ttl.total_seconds(), list(queues), [k.value for k in kinds], t, limit,
+        )
+        return sorted((c.task_record(r) for r in rows), key=lambda task: task.visible_at)
+
+    async def nack(self, task_id: str, owner: str | None, delay: timedelta, now: datetime) -> bool:
+        assert self._pool is not None
+        status = await self._pool.execute(
+            "UPDATE tasks SET lease_owner = NULL, visible_at = $1 WHERE id = $2 AND state = 'ready'"
+            " AND ($3::text IS NULL OR lease_owner = $3::text)",
+            (now + delay).timestamp(), task_id, owner,
+        )
+        return _rowcount(status) > 0
+
+    # ---- reads --------------------------------------------------------------------------
+
+    async def read_execution(self, eid: str) -> ExecutionRecord | None:
+        assert self._pool is not None
+        row = await self._pool.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1", eid)
+        return None if row is None else c.execution_record(row)
+
+    async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = ANY($1::text[])", list(eids))
+        return [c.execution_record(r) for r in rows]
+
+    async def read_journal(self, eid: str, after: int = 0) -> list[Entry]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(
+            f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = $1 AND seq > $2 ORDER BY seq", eid, after
+        )
+        return [c.entry_record(r) for r in rows]
+
+    async def read_messages(self, channel: str, after: int = 0, limit: int = 100) -> list[Message]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(
+            "SELECT channel, seq, payload, provenance FROM messages WHERE channel = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            channel, after, limit,
+        )
+        return [c.message_record(r) for r in rows]
+
+    async def read_control_log(self, after: int = 0, limit: int = 1000) -> list[Entry]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(
+            "SELECT eid, seq, kind, fid, attempt, digest, value, error, provenance, journal_seq"
+            " FROM control_log WHERE seq > $1 ORDER BY seq LIMIT $2",
+            after, limit,
+        )
+        return [c.entry_record(tuple(r)[:9], r[9]) for r in rows]
+
+    async def read_tasks(
+        self, queue: str | None = None, eid: str | None = None, include_acked: bool = False
+    ) -> list[Task]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(
+            f"SELECT {c.TASK_COLUMNS} FROM tasks WHERE ($1::text IS NULL OR queue = $1::text)"
+            " AND ($2::text IS NULL OR eid = $2::text) AND ($3::bool OR state = 'ready') ORDER BY visible_at, id",
+            queue, eid, include_acked,
+        )
+        return [c.task_record(r) for r in rows]
+
+    async def read_timers(self, eid: str | None = None) -> list[Timer]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(
+            "SELECT eid, fid, at FROM timers WHERE ($1::text IS NULL OR eid = $1::text) ORDER BY at", eid
+        )
+        return [c.timer_record(r) for r in rows]
+
+    async def due_timers(self, now: datetime, limit: int) -> list[Timer]:
+        assert self._pool is not None
+        rows = await self._pool.fetch("SELECT eid, fid, at FROM timers WHERE at <= $1 ORDER BY at LIMIT $2", now.timestamp(), limit)
+        return [c.timer_record(r) for r in rows]
+
+    async def expired_leases(self, now: datetime, limit: int) -> list[ExecutionRecord]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(
+            f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE status = 'running'"
+            " AND (lease_expires_at IS NULL OR lease_expires_at <= $1) LIMIT $2",
+            now.timestamp(), limit,
+        )
+        return [c.execution_record(r) for r in rows]
+
+    async def unmirrored(self, before: datetime, limit: int) -> list[Entry]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(
+            f"SELECT {', '.join('j.' + x.strip() for x in c.ENTRY_COLUMNS.split(','))}"
+            " FROM unmirrored u JOIN journal j ON j.eid = u.eid AND j.seq = u.seq"
+            " WHERE u.at <= $1 ORDER BY u.at, j.eid, j.seq LIMIT $2",
+            before.timestamp(), limit,
+        )
+        return [c.entry_record(r, r[1]) for r in rows]
+
+    async def waiters(self, channel: str) -> list[str]:
+        assert self._pool is not None
+        return [r[0] for r in await self._pool.fetch("SELECT eid FROM waiters WHERE channel = $1", channel)]
+
+    async def next_wake(self) -> datetime | None:
+        assert self._pool is not None
+        value = await self._pool.fetchval(
+            "SELECT LEAST((SELECT MIN(at) FROM timers), (SELECT MIN(visible_at) FROM tasks WHERE state = 'ready'))"
+        )
+        return c.dt(value)
+
+    async def claim(self, key: str, owner: str, now: datetime) -> bool:
+        assert self._pool is not None
+        status = await self._pool.execute(
+            "INSERT INTO claims (key, owner, at) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING", key, owner, now.timestamp()
+        )
+        return _rowcount(status) > 0
