@@ -37,6 +37,8 @@ from flowli.domain import (
 )
 from flowli.store import Fence, NewExecution, Store, Write
 
+from ..pg import fresh_schema
+
 # ---- backends ------------------------------------------------------------------------------
 
 
@@ -62,6 +64,7 @@ class Backend:
 BACKENDS = [
     Backend("sqlite-file", sqlite_file, shared=True),
     Backend("sqlite-memory", sqlite_memory, shared=False),
+    Backend("postgresql", fresh_schema, shared=True),
 ]
 
 

@@ -11,6 +11,8 @@ import flowli
 from flowli import Registry
 from flowli.testing import Clock
 
+from ..pg import fresh_schema
+
 FAST = {
     "lease_ttl": timedelta(seconds=5),
     "poll_interval": 0.05,
@@ -19,9 +21,14 @@ FAST = {
 }
 
 
-@pytest.fixture
-def db_url(tmp_path: Any) -> str:
-    return f"sqlite:///{tmp_path}/flowli.db"
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[str]:
+    """Every engine test runs on both backends: a SQLite file, and a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/flowli.db"
+    else:
+        async with fresh_schema() as url:
+            yield url
 
 
 @pytest.fixture
@@ -54,6 +61,16 @@ async def wait_status(engine: flowli.Engine, eid: str, status: str, timeout: flo
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"execution {eid} is {(await engine.status(eid)).status}, not {status}, after {timeout} s")
+
+
+async def wait_idle(engine: flowli.Engine, timeout: float = 10.0) -> None:
+    """Poll until no activation runs in this process (a suspension ends with its control-log append)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while engine.rt.activations and loop.time() < end:
+        await asyncio.sleep(0.01)
 
 
 def kinds(journal: list[Any], fid: str | None = None) -> list[str]:

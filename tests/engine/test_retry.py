@@ -10,7 +10,7 @@ from flowli import Context, Registry
 from flowli.domain import EntryKind, NonRetryableError, RetryPolicy, StepFailed
 from flowli.testing import Clock
 
-from .conftest import kinds, wait_status
+from .conftest import kinds, wait_idle, wait_status
 
 
 async def test_retry_delay_suspends_on_a_timer_and_frees_the_worker(open_engine):
@@ -35,6 +35,7 @@ async def test_retry_delay_suspends_on_a_timer_and_frees_the_worker(open_engine)
         await wait_status(engine, eid, "suspended")
         timers = await engine.timers(eid)
         assert [(t.fid, t.at - clock.now()) for t in timers] == [("root/flaky#0", timedelta(seconds=2))]
+        await wait_idle(engine)
         assert engine.rt.activations == {}  # no activation holds the waiting execution
         await clock.advance(timedelta(seconds=2))
         await _until_failures(engine, eid, 2)

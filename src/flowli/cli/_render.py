@@ -104,8 +104,11 @@ def describe_entry(e: Entry) -> Text:
     if e.kind is EntryKind.EXECUTION_RESUMED and isinstance(v, dict):
         return Text(f"epoch {v.get('epoch')}", style="dim")
     if e.kind is EntryKind.EXECUTION_SUSPENDED and isinstance(v, dict):
-        if v.get("reason"):
-            return Text(f"blocked ({v['reason']}) at {v.get('fid')}: {v.get('detail')}", style="red")
+        if v.get("reason") == "nondeterminism":
+            return Text(f"blocked by nondeterminism at {v.get('fid')}: {v.get('detail')}", style="red")
+        if v.get("reason"):  # a worker handed the execution back (it stopped, or met an error)
+            detail = error_line(e.error)
+            return Text(f"handed back: {v['reason']}" + (f" ({detail})" if detail else ""), style="yellow")
         waits = v.get("waits") or []
         return Text("waits for " + "; ".join(describe_wait(e.eid, w) for w in waits) if waits else "waits")
     if e.kind is EntryKind.EXECUTION_COMPLETED:

@@ -375,9 +375,10 @@ class Activation(Context):
         Returns the fid and its outcome entry when the frame has one (its memo, or its final failure).
         """
         parent = ROOT
+        # n counts the frames with that name under the parent, keyed ones included
+        n = self.counters[(parent, name)]
+        self.counters[(parent, name)] = n + 1
         if key is None:
-            n = self.counters[(parent, name)]
-            self.counters[(parent, name)] = n + 1
             fid = f"{parent}/{name}#{n}"
         else:
             key = str(key)

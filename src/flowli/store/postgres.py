@@ -220,7 +220,9 @@ class PostgresStore:
                         result = await drive(conn, apply_write(w, now))
                 except (asyncpg.PostgresError, OSError):
                     raise  # the transaction is broken: the caller retries each write alone
-                except Exception as exc:
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # LeaseLost is a BaseException: this write's answer
                     out.append((None, exc))
                 else:
                     out.append((result, None))

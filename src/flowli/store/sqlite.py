@@ -14,6 +14,7 @@ import contextlib
 import queue
 import sqlite3
 import threading
+import time
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any, Callable, Sequence, TypeVar
@@ -70,7 +71,16 @@ def _connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
     conn.execute("PRAGMA busy_timeout = 30000")
     if path != ":memory:":
-        conn.execute("PRAGMA journal_mode = WAL")
+        # switching to WAL takes a lock; a file in WAL mode already (another process uses it) needs none
+        for attempt in range(100):
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    conn.execute("PRAGMA journal_mode = WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if getattr(exc, "sqlite_errorname", "") != "SQLITE_BUSY" or attempt == 99:
+                    raise
+                time.sleep(0.05)
     # FULL: a commit reported done survives a power cut, in WAL mode too.
     conn.execute("PRAGMA synchronous = FULL")
     return conn
@@ -207,6 +217,8 @@ class SQLiteStore:
         try:
             writer_conn = await asyncio.to_thread(_connect, self.path)
         except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorname", "") != "SQLITE_CANTOPEN":
+                raise
             raise InvalidDatabaseURL(self.url, f"cannot open the file {self.path!r}: {exc}") from None
         self._writer = _Thread(writer_conn, "flowli-sqlite-writer", transactional=True)
         await self._writer.submit(self._migrate)

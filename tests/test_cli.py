@@ -1,0 +1,232 @@
+"""The ``flowli`` command, run as a user runs it: in a subprocess, in a working directory of
+its own, on a real SQLite file. A worker runs in a background process with a test app."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from flowli.cli import app
+
+APP = "cliapp:registry"
+APP_SOURCE = textwrap.dedent(
+    """
+    import flowli
+
+    registry = flowli.Registry()
+
+
+    def double(n):
+        return n * 2
+
+
+    def explode():
+        raise ValueError("the ledger is closed")
+
+
+    @registry.workflow("double")
+    async def double_wf(ctx, n: int) -> int:
+        return await ctx.step(double, n)
+
+
+    @registry.workflow("waiter")
+    async def waiter(ctx) -> str:
+        return await ctx.receive("go")
+
+
+    @registry.workflow("explode")
+    async def explode_wf(ctx) -> None:
+        await ctx.step(explode)
+    """
+)
+
+
+def cli_env(cwd: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("FLOWLI_DB", "FLOWLI_APP")}
+    env["PYTHONPATH"] = os.pathsep.join([str(cwd), env.get("PYTHONPATH", "")])
+    env["COLUMNS"] = "200"  # one line per journal entry
+    return env
+
+
+@pytest.fixture
+def cwd(tmp_path: Path) -> Path:
+    (tmp_path / "cliapp.py").write_text(APP_SOURCE)
+    return tmp_path
+
+
+@pytest.fixture
+def flowli(cwd: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "flowli.cli", *args], cwd=cwd, env=cli_env(cwd),
+            capture_output=True, text=True, timeout=timeout,
+        )
+
+    return run
+
+
+@pytest.fixture
+def worker(cwd: Path) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flowli.cli", "worker", "--app", APP, "--concurrency", "8"],
+        cwd=cwd, env=cli_env(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+def wait_for_show(flowli: Callable[..., subprocess.CompletedProcess[str]], eid: str, text: str, timeout: float = 30) -> str:
+    """The output of ``flowli show eid`` once it contains ``text``; a bounded wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = flowli("show", eid)
+        assert shown.returncode == 0, shown.stderr
+        if text in shown.stdout:
+            return shown.stdout
+        if time.monotonic() > deadline:
+            pytest.fail(f"{text!r} did not appear in the journal of {eid} within {timeout} s:\n{shown.stdout}")
+        time.sleep(0.2)
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], *names: str) -> None:
+    """Exit code 2 and one line on stderr naming the problem, not a traceback."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for name in names:
+        assert name in lines[0]
+
+
+def line_index(lines: list[str], *parts: str, after: int = -1) -> int:
+    """The index of the first line past ``after`` that holds every one of ``parts``."""
+    for i, line in enumerate(lines):
+        if i > after and all(p in line for p in parts):
+            return i
+    raise AssertionError(f"no line past {after} holds {parts}:\n" + "\n".join(lines))
+
+
+# ---- demo ----------------------------------------------------------------------------------
+
+
+def test_demo_runs_the_invoice_approval_and_prints_its_journal(flowli, cwd):
+    result = flowli("demo")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert (cwd / "flowli.db").exists()  # the default database, in the working directory
+    journal = out.splitlines()[line_index(out.splitlines(), "journal of invoice_approval"):]
+    failed = line_index(journal, "frame.failed", "root/check_fraud#0", "ConnectionError")
+    completed = line_index(journal, "frame.completed", "root/check_fraud#0", after=failed)
+    received = line_index(journal, "frame.completed", "root/receive#0", "human:carol@example.com", after=completed)
+    child = line_index(journal, "frame.completed", "root/notify_accounting#0", after=received)
+    line_index(journal, "execution.completed", after=child)
+    listed = flowli("ls", "--status", "completed")
+    assert "invoice_approval" in listed.stdout and "notify_accounting" in listed.stdout
+
+
+# ---- start, worker, show, ls ---------------------------------------------------------------
+
+
+def test_start_then_a_worker_runs_it_and_show_and_ls_read_it(flowli, worker):
+    started = flowli("start", "double", "21", "--app", APP, "--by", "alice@example.com")
+    assert started.returncode == 0, started.stderr
+    eid = started.stdout.strip()
+    uuid.UUID(eid)
+    shown = wait_for_show(flowli, eid, "execution.completed")
+    assert "human:alice@example.com" in shown  # the provenance of the start
+    done = line_index(shown.splitlines(), "frame.completed", "root/double#0", "42")
+    line_index(shown.splitlines(), "execution.completed", "42", after=done)
+    assert "status" in shown and "completed" in shown.split("status", 1)[1]
+    listed = flowli("ls", "--workflow", "double", "--status", "completed")
+    assert eid in listed.stdout
+    assert eid not in flowli("ls", "--status", "failed").stdout
+
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert "worker stopped" in out
+
+
+def test_start_wait_runs_a_worker_in_process_and_prints_the_result(flowli):
+    result = flowli("--app", APP, "start", "double", "21", "--wait")
+    assert result.returncode == 0, result.stderr
+    eid, value = result.stdout.split()
+    uuid.UUID(eid)
+    assert value == "42"
+    failed = flowli("--app", APP, "start", "explode", "--wait")
+    assert failed.returncode == 1
+    assert "the ledger is closed" in failed.stderr and "failed" in failed.stderr
+
+
+def test_signal_resumes_a_suspended_execution(flowli, worker):
+    eid = flowli("start", "waiter", "--app", APP).stdout.strip()
+    wait_for_show(flowli, eid, "execution.suspended")
+    sent = flowli("signal", eid, "go", '"hello"', "--by", "bob@example.com")
+    assert sent.returncode == 0, sent.stderr
+    shown = wait_for_show(flowli, eid, "execution.completed")
+    line_index(shown.splitlines(), "frame.completed", "root/receive#0", '"hello"', "human:bob@example.com")
+
+
+def test_cancel_of_a_suspended_execution_shows_execution_cancelled(flowli, worker):
+    eid = flowli("start", "waiter", "--app", APP).stdout.strip()
+    wait_for_show(flowli, eid, "execution.suspended")
+    cancelled = flowli("cancel", eid, "--by", "dana@example.com")
+    assert cancelled.returncode == 0, cancelled.stderr
+    shown = wait_for_show(flowli, eid, "execution.cancelled")
+    line_index(shown.splitlines(), "execution.cancelled", "dana@example.com")
+    # it is terminal now: a second cancel and a signal are refused, and change nothing
+    assert_refused(flowli("cancel", eid), eid, "cancelled")
+    assert_refused(flowli("signal", eid, "go", "1"), eid, "cancelled")
+    assert flowli("show", eid).stdout.count("execution.cancelled") == 1
+
+
+# ---- refused commands ----------------------------------------------------------------------
+
+
+def test_signal_to_an_unknown_eid_exits_2_naming_it(flowli, cwd):
+    unknown = str(uuid.uuid4())
+    assert_refused(flowli("signal", unknown, "go", "1"), unknown)  # no database yet
+    assert not (cwd / "flowli.db").exists()
+    assert flowli("start", "double", "1", "--app", APP).returncode == 0
+    assert_refused(flowli("signal", unknown, "go", "1"), unknown)
+    assert_refused(flowli("show", unknown), unknown)
+
+
+def test_a_bogus_database_url_exits_2_naming_it(flowli):
+    assert_refused(flowli("--db", "bogus://x", "ls"), "bogus://x")
+    assert_refused(flowli("start", "double", "1", "--app", APP, "--db", "bogus://x"), "bogus://x")
+
+
+def test_start_of_an_unknown_workflow_exits_2_naming_it_and_writes_nothing(flowli, cwd):
+    assert_refused(flowli("start", "no_such_flow", "--app", APP), "no_such_flow")
+    assert_refused(flowli("start", "no_such_flow"), "no_such_flow", "--app")
+    assert not (cwd / "flowli.db").exists()
+    assert_refused(flowli("start", "double", "1", "2", "--app", APP), "double")
+    assert "no executions" in flowli("ls").stdout
+
+
+def test_a_bad_app_exits_2_naming_it(cwd, monkeypatch):
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the CLI puts the working directory on it
+    monkeypatch.setitem(sys.modules, "cliapp", None)
+    monkeypatch.delitem(sys.modules, "cliapp")  # so that monkeypatch removes the import afterwards
+    runner = CliRunner()
+    for spec, name in [("no_such_module:registry", "no_such_module"), (f"{APP}x", "registryx"), ("cliapp", "cliapp")]:
+        result = runner.invoke(app, ["--app", spec, "start", "double", "1"])
+        assert result.exit_code == 2, result.output
+        assert name in result.output
+    monkeypatch.setenv("FLOWLI_DB", "bogus://from-env")
+    result = runner.invoke(app, ["ls"])
+    assert result.exit_code == 2 and "bogus://from-env" in result.output
