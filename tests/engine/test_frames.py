@@ -208,3 +208,21 @@ async def test_workflow_error_is_rebuilt_for_the_caller(open_engine):
         eid = await engine.start("raises")
         with pytest.raises(KeyError):
             await engine.result(eid, timeout=30)
+
+
+async def test_eids_are_uuid7_sorting_by_creation_and_child_eids_uuid5(open_engine):
+    import uuid
+
+    from flowli.domain import child_eid
+
+    registry = Registry()
+
+    @registry.workflow("e")
+    async def e(ctx: Context) -> None: ...
+
+    async with open_engine(registry, worker=False) as engine:
+        eids = [await engine.start("e") for _ in range(5)]
+    assert all(uuid.UUID(x).version == 7 for x in eids)
+    assert eids == sorted(eids)
+    kid = child_eid(eids[0], "root/kid#0")
+    assert uuid.UUID(kid).version == 5 and kid == child_eid(eids[0], "root/kid#0") != child_eid(eids[0], "root/kid#1")
