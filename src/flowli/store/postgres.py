@@ -121,6 +121,8 @@ class PostgresStore:
         self._queue: asyncio.Queue[tuple[Write, datetime, asyncio.Future[WriteResult]]] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._subscribers: list[Callable[[str], None]] = []
+        self._relisten: asyncio.Future[None] | None = None
+        self._closing = False
 
     async def open(self) -> None:
         try:
@@ -134,9 +136,34 @@ class PostgresStore:
         async with self._pool.acquire() as conn:
             await self._migrate(conn)
         self._writer = asyncio.create_task(self._write_loop(), name="flowli-postgres-writer")
-        with contextlib.suppress(Exception):
+        await self._listen()
+
+    async def _listen(self) -> None:
+        """LISTEN on a connection of its own; when it drops, listen again (meanwhile workers
+        fall back to their slow poll, and a reconnection wakes them once in case they missed work)."""
+        try:
             self._listener = await asyncpg.connect(self.dsn)
             await self._listener.add_listener(_CHANNEL, self._on_notify)
+            self._listener.add_termination_listener(self._on_listener_lost)
+        except (OSError, asyncpg.PostgresError) as exc:
+            log.warning("LISTEN failed (%s); workers poll until it is back", exc)
+            self._listener = None
+            self._relisten_later()
+
+    def _on_listener_lost(self, conn: Any) -> None:
+        if self._closing:
+            return
+        self._listener = None
+        self._relisten_later()
+
+    def _relisten_later(self) -> None:
+        async def again() -> None:
+            await asyncio.sleep(1.0)
+            if not self._closing and self._listener is None:
+                await self._listen()
+                self._on_notify(None, 0, _CHANNEL, "work")
+
+        self._relisten = asyncio.ensure_future(again())
 
     async def _migrate(self, conn: asyncpg.Connection) -> None:
         async with conn.transaction():
@@ -151,11 +178,17 @@ class PostgresStore:
                     await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", version)
 
     async def close(self) -> None:
+        self._closing = True
+        if self._relisten is not None:
+            self._relisten.cancel()
         if self._writer is not None:
             self._writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
+            await asyncio.wait([self._writer])
             self._writer = None
+        while not self._queue.empty():  # writes that never reached the writer
+            _, _, fut = self._queue.get_nowait()
+            if not fut.done():
+                fut.set_exception(RuntimeError(f"store {self.url} is closed"))
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
