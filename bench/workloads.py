@@ -1,16 +1,17 @@
-"""Workloads W1–W4 of BENCH.md, on a fresh SQLite database each run.
+"""Workloads W1–W4 of BENCH.md, on the database of a URL (fresh for each run, see :mod:`bench.targets`).
 
-Each ``run_*`` function opens its own engine on a new file in ``db_dir``, runs the worker in the
-same process as the client, and returns the JSON-ready result line of BENCH.md (without the
-versions and machine, which :mod:`bench.run` adds). Every run checks that all executions it
-started completed with the expected value, and raises :class:`BenchError` otherwise.
+Each ``run_*`` function opens its own engine on ``url`` (``flowli.connect``, or ``opener`` when
+given: :mod:`bench.drivers` passes one that builds the store on another driver), runs the worker
+in the same process as the client, and returns the JSON-ready result line of BENCH.md (without
+the versions and machine, which :mod:`bench.run` adds). Every run checks that all executions it
+started completed with the expected value, and raises :class:`BenchError` otherwise. W5 (worker
+processes on PostgreSQL) is in :mod:`bench.w5`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,6 +19,8 @@ from typing import Any, Awaitable, Callable
 
 import flowli
 from flowli.domain import Status
+
+from .targets import backend_of
 
 registry = flowli.Registry()
 
@@ -78,12 +81,15 @@ class Workload:
     run: Callable[..., Awaitable[dict[str, Any]]]
 
 
-def db_url(db_dir: str) -> str:
-    return f"sqlite:///{os.path.abspath(os.path.join(db_dir, 'bench.db'))}"
+Opener = Callable[[str], Awaitable[flowli.Engine]]
 
 
-async def _open(db_dir: str) -> flowli.Engine:
-    return await flowli.connect(db_url(db_dir), registry)
+async def _open(url: str, opener: Opener | None = None) -> flowli.Engine:
+    return await (opener or _connect)(url)
+
+
+async def _connect(url: str) -> flowli.Engine:
+    return await flowli.connect(url, registry)
 
 
 async def _await_all(engine: flowli.Engine, eids: list[str]) -> list[Any]:
@@ -101,16 +107,16 @@ async def _check_completed(engine: flowli.Engine, eids: list[str], values: list[
             raise BenchError(f"execution {eid} is {record.status.value}, not completed")
 
 
-def _line(workload: str, n: int, wall: float, rate: float | None, unit: str, **extra: Any) -> dict[str, Any]:
+def _line(url: str, workload: str, n: int, wall: float, rate: float | None, unit: str, **extra: Any) -> dict[str, Any]:
     return {
-        "engine": "flowli", "backend": "sqlite", "workload": workload, "n": n,
+        "engine": "flowli", "backend": backend_of(url), "workload": workload, "n": n,
         "wall_s": round(wall, 4), "rate": None if rate is None else round(rate, 1), "unit": unit, **extra,
     }
 
 
-async def run_w1(db_dir: str, n: int = 200, *, steps: int = 10, concurrency: int = 64) -> dict[str, Any]:
+async def run_w1(url: str, n: int = 200, *, opener: Opener | None = None, steps: int = 10, concurrency: int = 64) -> dict[str, Any]:
     """W1: start ``n`` workflows of ``steps`` sequential steps back to back, then wait for all."""
-    engine = await _open(db_dir)
+    engine = await _open(url, opener)
     async with engine, engine.worker(concurrency=concurrency):
         t0 = time.perf_counter()
         eids = [await engine.start(sequential, steps) for _ in range(n)]
@@ -119,20 +125,20 @@ async def run_w1(db_dir: str, n: int = 200, *, steps: int = 10, concurrency: int
         wall = time.perf_counter() - t0
         await _check_completed(engine, eids, values, [sum(range(steps))] * n)
     total = n * steps
-    return _line("W1", n, wall, total / wall, "steps/s", steps=total, start_s=round(started - t0, 4),
+    return _line(url, "W1", n, wall, total / wall, "steps/s", steps=total, start_s=round(started - t0, 4),
                  concurrency=concurrency)
 
 
-async def run_w2(db_dir: str, n: int = 500, *, concurrency: int = 64) -> dict[str, Any]:
+async def run_w2(url: str, n: int = 500, *, opener: Opener | None = None, concurrency: int = 64) -> dict[str, Any]:
     """W2: one workflow gathers ``n`` steps and returns their count."""
-    engine = await _open(db_dir)
+    engine = await _open(url, opener)
     async with engine, engine.worker(concurrency=concurrency):
         t0 = time.perf_counter()
         eid = await engine.start(fan_out, n)
         values = await _await_all(engine, [eid])
         wall = time.perf_counter() - t0
         await _check_completed(engine, [eid], values, [n])
-    return _line("W2", n, wall, n / wall, "steps/s", steps=n, concurrency=concurrency)
+    return _line(url, "W2", n, wall, n / wall, "steps/s", steps=n, concurrency=concurrency)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -142,9 +148,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-async def run_w3(db_dir: str, n: int = 100, *, concurrency: int = 64) -> dict[str, Any]:
+async def run_w3(url: str, n: int = 100, *, opener: Opener | None = None, concurrency: int = 64) -> dict[str, Any]:
     """W3: ``n`` one-step workflows, each started and awaited before the next starts."""
-    engine = await _open(db_dir)
+    engine = await _open(url, opener)
     latencies: list[float] = []
     eids: list[str] = []
     values: list[Any] = []
@@ -159,14 +165,14 @@ async def run_w3(db_dir: str, n: int = 100, *, concurrency: int = 64) -> dict[st
         wall = time.perf_counter() - t0
         await _check_completed(engine, eids, values, list(range(n)))
     ms = [x * 1000 for x in latencies]
-    return _line("W3", n, wall, n / wall, "workflows/s",
+    return _line(url, "W3", n, wall, n / wall, "workflows/s",
                  p50_ms=round(percentile(ms, 50), 2), p99_ms=round(percentile(ms, 99), 2),
                  max_ms=round(max(ms), 2), concurrency=concurrency)
 
 
-async def run_w4(db_dir: str, n: int = 200, *, sleep_s: float = 1.0, concurrency: int = 64) -> dict[str, Any]:
+async def run_w4(url: str, n: int = 200, *, opener: Opener | None = None, sleep_s: float = 1.0, concurrency: int = 64) -> dict[str, Any]:
     """W4: ``n`` workflows each sleep ``sleep_s`` seconds, then run one step. The figure is the wall."""
-    engine = await _open(db_dir)
+    engine = await _open(url, opener)
     async with engine, engine.worker(concurrency=concurrency):
         t0 = time.perf_counter()
         eids = [await engine.start(sleep_then_step, sleep_s, i) for i in range(n)]
@@ -174,7 +180,7 @@ async def run_w4(db_dir: str, n: int = 200, *, sleep_s: float = 1.0, concurrency
         values = await _await_all(engine, eids)
         wall = time.perf_counter() - t0
         await _check_completed(engine, eids, values, list(range(n)))
-    return _line("W4", n, wall, None, "s", sleep_s=sleep_s, overhead_s=round(wall - sleep_s, 4),
+    return _line(url, "W4", n, wall, None, "s", sleep_s=sleep_s, overhead_s=round(wall - sleep_s, 4),
                  start_s=round(started - t0, 4), concurrency=concurrency)
 
 

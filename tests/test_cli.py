@@ -134,6 +134,11 @@ def test_demo_runs_the_invoice_approval_and_prints_its_journal(flowli, cwd):
     line_index(journal, "execution.completed", after=child)
     listed = flowli("ls", "--status", "completed")
     assert "invoice_approval" in listed.stdout and "notify_accounting" in listed.stdout
+    eid = next(w for w in out.split() if w.count("-") == 4 and len(w) == 36)
+    shown = flowli("show", eid, "--evidence").stdout.splitlines()
+    evidence = line_index(shown, "evidence")
+    first = line_index(shown, "root/check_fraud#0", "scoring", after=evidence)
+    line_index(shown, "root/check_fraud#0", "scoring", after=first)  # one log per attempt: two attempts
 
 
 # ---- start, worker, show, ls ---------------------------------------------------------------

@@ -26,6 +26,14 @@ def open_store(url: str) -> Store:
     raise InvalidDatabaseURL(url, f"unknown scheme {scheme!r}; use sqlite:// or postgresql://")
 
 
+def bucket_path(store: Store) -> str:
+    """Evidence sits beside a SQLite file; otherwise in ``flowli-bucket`` in the working directory."""
+    path = getattr(store, "path", None)
+    if isinstance(path, str) and path != ":memory:":
+        return f"{path}-bucket"
+    return "flowli-bucket"
+
+
 def projection_path(store: Store) -> str:
     """The projection sits beside a SQLite file; other stores keep it in memory."""
     path = getattr(store, "path", None)
@@ -40,6 +48,8 @@ async def connect(
     """Open the store at ``url`` (creating or upgrading its schema) and return an Engine."""
     store = open_store(url)
     await store.open()
+    if "bucket" not in tuning and options is None:
+        tuning["bucket"] = bucket_path(store)
     if tuning:
         options = Options(**{**(options or Options()).__dict__, **tuning})
     return Engine(store, registry, clock=clock, options=options, projection_path=projection_path(store))

@@ -1,5 +1,6 @@
-"""Crash tests: real worker processes share one SQLite file; the tests kill them with SIGKILL or
-pause them with SIGSTOP, and read the journal, the effects file and the workers' logs.
+"""Crash tests: real worker processes share one database (a SQLite file, or a PostgreSQL schema);
+the tests kill them with SIGKILL or pause them with SIGSTOP, and read the journal, the effects
+file and the workers' logs.
 
 This module is their harness: the worker processes of one test, bounded waits, and readers.
 """
@@ -24,13 +25,14 @@ WORKER = Path(__file__).resolve().parent / "worker_main.py"
 
 
 class Workers:
-    """The worker processes of one test, each logging to ``{name}.log`` in ``folder``.
-    :meth:`close` kills every one still alive, stopped ones included."""
+    """The worker processes of one test on the database at ``url``, each logging to
+    ``{name}.log`` in ``folder``. :meth:`close` kills every one still alive, stopped ones included."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, url: str):
         self.folder = folder
-        self.db = folder / "flow.db"
-        self.url = f"sqlite:///{self.db}"
+        self.url = url
+        self.db = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+        """The SQLite file, or None (PostgreSQL)."""
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def spawn(self, name: str, *options: str) -> subprocess.Popen[bytes]:
@@ -57,6 +59,18 @@ class Workers:
         proc = self.procs[name]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+    async def pause(self, name: str) -> None:
+        """SIGSTOP worker ``name``. On SQLite, at a moment when it holds no write lock on the file
+        (:func:`pause_outside_write`); on PostgreSQL, a plain SIGSTOP: a lock that a stopped
+        process holds there is a row lock, which blocks only the rows it locked, and a worker
+        whose step waits runs no write transaction (its renewals are single statements)."""
+        pid = self.procs[name].pid
+        if self.db is not None:
+            await pause_outside_write(pid, self.db)
+        else:
+            os.kill(pid, signal.SIGSTOP)
+            await until(lambda: _stopped(pid), 5, f"process {pid} to stop")
 
     def close(self) -> None:
         for proc in self.procs.values():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import flowli
@@ -74,4 +75,11 @@ async def steps(
 async def wait_then_step(ctx: flowli.Context, work_dir: str) -> str:
     """Suspends on a receive; the signal resumes it, and a step runs (frame ``root/effect:after``)."""
     await ctx.receive("go")
+    return await ctx.step(effect, ctx.eid, "after", work_dir, 0.0, key="after")
+
+
+@registry.workflow("crash.nap", version="1")
+async def nap_then_step(ctx: flowli.Context, work_dir: str, seconds: float) -> str:
+    """Sleeps (a timer that a sweeper fires), then one step (frame ``root/effect:after``)."""
+    await ctx.sleep(timedelta(seconds=seconds))
     return await ctx.step(effect, ctx.eid, "after", work_dir, 0.0, key="after")

@@ -23,15 +23,6 @@ ROUNDS = 6  # a kill falls between the two appends of some execution in about on
 NO_REPAIR = ("--repair-grace", "600", "--concurrency", str(BURST))  # the test's sweep repairs
 
 
-@pytest.fixture
-def workers(tmp_path: Path):
-    w = Workers(tmp_path)
-    try:
-        yield w
-    finally:
-        w.close()
-
-
 async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
     tmp_path: Path, workers: Workers, record_property: pytest.RecordProperty
 ) -> None:
@@ -88,10 +79,10 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
         assert await fresh.store.unmirrored(datetime.now(timezone.utc), 10 * len(eids)) == []
 
 
-async def test_sweep_appends_a_lifecycle_entry_that_a_worker_did_not_mirror(tmp_path: Path) -> None:
+async def test_sweep_appends_a_lifecycle_entry_that_a_worker_did_not_mirror(tmp_path: Path, db_url: str) -> None:
     """Deterministic: a worker's last write (journal entry, status, release), through the Store,
     without the second append; a sweep after the repair grace appends it to the control log."""
-    url = f"sqlite:///{tmp_path / 'flow.db'}"
+    url = db_url
     engine = await flowli.connect(url, registry)  # the default grace: 5 s
     async with engine:
         eid = await engine.start("crash.steps", str(tmp_path), ["only"])
@@ -120,10 +111,10 @@ async def test_sweep_appends_a_lifecycle_entry_that_a_worker_did_not_mirror(tmp_
         assert await fresh.sweep() == 0  # repaired once
 
 
-async def test_a_worker_that_does_not_crash_makes_both_appends(tmp_path: Path) -> None:
+async def test_a_worker_that_does_not_crash_makes_both_appends(tmp_path: Path, db_url: str) -> None:
     """The complement of the repair: with no crash, every lifecycle entry of the journal reaches
     the control log through the worker itself, and nothing is left for the sweeper to repair."""
-    engine = await flowli.connect(f"sqlite:///{tmp_path / 'flow.db'}", registry)
+    engine = await flowli.connect(db_url, registry)
     async with engine:
         async with engine.worker(concurrency=4, sweeper=False):  # no sweeper repairs behind its back
             eid = await engine.start("crash.wait", str(tmp_path))

@@ -22,15 +22,6 @@ NAMES = ["s0", "s1", "s2", "s3"]
 PAUSE = 0.25  # seconds in each step: an execution lasts about a second in worker A
 
 
-@pytest.fixture
-def workers(tmp_path: Path):
-    w = Workers(tmp_path)
-    try:
-        yield w
-    finally:
-        w.close()
-
-
 async def test_random_sigkill_then_second_worker_completes_all(
     tmp_path: Path, workers: Workers, record_property: pytest.RecordProperty
 ) -> None:

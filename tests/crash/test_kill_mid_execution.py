@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 import flowli
 from flowli.domain import EntryKind
 
@@ -16,15 +14,6 @@ from .app import BEGUN, EFFECTS, RELEASE, registry
 
 NAMES = ["s0", "s1", "s2", "s3", "s4"]
 HELD = "s2"
-
-
-@pytest.fixture
-def workers(tmp_path: Path):
-    w = Workers(tmp_path)
-    try:
-        yield w
-    finally:
-        w.close()
 
 
 async def test_sigkill_mid_execution_then_second_worker_runs_only_the_rest(tmp_path: Path, workers: Workers) -> None:

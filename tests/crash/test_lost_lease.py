@@ -11,26 +11,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import flowli
 from flowli.domain import Entry, EntryKind, Status
 
-from . import Workers, epoch_of, lines, pause_outside_write, pid_of, summary, until
+from . import Workers, epoch_of, lines, pid_of, summary, until
 from .app import BEGUN, RELEASE, registry
 
 NAMES = ["s0", "s1", "s2"]
 HELD = "s1"
 HOLD_SECONDS = 4.0  # longer than the lease (1.5 s in the workers)
-
-
-@pytest.fixture
-def workers(tmp_path: Path):
-    w = Workers(tmp_path)
-    try:
-        yield w
-    finally:
-        w.close()
 
 
 @dataclass
@@ -60,7 +49,7 @@ async def pause_a_until_b_completes(tmp_path: Path, workers: Workers) -> Outcome
             )
 
         await until(held_step_started, 20, f"step {HELD} to begin in worker A")
-        await pause_outside_write(a.pid, workers.db)
+        await workers.pause("a")
         record = await engine.status(eid)
         assert record.status is Status.RUNNING and record.lease_owner is not None
 

@@ -32,13 +32,14 @@ async def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator
 
 
 @pytest.fixture
-def open_engine(db_url: str) -> Callable[..., contextlib.AbstractAsyncContextManager[flowli.Engine]]:
+def open_engine(db_url: str, tmp_path: Any) -> Callable[..., contextlib.AbstractAsyncContextManager[flowli.Engine]]:
     """``async with open_engine(registry, clock=None, worker=True) as engine``: an engine on a real file."""
 
     @contextlib.asynccontextmanager
     async def make(
         registry: Registry, *, clock: Clock | None = None, worker: bool = True, **tuning: Any
     ) -> AsyncIterator[flowli.Engine]:
+        tuning.setdefault("bucket", str(tmp_path / "bucket"))
         engine = await flowli.connect(db_url, registry, clock=clock, **{**FAST, **tuning})
         async with engine:
             if worker:

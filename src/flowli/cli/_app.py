@@ -30,7 +30,7 @@ from flowli._connect import default_url
 from flowli.domain import Cancelled, FlowliError, Status, UnknownExecutionError, UnknownWorkflowError
 from flowli.engine import Engine, Registry
 
-from ._render import child_eids, execution_view, executions_table
+from ._render import child_eids, evidence_view, execution_view, executions_table
 
 EXIT_REFUSED = 2
 EXIT_EXECUTION_FAILED = 1
@@ -326,14 +326,15 @@ async def _ls(s: Settings, status: Status | None, workflow: str | None, limit: i
 def show(
     ctx: typer.Context,
     eid: Annotated[str, typer.Argument(help="The execution's eid.")],
+    evidence: Annotated[bool, typer.Option("--evidence", help="Also print what the steps wrote, attempt by attempt.")] = False,
     app_: AppOption = None,
     db: DbOption = None,
 ) -> None:
     """Show an execution's journal as a timeline, then its record."""
-    run(_show(_settings(ctx, app_, db), eid))
+    run(_show(_settings(ctx, app_, db), eid, evidence))
 
 
-async def _show(s: Settings, eid: str) -> int:
+async def _show(s: Settings, eid: str, evidence: bool = False) -> int:
     require_database(s, eid)
     async with open_engine(s) as engine:
         entries = await engine.journal(eid)
@@ -345,7 +346,10 @@ async def _show(s: Settings, eid: str) -> int:
         for ceid in child_eids(entries):
             with contextlib.suppress(UnknownExecutionError):
                 children.append(await engine.status(ceid))
+        written = await engine.evidence(eid) if evidence else []
     out.print(execution_view(record, entries, children))
+    if evidence:
+        out.print(evidence_view(written))
     return 0
 
 

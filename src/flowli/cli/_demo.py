@@ -23,6 +23,7 @@ from rich.text import Text
 
 from flowli.domain import Entry, EntryKind, ExecutionRecord, RetryPolicy, Status, UnknownExecutionError
 from flowli.engine import Context, Engine, Registry
+from flowli.log import get_logger
 
 from ._render import STATUS_STYLE, child_eids, describe_entry, execution_view
 
@@ -36,6 +37,9 @@ _fraud_calls: dict[str, int] = {}
 """Calls of the fraud service per invoice in this process: the first one times out."""
 
 
+log = get_logger("flowli.demo")
+
+
 def fetch_invoice(invoice_id: str, amount: float) -> dict[str, Any]:
     return {"invoice": invoice_id, "amount": amount, "currency": "EUR", "vendor": "ACME Corp"}
 
@@ -43,6 +47,7 @@ def fetch_invoice(invoice_id: str, amount: float) -> dict[str, Any]:
 def check_fraud(invoice_id: str) -> dict[str, Any]:
     """A flaky fraud-scoring service: its first call for an invoice times out."""
     calls = _fraud_calls[invoice_id] = _fraud_calls.get(invoice_id, 0) + 1
+    log.info("scoring", invoice=invoice_id, call=calls)
     if calls == 1:
         raise ConnectionError("the fraud service timed out")
     return {"score": 0.03, "verdict": "clean"}

@@ -311,3 +311,21 @@ class Executions:
 
 def executions_table(rows: Sequence[ExecutionSummary]) -> Executions:
     return Executions(rows)
+
+
+def evidence_view(items: Sequence[Any]) -> RenderableType:
+    """What the steps wrote while they ran, frame by frame and attempt by attempt."""
+    table = Table(title="evidence (explains the journal; never authority)", title_justify="left", box=None, pad_edge=False)
+    for name in ("frame", "att", "time (UTC)", "level", "event", "fields"):
+        table.add_column(name, overflow="fold")
+    if not items:
+        return Text("no evidence: no step wrote to its attempt log (or the bucket is elsewhere)", style="dim")
+    for e in items:
+        if e.event is not None:
+            ev = dict(e.event)
+            at = str(ev.pop("timestamp", ""))[11:23]
+            fields = {k: v for k, v in ev.items() if k not in ("event", "level", "eid", "fid", "attempt", "logger")}
+            table.add_row(e.fid, str(e.attempt), at, str(ev.get("level", "")), str(ev.get("event", "")), short(fields))
+        else:
+            table.add_row(e.fid, str(e.attempt), "", "", "attachment", str(e.attachment))
+    return table

@@ -33,6 +33,7 @@ from flowli.domain import (
     new_eid,
     task_id,
 )
+from flowli.log import Evidence
 from flowli.store import NewMessage, StatusChange, Store, WakeWaiters, Write
 
 from ._clock import Clock, SystemClock
@@ -249,6 +250,10 @@ class Engine:
     ) -> list[ExecutionSummary]:
         """Executions from the projection, newest first."""
         return await self.projection.list(status, workflow, limit)
+
+    async def evidence(self, eid: str) -> builtins.list[Evidence]:
+        """What the steps of an execution wrote while they ran, attempt by attempt (never authority)."""
+        return await asyncio.to_thread(self.rt.bucket.read, eid)
 
     async def timers(self, eid: str | None = None) -> builtins.list[Timer]:
         """The timers set, for one execution or all."""

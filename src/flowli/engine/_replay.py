@@ -42,6 +42,7 @@ from flowli.domain import (
     digest,
     task_id,
 )
+from flowli.log import Attempt, attempt_scope
 from flowli.store import (
     Announcement,
     Fence,
@@ -501,7 +502,8 @@ class Activation(Context):
             # them in order, and the outcome is not appended before the start is durable.
             started_write = asyncio.ensure_future(self._write(Write(entries=[started])))
             try:
-                value = await run_function(fn, args, kwargs)
+                with attempt_scope(Attempt(self.eid, fid, attempt, self.rt.bucket)):
+                    value = await run_function(fn, args, kwargs)
                 value = check_json(value, f"the value of step {fid}")
                 exc: Exception | None = None
             except Exception as e:  # the step's failure is an outcome, journaled

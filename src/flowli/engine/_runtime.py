@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Iterable
 
 from flowli.domain import Actor, Code, Entry, Provenance, Site, new_eid
+from flowli.log import Bucket
 from flowli.store import Announcement, Store, Write
 
 from ._clock import Clock
@@ -33,6 +34,9 @@ class Options:
     """Seconds between sweeps at most; due timers wake the sweeper sooner."""
     repair_grace: timedelta = timedelta(seconds=5)
     """How old a lifecycle entry missing from the control log must be before the sweeper repairs it."""
+    bucket: str = "flowli-bucket"
+    """The directory of evidence (attempt logs, attachments); ``flowli.connect`` puts it beside a
+    SQLite file."""
 
 
 class Runtime:
@@ -43,6 +47,7 @@ class Runtime:
         self.registry = registry
         self.clock = clock
         self.options = options
+        self.bucket = Bucket(options.bucket)
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.owner = f"{self.host}:{self.pid}:{new_eid()[-12:]}"

@@ -28,6 +28,7 @@ from flowli.domain import (
     check_json,
     task_id,
 )
+from flowli.log import Attempt, attempt_scope
 from flowli.store import Fence, StatusChange, Write
 
 from ._replay import Activation, failure_entry_value, import_ref, policy_from_json, run_function
@@ -176,7 +177,9 @@ class Worker:
         prov = rt.provenance(code=code, attempt=attempt)
         try:
             fn = import_ref(p["ref"])
-            value = check_json(await run_function(fn, p["args"], p["kwargs"]), f"the value of step {fid}")
+            with attempt_scope(Attempt(task.eid, fid, attempt, rt.bucket)):
+                value = await run_function(fn, p["args"], p["kwargs"])
+            value = check_json(value, f"the value of step {fid}")
             entry = Entry(eid=task.eid, kind=EntryKind.FRAME_COMPLETED, provenance=prov, fid=fid, attempt=attempt, value=value)
         except Exception as exc:  # an outcome, journaled
             policy = policy_from_json(p["retry"])
