@@ -18,7 +18,8 @@ give a psycopg ``AsyncConnectionPool`` that surface:
 - prepared statements: psycopg prepares a statement on its 5th run (``prepare_threshold``)
   and keeps ``prepared_max`` of them per connection; 512 here, as asyncpg's cache of the store.
 
-:class:`PsycopgPostgresStore` overrides only ``open``; everything else is the store of ``src/``.
+:class:`PsycopgPostgresStore` overrides only ``open`` and ``_listen``; everything else (the
+group-commit writer, the plans of ``_apply``, dequeue, renew, reads) is the store of ``src/``.
 Run the comparison with ``python -m bench.drivers`` (W1, 3 runs per driver, medians), which is
 ``python -m bench.run --backend postgresql --workloads W1 --driver asyncpg,psycopg``.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import re
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -42,6 +44,7 @@ from flowli.domain import InvalidDatabaseURL
 from flowli.store.postgres import _CHANNEL, PostgresStore
 
 DRIVERS = ("asyncpg", "psycopg")
+log = logging.getLogger("bench.drivers")
 PREPARED_MAX = 512
 
 
@@ -189,7 +192,8 @@ class Listener:
 
 
 class PsycopgPostgresStore(PostgresStore):
-    """The PostgreSQL store of ``src/`` on psycopg 3: only ``open`` differs."""
+    """The PostgreSQL store of ``src/`` on psycopg 3: only ``open`` (the pool) and ``_listen``
+    (the LISTEN connection, without the store's reconnection) differ."""
 
     async def open(self) -> None:
         try:
@@ -199,10 +203,16 @@ class PsycopgPostgresStore(PostgresStore):
         async with self._pool.acquire() as conn:  # type: ignore[union-attr]
             await self._migrate(conn)  # type: ignore[arg-type]
         self._writer = asyncio.create_task(self._write_loop(), name="flowli-postgres-writer")
-        with contextlib.suppress(Exception):
+        await self._listen()
+
+    async def _listen(self) -> None:
+        try:
             listener = await Listener.connect(self.dsn)
-            self._listener = listener  # type: ignore[assignment]
             await listener.add_listener(_CHANNEL, self._on_notify)
+        except (OSError, psycopg.Error) as exc:
+            log.warning("LISTEN failed (%s); workers poll", exc)
+            return
+        self._listener = listener  # type: ignore[assignment]
 
 
 async def open_psycopg_engine(url: str, registry: flowli.Registry | None = None) -> flowli.Engine:

@@ -1,8 +1,10 @@
-"""Run workloads W1–W4 of BENCH.md: ``python -m bench.run [--workloads W1,W2] [--runs 3] [--n N]``.
+"""Run the workloads of BENCH.md: ``python -m bench.run [--backend sqlite,postgresql] [--workloads W1,W2] [--runs 3]``.
 
-Every run gets a fresh SQLite file in a temp dir (durable settings as shipped) and its own event
-loop, with the worker in the same process as the client. Each run prints one JSON line on
-stdout; the summary table of medians goes to stderr, so that stdout stays JSON lines only.
+Every run gets a fresh database (a SQLite file in a temp dir, or a new PostgreSQL schema, dropped
+afterwards; see :mod:`bench.targets`) and its own event loop. W1–W4 run the worker in the same
+process as the client; W5 (PostgreSQL only) runs worker processes (:mod:`bench.w5`). Each run
+prints one JSON line on stdout; the summary table of medians goes to stderr, so that stdout
+stays JSON lines only.
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import traceback
+from dataclasses import dataclass, field
 from typing import Any
 
+from . import targets
 from .workloads import WORKLOADS, Workload
+
+ALL_WORKLOADS = (*WORKLOADS, "W5")
+W5_DEFAULT_N = 2000
 
 
 def versions() -> dict[str, Any]:
@@ -34,12 +40,18 @@ def versions() -> dict[str, Any]:
         import flowli
 
         flowli_version = flowli.__version__
-    return {
+    out: dict[str, Any] = {
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
         "flowli": flowli_version,
         "commit": _commit(),
     }
+    for dist in ("asyncpg", "psycopg", "psycopg-pool"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
 
 
 def _commit() -> str | None:
@@ -68,14 +80,61 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def run_once(workload: Workload, n: int, options: dict[str, Any]) -> dict[str, Any]:
+def loadavg() -> float | None:
+    """The 1-minute load average when a run starts (other processes on the machine skew figures)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+# ---- what runs ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One configuration that runs ``--runs`` times: a workload on a backend (and driver)."""
+
+    workload: str
+    backend: str
+    n: int
+    driver: str | None = None
+    options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def variant(self) -> str:
+        if self.workload != "W5":
+            return ""
+        return f"{self.options['procs']} procs" + (", SIGKILL" if self.options.get("kill") else "")
+
+
+async def _run_case(case: Case) -> dict[str, Any]:
+    async with targets.fresh_url(case.backend, prefix=f"flowli-bench-{case.workload}-") as url:
+        if case.workload == "W5":
+            from .w5 import run_w5
+
+            line = await run_w5(url, case.n, **case.options)
+        else:
+            opener = None
+            if case.driver not in (None, "asyncpg"):
+                from .drivers import opener as driver_opener
+
+                opener = driver_opener(case.driver)
+            line = await WORKLOADS[case.workload].run(url, case.n, opener=opener, **case.options)
+    if case.backend == "postgresql":
+        line["driver"] = case.driver or "asyncpg"
+    return line
+
+
+def run_once(case: Case) -> dict[str, Any]:
     """One run on a fresh database, in a fresh event loop."""
-    with tempfile.TemporaryDirectory(prefix=f"flowli-bench-{workload.id}-") as db_dir:
-        return asyncio.run(workload.run(db_dir, n, **options))
+    load = loadavg()
+    return asyncio.run(_run_case(case)) | {"loadavg": load}
 
 
-def profile_once(workload: Workload, n: int, options: dict[str, Any]) -> dict[str, Any]:
+def profile_once(case: Case, top: int = 30) -> dict[str, Any]:
     """One run under pyinstrument if it is installed, else cProfile; the report goes to stderr."""
+    title = f"{case.workload} on {case.backend}{'/' + case.driver if case.driver else ''} (n={case.n})"
     try:
         from pyinstrument import Profiler  # type: ignore[import-not-found]
     except ImportError:
@@ -84,44 +143,75 @@ def profile_once(workload: Workload, n: int, options: dict[str, Any]) -> dict[st
         profiler = Profiler(async_mode="enabled")
         profiler.start()
         try:
-            line = run_once(workload, n, options)
+            line = run_once(case)
         finally:
             profiler.stop()
+        print(f"--- pyinstrument of {title} ---", file=sys.stderr)
         print(profiler.output_text(unicode=True, color=False, show_all=False), file=sys.stderr)
         return line
     prof = cProfile.Profile()
     prof.enable()
     try:
-        line = run_once(workload, n, options)
+        line = run_once(case)
     finally:
         prof.disable()
     out = io.StringIO()
     stats = pstats.Stats(prof, stream=out)
-    stats.sort_stats("cumulative").print_stats(30)
-    stats.sort_stats("tottime").print_stats(25)
-    print(f"--- cProfile of {workload.id} (n={n}) ---\n{out.getvalue()}", file=sys.stderr)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+    print(f"--- cProfile of {title} ---\n{out.getvalue()}", file=sys.stderr)
     return line
 
 
-def workload_options(workload: Workload, args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {"concurrency": args.concurrency}
-    if workload.id == "W4":
-        options["sleep_s"] = args.sleep
-    return options
+def cases(args: argparse.Namespace) -> list[list[Case]]:
+    """The cases of each selected workload, in order; a workload's cases alternate run by run."""
+    groups: list[list[Case]] = []
+    for wid in args.ids:
+        group: list[Case] = []
+        if wid == "W5":
+            if "postgresql" not in args.backends:
+                print("W5 runs on PostgreSQL only: skipped (no postgresql in --backend)", file=sys.stderr)
+                continue
+            n = args.n if args.n is not None else W5_DEFAULT_N
+            common = {"concurrency": args.concurrency, "ttl": args.w5_ttl}
+            group += [Case("W5", "postgresql", n, "asyncpg", {"procs": p, **common}) for p in args.w5_procs]
+            if args.w5_kill_procs:
+                group.append(Case("W5", "postgresql", n, "asyncpg", {"procs": args.w5_kill_procs, "kill": True, **common}))
+        else:
+            workload: Workload = WORKLOADS[wid]
+            n = args.n if args.n is not None else workload.default_n
+            options: dict[str, Any] = {"concurrency": args.concurrency}
+            if wid == "W4":
+                options["sleep_s"] = args.sleep
+            for backend in args.backends:
+                for driver in (args.drivers if backend == "postgresql" else [None]):
+                    group.append(Case(wid, backend, n, driver, options))
+        groups.append(group)
+    return groups
+
+
+# ---- summary --------------------------------------------------------------------------------
+
+
+def _key(line: dict[str, Any]) -> tuple[Any, ...]:
+    return (line["workload"], line.get("backend", "sqlite"), line.get("driver"), line.get("procs"), line.get("variant"))
 
 
 def summarize(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Medians over the runs of each workload (failed runs excluded)."""
-    by: dict[str, list[dict[str, Any]]] = {}
+    """Medians over the runs of each case (failed and profiled runs excluded)."""
+    by: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for line in lines:
         if "error" not in line and not line.get("profiled"):
-            by.setdefault(line["workload"], []).append(line)
+            by.setdefault(_key(line), []).append(line)
     rows = []
-    for wid, runs in by.items():
-        row: dict[str, Any] = {"workload": wid, "n": runs[0]["n"], "runs": len(runs), "unit": runs[0]["unit"]}
-        for field in ("wall_s", "rate", "p50_ms", "p99_ms"):
-            values = [r[field] for r in runs if r.get(field) is not None]
-            row[field] = statistics.median(values) if values else None
+    for (wid, backend, driver, procs, variant), runs in by.items():
+        row: dict[str, Any] = {"workload": wid, "backend": backend, "driver": driver, "n": runs[0]["n"],
+                               "runs": len(runs), "unit": runs[0]["unit"], "variant": ""}
+        if procs is not None:
+            row["variant"] = f"{procs} procs" + (", SIGKILL" if variant == "sigkill" else "")
+        for name in ("wall_s", "rate", "p50_ms", "p99_ms", "recovery_s"):
+            values = [r[name] for r in runs if r.get(name) is not None]
+            row[name] = statistics.median(values) if values else None
         rows.append(row)
     return rows
 
@@ -131,70 +221,142 @@ def print_table(rows: list[dict[str, Any]], header: dict[str, Any]) -> None:
     from rich.table import Table
 
     v, m = header["versions"], header["machine"]
-    table = Table(
-        title="flowli on sqlite: medians",
-        caption=(f"python {v['python']}, sqlite {v['sqlite']}, flowli {v['flowli']} ({v['commit']}); "
-                 f"{m.get('cores_logical')} cores, {m.get('ram_gb', '?')} GB RAM"),
-    )
-    for col in ("workload", "n", "runs", "wall s", "rate", "unit", "p50 ms", "p99 ms"):
-        table.add_column(col, justify="left" if col in ("workload", "unit") else "right")
+    pg = header.get("postgresql")
+    caption = (f"python {v['python']}, sqlite {v['sqlite']}, flowli {v['flowli']} ({v['commit']}); "
+               f"{m.get('cores_logical')} cores, {m.get('ram_gb', '?')} GB RAM")
+    if pg:
+        caption += (f"; PostgreSQL {pg['server_version']} (fsync {pg['fsync']}, synchronous_commit "
+                    f"{pg['synchronous_commit']}), asyncpg {v.get('asyncpg')}, psycopg {v.get('psycopg')}")
+    table = Table(title="flowli: medians", caption=caption)
+    for col in ("workload", "backend", "variant", "n", "runs", "wall s", "rate", "unit", "p50 ms", "p99 ms"):
+        table.add_column(col, justify="left" if col in ("workload", "backend", "variant", "unit") else "right")
 
     def fmt(x: Any, digits: int) -> str:
         return "-" if x is None else f"{x:.{digits}f}"
 
     for r in rows:
-        table.add_row(r["workload"], str(r["n"]), str(r["runs"]), fmt(r["wall_s"], 3), fmt(r["rate"], 1),
-                      r["unit"] if r["rate"] is not None else "-", fmt(r["p50_ms"], 2), fmt(r["p99_ms"], 2))
-    Console(file=sys.stderr).print(table)
+        backend = r["backend"] + (f"/{r['driver']}" if r.get("driver") else "")
+        variant = r.get("variant", "")
+        if r.get("recovery_s") is not None:
+            variant += f" (recovery {r['recovery_s']:.1f} s)"
+        table.add_row(r["workload"], backend, variant, str(r["n"]), str(r["runs"]), fmt(r["wall_s"], 3),
+                      fmt(r["rate"], 1), r["unit"] if r["rate"] is not None else "-", fmt(r["p50_ms"], 2),
+                      fmt(r["p99_ms"], 2))
+    Console(file=sys.stderr, width=160).print(table)
+
+
+def print_ratios(rows: list[dict[str, Any]]) -> None:
+    """With several drivers: each driver's median rate against asyncpg's, per workload."""
+    base = {r["workload"]: r for r in rows if r.get("driver") == "asyncpg" and not r["variant"]}
+    for r in rows:
+        b = base.get(r["workload"])
+        if r.get("driver") not in (None, "asyncpg") and b and r["rate"] and b["rate"]:
+            print(f"{r['workload']}: {r['driver']} {r['rate']:.1f} vs asyncpg {b['rate']:.1f} {r['unit']} "
+                  f"(x{r['rate'] / b['rate']:.2f})", file=sys.stderr)
+
+
+# ---- command line -------------------------------------------------------------------------
+
+
+def _csv(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    p.add_argument("--backend", default="sqlite", choices=["sqlite"], help="the store (only sqlite for now)")
-    p.add_argument("--workloads", default="W1,W2,W3,W4", help="comma-separated ids (default: W1,W2,W3,W4)")
-    p.add_argument("--runs", type=int, default=3, help="runs per workload (default 3)")
+    p.add_argument("--backend", default=None,
+                   help="comma-separated stores: sqlite, postgresql (default: both when the server of "
+                        f"${targets.POSTGRES_ENV} answers, else sqlite)")
+    p.add_argument("--workloads", default="W1,W2,W3,W4",
+                   help="comma-separated ids among W1..W5 (default: W1,W2,W3,W4)")
+    p.add_argument("--runs", type=int, default=3, help="runs per case (default 3)")
     p.add_argument("--n", type=int, default=None, help="override n of every selected workload")
-    p.add_argument("--concurrency", type=int, default=64, help="worker concurrency (default 64)")
+    p.add_argument("--concurrency", type=int, default=64, help="worker concurrency, per process (default 64)")
     p.add_argument("--sleep", type=float, default=1.0, help="W4's sleep in seconds (default 1)")
+    p.add_argument("--driver", default="asyncpg",
+                   help="comma-separated PostgreSQL drivers for W1-W4: asyncpg (the store's), psycopg "
+                        "(bench/drivers.py) (default asyncpg)")
+    p.add_argument("--w5-procs", default="4", help="W5: comma-separated worker process counts (default 4)")
+    p.add_argument("--w5-kill-procs", type=int, default=4,
+                   help="W5: processes of the SIGKILL variant (one killed halfway); 0 skips it (default 4)")
+    p.add_argument("--w5-ttl", type=float, default=None,
+                   help="W5: lease_ttl and task_ttl of the worker processes in s (default: as shipped, 30)")
     p.add_argument("--profile", action="store_true",
-                   help="add one profiled run per workload (pyinstrument if installed, else cProfile), "
+                   help="add one profiled run per case (pyinstrument if installed, else cProfile), "
                         "report on stderr, not counted in the medians")
     args = p.parse_args(argv)
-    ids = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
-    unknown = [w for w in ids if w not in WORKLOADS]
+    ids = [w.upper() for w in _csv(args.workloads)]
+    unknown = [w for w in ids if w not in ALL_WORKLOADS]
     if unknown:
-        p.error(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}")
+        p.error(f"unknown workloads {unknown}; known: {', '.join(ALL_WORKLOADS)}")
     if args.runs < 1:
         p.error("--runs must be at least 1")
+    if args.backend is None:
+        args.backends = ["sqlite"]
+        if asyncio.run(targets.postgres_reachable()):
+            args.backends.append("postgresql")
+        else:
+            print(f"no PostgreSQL server answers at {targets.postgres_server()} (${targets.POSTGRES_ENV}): "
+                  "sqlite only", file=sys.stderr)
+    else:
+        args.backends = _csv(args.backend)
+    bad = [b for b in args.backends if b not in targets.BACKENDS]
+    if bad or not args.backends:
+        p.error(f"unknown backends {bad}; known: {', '.join(targets.BACKENDS)}")
+    args.drivers = _csv(args.driver)
+    if any(d not in ("asyncpg", "psycopg") for d in args.drivers) or not args.drivers:
+        p.error("--driver takes asyncpg, psycopg")
+    try:
+        args.w5_procs = [int(x) for x in _csv(args.w5_procs)]
+    except ValueError:
+        p.error("--w5-procs takes comma-separated integers")
+    if any(x < 1 for x in args.w5_procs) or args.w5_kill_procs == 1 or args.w5_kill_procs < 0:
+        p.error("W5 needs at least 1 process (2 for the SIGKILL variant)")
     args.ids = ids
     return args
 
 
+def header_for(args: argparse.Namespace) -> dict[str, Any]:
+    header: dict[str, Any] = {"versions": versions(), "machine": machine()}
+    if "postgresql" in args.backends:
+        try:
+            header["postgresql"] = asyncio.run(targets.postgres_info())
+        except Exception as exc:  # the runs report the failure themselves
+            header["postgresql"] = {"error": f"{type(exc).__name__}: {exc}"}
+    return header
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    header = {"versions": versions(), "machine": machine()}
+    header = header_for(args)
+    if "error" in header.get("postgresql", {}):
+        header.pop("postgresql")
     lines: list[dict[str, Any]] = []
     failed = False
-    for wid in args.ids:
-        workload = WORKLOADS[wid]
-        n = args.n if args.n is not None else workload.default_n
-        options = workload_options(workload, args)
-        plan: list[int | str] = [*range(1, args.runs + 1)] + (["profile"] if args.profile else [])
-        for run in plan:
+    for group in cases(args):
+        plan: list[tuple[int | str, Case]] = [(run, case) for run in range(1, args.runs + 1) for case in group]
+        if args.profile:
+            plan += [("profile", case) for case in group]
+        for run, case in plan:
             try:
-                if run == "profile":
-                    line = profile_once(workload, n, options) | {"profiled": True}
-                else:
-                    line = run_once(workload, n, options)
+                line = (profile_once(case) | {"profiled": True}) if run == "profile" else run_once(case)
             except Exception as exc:  # a failed run is reported and the bench goes on
                 traceback.print_exc(file=sys.stderr)
                 failed = True
-                line = {"engine": "flowli", "backend": args.backend, "workload": wid, "n": n,
+                line = {"engine": "flowli", "backend": case.backend, "workload": case.workload, "n": case.n,
                         "error": f"{type(exc).__name__}: {exc}"}
+                if case.driver:
+                    line["driver"] = case.driver
+                if case.workload == "W5":
+                    line |= {"procs": case.options["procs"],
+                             "variant": "sigkill" if case.options.get("kill") else "plain"}
             line = line | {"run": run} | header
             lines.append(line)
             print(json.dumps(line), flush=True)
-    print_table(summarize(lines), header)
+    rows = summarize(lines)
+    print_table(rows, header)
+    if len(args.drivers) > 1:
+        print_ratios(rows)
     return 1 if failed else 0
 
 

@@ -97,7 +97,7 @@ class WorkerProcesses:
         for proc in self.procs:
             try:
                 await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 proc.send_signal(signal.SIGKILL)
                 await proc.wait()
         return [proc.returncode for proc in self.procs]

@@ -30,6 +30,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _ready(path: str) -> None:
+    Path(path).write_text(str(os.getpid()))
+
+
 async def serve(args: argparse.Namespace) -> None:
     tuning = {}
     if args.ttl is not None:
@@ -40,7 +44,7 @@ async def serve(args: argparse.Namespace) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.cancel)
-        Path(args.ready).write_text(str(os.getpid()))
+        _ready(args.ready)
         await asyncio.wait([worker])
         if not worker.cancelled() and worker.exception() is not None:
             raise worker.exception()  # type: ignore[misc]

@@ -10,10 +10,12 @@ from ._errors import InvalidDatabaseURL as InvalidDatabaseURL
 from ._errors import LeaseLost as LeaseLost
 from ._errors import NondeterminismError as NondeterminismError
 from ._errors import NonRetryableError as NonRetryableError
+from ._errors import NoOpenReviewError as NoOpenReviewError
 from ._errors import NotJSONCompatibleError as NotJSONCompatibleError
 from ._errors import RegistrationError as RegistrationError
 from ._errors import StepFailed as StepFailed
 from ._errors import UnknownExecutionError as UnknownExecutionError
+from ._errors import UnknownTaskError as UnknownTaskError
 from ._errors import UnknownWorkflowError as UnknownWorkflowError
 from ._errors import WorkflowArgumentsError as WorkflowArgumentsError
 from ._ids import child_eid as child_eid

@@ -21,6 +21,8 @@ survive a user's ``except Exception:`` — cancellation and a lost lease — der
           ├── UnknownExecutionError    no execution with that eid
           ├── ExecutionTerminalError   the execution is completed, failed or cancelled
           ├── ExecutionStateError      the execution is not in a state that allows the call
+          ├── UnknownTaskError         no open task with that id
+          ├── NoOpenReviewError        an execution with no review waiting for an answer
           └── InvalidDatabaseURL       a database URL that no backend understands
 """
 
@@ -124,6 +126,18 @@ class ExecutionTerminalError(FlowliError):
         self.eid = eid
         self.status = status
         super().__init__(f"cannot {action} execution {eid}: it is {status}")
+
+
+class UnknownTaskError(FlowliError):
+    def __init__(self, task_id: str):
+        self.task_id = task_id
+        super().__init__(f"no open task {task_id} (it was answered, acked or withdrawn, or never existed)")
+
+
+class NoOpenReviewError(FlowliError):
+    def __init__(self, eid: str):
+        self.eid = eid
+        super().__init__(f"execution {eid} has no open review")
 
 
 class ExecutionStateError(FlowliError):

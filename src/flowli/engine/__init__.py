@@ -5,9 +5,12 @@ Imports domain and the Store protocol, never a backend module.
 
 from ._clock import Clock as Clock
 from ._clock import SystemClock as SystemClock
+from ._consumer import Consumer as Consumer
+from ._consumer import reply_channel as reply_channel
 from ._context import Context as Context
 from ._engine import Engine as Engine
 from ._projection import ExecutionSummary as ExecutionSummary
+from ._projection import Review as Review
 from ._registry import Registry as Registry
 from ._registry import WorkflowDef as WorkflowDef
 from ._runtime import Options as Options

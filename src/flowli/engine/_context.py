@@ -97,3 +97,7 @@ class Context(abc.ABC):
     @abc.abstractmethod
     def withdraw(self, task_id: str) -> Awaitable[bool]:
         """Remove a task from its queue; returns whether a task was removed."""
+
+    @abc.abstractmethod
+    def claim(self, key: str) -> Awaitable[bool]:
+        """Put-if-absent of ``key`` across all executions: exactly one caller wins (True)."""

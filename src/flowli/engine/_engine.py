@@ -21,12 +21,14 @@ from flowli.domain import (
     ExecutionStateError,
     ExecutionTerminalError,
     FrameKind,
+    NoOpenReviewError,
     Status,
     StepFailed,
     Task,
     TaskKind,
     Timer,
     UnknownExecutionError,
+    UnknownTaskError,
     actor_for,
     check_json,
     keyed_eid,
@@ -37,7 +39,8 @@ from flowli.log import Evidence
 from flowli.store import NewMessage, StatusChange, Store, WakeWaiters, Write
 
 from ._clock import Clock, SystemClock
-from ._projection import ExecutionSummary, Projection
+from ._consumer import Consumer
+from ._projection import ExecutionSummary, Projection, Review
 from ._registry import Registry
 from ._replay import ROOT, new_execution
 from ._runtime import Options, Runtime, entries_with_seqs
@@ -250,6 +253,30 @@ class Engine:
     ) -> list[ExecutionSummary]:
         """Executions from the projection, newest first."""
         return await self.projection.list(status, workflow, limit)
+
+    async def inbox(self, open_only: bool = True, limit: int = 100) -> builtins.list[Review]:
+        """The review inbox: reviews that ``flowli.patterns.review`` opened, from the projection."""
+        return await self.projection.reviews(open_only, limit)
+
+    async def answer(self, task_id: str, value: Any, by: str | None = None) -> int:
+        """Answer a DELEGATE task (a review, a delegate) as ``by``; resumes its execution."""
+        eid = task_id.split(":", 2)[1] if task_id.count(":") >= 2 else None
+        tasks = [t for t in await self.store.read_tasks(eid=eid) if t.id == task_id] if eid else []
+        if not tasks:
+            raise UnknownTaskError(task_id)
+        return await Consumer(self.rt, tasks[0].queue, "engine", timedelta(0)).answer(tasks[0], value, by=by)
+
+    async def review(self, eid: str, approved: bool, *, by: str, reason: str | None = None) -> int:
+        """Answer the open review of an execution: ``{"approved", "reason", "by"}``."""
+        open_reviews = [r for r in await self.inbox() if r.eid == eid]
+        if not open_reviews:
+            await self.status(eid)  # an unknown eid says so
+            raise NoOpenReviewError(eid)
+        return await self.answer(open_reviews[0].task, {"approved": approved, "reason": reason, "by": by}, by=by)
+
+    def consumer(self, queue: str, name: str, lease: timedelta = timedelta(minutes=5)) -> Consumer:
+        """A consumer of the DELEGATE tasks of ``queue``: dequeue, answer, ack, nack."""
+        return Consumer(self.rt, queue, name, lease)
 
     async def evidence(self, eid: str) -> builtins.list[Evidence]:
         """What the steps of an execution wrote while they ran, attempt by attempt (never authority)."""

@@ -4,6 +4,7 @@ deleted at any time and is rebuilt from the control log."""
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import sqlite3
 import threading
@@ -26,6 +27,11 @@ CREATE INDEX IF NOT EXISTS executions_workflow ON executions (workflow, created_
 CREATE TABLE IF NOT EXISTS announcements (
     seq INTEGER PRIMARY KEY, eid TEXT, kind TEXT, data TEXT, at REAL
 );
+CREATE TABLE IF NOT EXISTS reviews (
+    task TEXT PRIMARY KEY, eid TEXT, subject TEXT, data TEXT, queue TEXT, opened_at REAL,
+    closed_at REAL, answer TEXT
+);
+CREATE INDEX IF NOT EXISTS reviews_open ON reviews (opened_at) WHERE closed_at IS NULL;
 """
 
 
@@ -40,6 +46,20 @@ class ExecutionSummary:
     created_at: datetime
     updated_at: datetime
     parent_eid: str | None = None
+
+
+@dataclass(frozen=True)
+class Review:
+    """One row of the review inbox."""
+
+    task: str
+    eid: str
+    subject: str
+    data: Any
+    queue: str
+    opened_at: datetime
+    closed_at: datetime | None = None
+    answer: Any = None
 
 
 class Projection:
@@ -103,11 +123,52 @@ class Projection:
                             "INSERT OR IGNORE INTO announcements VALUES (?,?,?,?,?)",
                             (e.seq, e.eid, v.get("kind"), json.dumps(v.get("data")), at),
                         )
+                        self._apply_review(conn, e.eid, v.get("kind"), v.get("data") or {}, at)
+                    if e.kind in (EntryKind.EXECUTION_COMPLETED, EntryKind.EXECUTION_FAILED, EntryKind.EXECUTION_CANCELLED):
+                        conn.execute(
+                            "UPDATE reviews SET closed_at = ? WHERE eid = ? AND closed_at IS NULL", (at, e.eid)
+                        )
                 conn.execute("UPDATE cursor SET seq = MAX(seq, ?)", (entries[-1].seq,))
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+
+    @staticmethod
+    def _apply_review(conn: sqlite3.Connection, eid: str, kind: Any, data: dict[str, Any], at: float) -> None:
+        """The review inbox, from the announcements of ``flowli.patterns.review``."""
+        if kind == "review.opened":
+            conn.execute(
+                "INSERT OR IGNORE INTO reviews (task, eid, subject, data, queue, opened_at) VALUES (?,?,?,?,?,?)",
+                (data.get("task"), eid, data.get("subject"), json.dumps(data.get("data")), data.get("queue"), at),
+            )
+        elif kind == "review.closed":
+            conn.execute(
+                "UPDATE reviews SET closed_at = ?, answer = ? WHERE task = ?",
+                (at, json.dumps(data.get("answer")), data.get("task")),
+            )
+
+    async def reviews(self, open_only: bool = True, limit: int = 100) -> builtins.list[Review]:
+        await self.catch_up()
+
+        def run() -> builtins.list[Review]:
+            with self._db_lock:
+                rows = self._conn.execute(
+                    "SELECT task, eid, subject, data, queue, opened_at, closed_at, answer FROM reviews"
+                    " WHERE (? = 0 OR closed_at IS NULL) ORDER BY opened_at LIMIT ?",
+                    (1 if open_only else 0, limit),
+                ).fetchall()
+            return [
+                Review(
+                    task=r[0], eid=r[1], subject=r[2], data=json.loads(r[3]) if r[3] else None, queue=r[4],
+                    opened_at=datetime.fromtimestamp(r[5], timezone.utc),
+                    closed_at=datetime.fromtimestamp(r[6], timezone.utc) if r[6] is not None else None,
+                    answer=json.loads(r[7]) if r[7] else None,
+                )
+                for r in rows
+            ]
+
+        return await asyncio.to_thread(run)
 
     async def list(
         self, status: Status | str | None = None, workflow: str | None = None, limit: int = 100

@@ -45,6 +45,7 @@ from flowli.domain import (
 from flowli.log import Attempt, attempt_scope
 from flowli.store import (
     Announcement,
+    Claim,
     Fence,
     NewExecution,
     NewMessage,
@@ -641,6 +642,12 @@ class Activation(Context):
 
         return self._effect("withdraw", [task_id], make)
 
+    def claim(self, key: str) -> Awaitable[bool]:
+        def make(fid: str, prov: Provenance) -> tuple[Any, Write]:
+            return None, Write(claims=[Claim(key, f"{self.eid}/{fid}", memo=1)])
+
+        return self._effect("claim", [key], make)
+
     # -- waits: receive, sleep, child
 
     def receive(self, channel: str, scope: Scope = "execution") -> Awaitable[Any]:
@@ -811,6 +818,8 @@ class Activation(Context):
         write = Write(
             entries=[entry], status=StatusChange(self.eid, status, result=result, error=error), release=True,
             clear_timers=[self.eid], clear_waiters=[self.eid],
+            # a cancelled execution withdraws its open delegations: their consumers find nothing
+            withdraw_delegates=[self.eid] if status is Status.CANCELLED else [],
         )
         if self.record.parent_eid is not None:
             # a child runs on the queue of its parent

@@ -119,6 +119,14 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
                    (wd.task_id,))
         if wd.memo is not None:
             entries[wd.memo] = replace(entries[wd.memo], value=n > 0)
+    for eid in w.withdraw_delegates:
+        yield ("exec", "UPDATE tasks SET state = 'withdrawn', lease_owner = NULL WHERE eid = ? AND kind = 'DELEGATE'"
+                       " AND state = 'ready'", (eid,))
+    for cl in w.claims:
+        n = yield ("exec", "INSERT INTO claims (key, owner, at) VALUES (?,?,?) ON CONFLICT (key) DO NOTHING",
+                   (cl.key, cl.owner, now))
+        if cl.memo is not None:
+            entries[cl.memo] = replace(entries[cl.memo], value=n > 0)
     for a in w.announcements:
         seq = yield from announce(a.entry)
         if a.memo is not None:

@@ -65,6 +65,16 @@ class Withdrawal:
 
 
 @dataclass(frozen=True)
+class Claim:
+    """Put-if-absent of ``key`` for ``owner``."""
+
+    key: str
+    owner: str
+    memo: int | None = None
+    """Index of an entry of the same write whose value becomes whether this claim won."""
+
+
+@dataclass(frozen=True)
 class Announcement:
     entry: Entry
     memo: int | None = None
@@ -117,6 +127,9 @@ class Write:
     acks: list[tuple[str, str | None]] = field(default_factory=list)
     """(task id, lease owner or None): tasks acked; with an owner, only if it still leases it."""
     withdrawals: list[Withdrawal] = field(default_factory=list)
+    withdraw_delegates: list[str] = field(default_factory=list)
+    """Eids whose ready DELEGATE tasks are withdrawn (a cancelled execution's open delegations)."""
+    claims: list[Claim] = field(default_factory=list)
     timers: list[Timer] = field(default_factory=list)
     clear_timers: list[str] = field(default_factory=list)
     """Eids whose timers are deleted."""
