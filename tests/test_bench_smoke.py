@@ -1,5 +1,7 @@
 """The benchmark's own workload functions, once each with a tiny n: the JSON line has the fields of
-BENCH.md and every execution completed. No timing assertions (performance belongs in bench/)."""
+BENCH.md and every execution completed. SQLite always; PostgreSQL (W1–W4 on both drivers, W5 with
+worker processes, its SIGKILL variant) when ``FLOWLI_TEST_POSTGRES`` names a server, else those
+tests skip saying so. No timing assertions (performance belongs in bench/)."""
 
 from __future__ import annotations
 
@@ -13,49 +15,48 @@ import pytest
 
 import flowli
 from flowli.domain import Status
+from flowli.store.postgres import parse_url
+
+from .pg import fresh_schema, server_url
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import drivers, targets, w5, workloads  # noqa: E402
 from bench import run as bench_run  # noqa: E402
-from bench import workloads  # noqa: E402
 
 COMMON = {"engine", "backend", "workload", "n", "wall_s", "rate", "unit"}
 
+SMALL = [
+    ("W1", 5, {}, "bench.sequential", "steps/s", 5),
+    ("W2", 20, {}, "bench.fan_out", "steps/s", 1),
+    ("W3", 5, {}, "bench.one_step", "workflows/s", 5),
+    ("W4", 5, {"sleep_s": 0.1}, "bench.sleep", "s", 5),
+]
 
-async def statuses_in_file(db_dir: str, workflow: str) -> list[Status]:
-    """The statuses of the executions of ``workflow``, read back from the file the run left."""
-    engine = await flowli.connect(workloads.db_url(db_dir), workloads.registry)
+
+async def statuses_in(url: str, workflow: str) -> list[Status]:
+    """The statuses of the executions of ``workflow``, read back from the database the run left."""
+    engine = await flowli.connect(url, workloads.registry)
     async with engine:
         summaries = await engine.list(workflow=workflow, limit=10_000)
         return [(await engine.status(s.eid)).status for s in summaries]
 
 
-def check_line(line: dict[str, Any], workload: str, n: int, unit: str) -> None:
+def check_line(line: dict[str, Any], backend: str, workload: str, n: int, unit: str) -> None:
     assert COMMON <= set(line), COMMON - set(line)
     assert (line["engine"], line["backend"], line["workload"], line["n"], line["unit"]) == (
-        "flowli", "sqlite", workload, n, unit)
+        "flowli", backend, workload, n, unit)
     assert line["wall_s"] > 0
     json.dumps(line)  # one JSON line
 
 
-@pytest.mark.parametrize(
-    "wid, n, options, workflow, unit, expected_executions",
-    [
-        ("W1", 5, {}, "bench.sequential", "steps/s", 5),
-        ("W2", 20, {}, "bench.fan_out", "steps/s", 1),
-        ("W3", 5, {}, "bench.one_step", "workflows/s", 5),
-        ("W4", 5, {"sleep_s": 0.1}, "bench.sleep", "s", 5),
-    ],
-)
-async def test_workload_runs_and_completes(
-    tmp_path: Any, wid: str, n: int, options: dict[str, Any], workflow: str, unit: str, expected_executions: int
-) -> None:
-    db_dir = str(tmp_path)
-    line = await asyncio.wait_for(workloads.WORKLOADS[wid].run(db_dir, n, concurrency=8, **options), timeout=60)
-    check_line(line, wid, n, unit)
-    # the run checked every result itself; check again from the file the run left
-    statuses = await statuses_in_file(db_dir, workflow)
-    assert statuses == [Status.COMPLETED] * expected_executions
+async def run_small(url: str, backend: str, wid: str, n: int, options: dict[str, Any], workflow: str, unit: str,
+                    expected_executions: int, opener: Any = None) -> None:
+    line = await asyncio.wait_for(
+        workloads.WORKLOADS[wid].run(url, n, concurrency=8, opener=opener, **options), timeout=60)
+    check_line(line, backend, wid, n, unit)
+    # the run checked every result itself; check again from the database the run left
+    assert await statuses_in(url, workflow) == [Status.COMPLETED] * expected_executions
     if wid in ("W1", "W2"):
         assert line["steps"] == (n * 10 if wid == "W1" else n)
         assert line["rate"] > 0
@@ -65,32 +66,127 @@ async def test_workload_runs_and_completes(
         assert line["rate"] is None and line["sleep_s"] == 0.1
 
 
+@pytest.mark.parametrize("wid, n, options, workflow, unit, expected_executions", SMALL)
+async def test_workload_runs_and_completes_on_sqlite(
+    tmp_path: Any, wid: str, n: int, options: dict[str, Any], workflow: str, unit: str, expected_executions: int
+) -> None:
+    await run_small(targets.sqlite_url(str(tmp_path)), "sqlite", wid, n, options, workflow, unit, expected_executions)
+
+
+@pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
+@pytest.mark.parametrize("wid, n, options, workflow, unit, expected_executions", SMALL)
+async def test_workload_runs_and_completes_on_postgresql(
+    driver: str, wid: str, n: int, options: dict[str, Any], workflow: str, unit: str, expected_executions: int
+) -> None:
+    async with fresh_schema() as url:
+        await run_small(url, "postgresql", wid, n, options, workflow, unit, expected_executions,
+                        opener=drivers.opener(driver))
+
+
+async def test_w5_runs_on_two_worker_processes() -> None:
+    async with fresh_schema() as url:
+        line = await asyncio.wait_for(w5.run_w5(url, 6, procs=2, concurrency=8), timeout=120)
+        check_line(line, "postgresql", "W5", 6, "steps/s")
+        assert (line["procs"], line["variant"], line["steps"]) == (2, "plain", 60)
+        assert sum(line["steps_by_process"]) == 60  # each step completed once, by some process
+        assert line["worker_exits"] == [0, 0]  # both stopped cleanly on SIGTERM
+        assert line["worker_log"]["tracebacks"] == 0
+        assert await statuses_in(url, "bench.sequential") == [Status.COMPLETED] * 6
+
+
+async def test_w5_sigkill_variant_completes_all_with_each_step_memoized_once() -> None:
+    async with fresh_schema() as url:
+        line = await asyncio.wait_for(w5.run_w5(url, 10, procs=2, kill=True, concurrency=8, ttl=1.0), timeout=120)
+        check_line(line, "postgresql", "W5", 10, "steps/s")
+        assert line["variant"] == "sigkill" and line["killed_after"] >= 5
+        assert line["worker_exits"][0] == -9 and line["worker_exits"][1] == 0
+        assert sum(line["steps_by_process"]) == 100  # the journals hold one frame.completed per step
+        assert await statuses_in(url, "bench.sequential") == [Status.COMPLETED] * 10
+
+
+def test_translate_numbers_placeholders_in_order_and_doubles_percent() -> None:
+    sql, order = drivers.translate("SELECT $2, x LIKE 'a%' FROM t WHERE ($1::text IS NULL OR y = $1::text) LIMIT $3")
+    assert sql == "SELECT %s, x LIKE 'a%%' FROM t WHERE (%s::text IS NULL OR y = %s::text) LIMIT %s"
+    assert order == (1, 0, 0, 2)
+
+
+async def test_psycopg_pool_answers_like_asyncpg() -> None:
+    """The adapter's statuses, rows, savepoints and errors (asyncpg's type, same SQLSTATE)."""
+    import asyncpg
+
+    async with fresh_schema() as url:
+        dsn, schema = parse_url(url)
+        pool = await drivers.create_pool(dsn, schema=schema)
+        try:
+            await pool.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v BIGINT)")
+            assert await pool.execute("INSERT INTO t VALUES ($1, $2), ($3, $2)", "a", 1, "b") == "INSERT 0 2"
+            async with pool.acquire() as conn, conn.transaction():
+                with pytest.raises(asyncpg.UniqueViolationError) as info:
+                    async with conn.transaction():  # a savepoint: only it rolls back
+                        await conn.execute("INSERT INTO t VALUES ($1, $2)", "c", 3)
+                        await conn.execute("INSERT INTO t VALUES ($1, $2)", "a", 9)
+                assert info.value.sqlstate == "23505"
+                assert await conn.execute("UPDATE t SET v = v + $1 WHERE k = ANY($2::text[])", 1, ["a", "b"]) == "UPDATE 2"
+            assert await pool.fetch("SELECT k, v FROM t ORDER BY k") == [("a", 2), ("b", 2)]
+            assert await pool.fetchrow("SELECT k FROM t WHERE k = $1", "zz") is None
+            assert await pool.fetchval("SELECT count(*) FROM t WHERE ($1::text IS NULL OR k = $1::text)", None) == 2
+        finally:
+            await pool.close()
+
+
+# ---- the command line -----------------------------------------------------------------------
+
+
 def test_run_prints_one_json_line_per_run_with_versions_and_machine(capsys: pytest.CaptureFixture[str]) -> None:
-    code = bench_run.main(["--workloads", "W2,W3", "--runs", "2", "--n", "4", "--concurrency", "4"])
+    code = bench_run.main(["--backend", "sqlite", "--workloads", "W2,W3", "--runs", "2", "--n", "4",
+                           "--concurrency", "4"])
     out, err = capsys.readouterr()
     assert code == 0, err
     lines = [json.loads(x) for x in out.splitlines() if x.strip()]
     assert [(x["workload"], x["run"]) for x in lines] == [("W2", 1), ("W2", 2), ("W3", 1), ("W3", 2)]
     for x in lines:
-        assert "error" not in x
+        assert "error" not in x and x["backend"] == "sqlite"
         assert set(x["versions"]) >= {"python", "sqlite", "flowli"}
         assert x["machine"]["cores_logical"] >= 1 and x["machine"]["ram_gb"] > 0
     assert "medians" in err
 
 
-def test_summary_takes_medians_and_skips_failed_runs() -> None:
+def test_run_on_postgresql_alternates_drivers_and_compares_them(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(targets.POSTGRES_ENV, server_url())
+    code = bench_run.main(["--backend", "postgresql", "--workloads", "W1", "--runs", "2", "--n", "3",
+                           "--concurrency", "4", "--driver", "asyncpg,psycopg"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = [json.loads(x) for x in out.splitlines() if x.strip()]
+    assert [(x["run"], x["driver"]) for x in lines] == [
+        (1, "asyncpg"), (1, "psycopg"), (2, "asyncpg"), (2, "psycopg")]
+    assert all(x["backend"] == "postgresql" and "error" not in x for x in lines)
+    assert lines[0]["postgresql"]["fsync"] == "on"
+    assert "W1: psycopg" in err and "vs asyncpg" in err
+
+
+def test_summary_takes_medians_per_case_and_skips_failed_runs() -> None:
     lines = [
-        {"workload": "W1", "n": 3, "unit": "steps/s", "wall_s": w, "rate": r} for w, r in ((1.0, 30.0), (3.0, 10.0), (2.0, 15.0))
-    ] + [{"workload": "W1", "n": 3, "error": "TimeoutError"}]
-    (row,) = bench_run.summarize(lines)
-    assert (row["runs"], row["wall_s"], row["rate"], row["p50_ms"]) == (3, 2.0, 15.0, None)
+        {"workload": "W1", "backend": "sqlite", "n": 3, "unit": "steps/s", "wall_s": w, "rate": r}
+        for w, r in ((1.0, 30.0), (3.0, 10.0), (2.0, 15.0))
+    ] + [{"workload": "W1", "backend": "sqlite", "n": 3, "error": "TimeoutError"}] + [
+        {"workload": "W5", "backend": "postgresql", "driver": "asyncpg", "procs": 4, "variant": v, "n": 2,
+         "unit": "steps/s", "wall_s": 1.0, "rate": r, "recovery_s": 2.0 if v == "sigkill" else None}
+        for v, r in (("plain", 100.0), ("sigkill", 20.0))
+    ]
+    rows = bench_run.summarize(lines)
+    assert [(r["workload"], r["variant"], r["runs"], r["wall_s"], r["rate"]) for r in rows] == [
+        ("W1", "", 3, 2.0, 15.0), ("W5", "4 procs", 1, 1.0, 100.0), ("W5", "4 procs, SIGKILL", 1, 1.0, 20.0)]
+    assert rows[0]["p50_ms"] is None and rows[2]["recovery_s"] == 2.0
 
 
 async def test_engine_close_leaves_no_pending_tasks(tmp_path: Any) -> None:
     """After a bench run has closed its engine, no task of the engine is left on the loop: a task
     left waiting forever on an engine Event is destroyed pending ("Task was destroyed but it is
     pending!") when the engine is collected."""
-    await workloads.run_w2(str(tmp_path), 4, concurrency=4)
+    await workloads.run_w2(targets.sqlite_url(str(tmp_path)), 4, concurrency=4)
     await asyncio.sleep(0.05)
     left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     assert left == [], [(t.get_name(), t.get_coro()) for t in left]

@@ -7,6 +7,7 @@ import builtins
 import contextlib
 import importlib
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Sequence
 
 from flowli.domain import (
@@ -43,6 +44,7 @@ from ._consumer import Consumer
 from ._projection import ExecutionSummary, Projection, Review
 from ._registry import Registry
 from ._replay import ROOT, new_execution
+from ._retention import Archive, entry_from, record_from, retain
 from ._runtime import Options, Runtime, entries_with_seqs
 from ._tasks import cancel_and_wait
 from ._worker import Worker
@@ -68,6 +70,7 @@ class Engine:
         self.options = options or Options()
         self.rt = Runtime(store, registry, self.clock, self.options)
         self.projection = Projection(projection_path, store)
+        self.archive = Archive(Path(self.options.bucket))
         self._workers: list[asyncio.Task[None]] = []
         self._closed = False
 
@@ -132,7 +135,10 @@ class Engine:
     async def status(self, eid: str) -> ExecutionRecord:
         record = await self.store.read_execution(eid)
         if record is None:
-            raise UnknownExecutionError(eid)
+            archived = await asyncio.to_thread(self.archive.read, eid)
+            if archived is None:
+                raise UnknownExecutionError(eid)
+            return record_from(archived["record"])
         return record
 
     async def result(self, eid: str, timeout: float | None = None) -> Any:
@@ -245,8 +251,20 @@ class Engine:
         """Every entry of the execution."""
         entries = await self.store.read_journal(eid)
         if not entries and await self.store.read_execution(eid) is None:
-            raise UnknownExecutionError(eid)
+            archived = await asyncio.to_thread(self.archive.read, eid)
+            if archived is None:
+                raise UnknownExecutionError(eid)
+            return [entry_from(e) for e in archived["journal"]]
         return entries
+
+    async def retain(self) -> int:
+        """Run one retention pass now (the sweeper runs them every ``retention_interval``):
+        archive each execution finished more than ``retention`` ago; returns how many."""
+        return await retain(self.rt, self.archive)
+
+    async def archived(self, eid: str) -> dict[str, Any] | None:
+        """The archive object of an execution, or None while it is live."""
+        return await asyncio.to_thread(self.archive.read, eid)
 
     async def list(
         self, status: Status | str | None = None, workflow: str | None = None, limit: int = 100

@@ -34,6 +34,10 @@ class Options:
     """Seconds between sweeps at most; due timers wake the sweeper sooner."""
     repair_grace: timedelta = timedelta(seconds=5)
     """How old a lifecycle entry missing from the control log must be before the sweeper repairs it."""
+    retention: timedelta = timedelta(days=30)
+    """How long after it finished an execution keeps its live state before it is archived."""
+    retention_interval: float = 3600.0
+    """Seconds between retention passes (each worker's sweeper runs them)."""
     bucket: str = "flowli-bucket"
     """The directory of evidence (attempt logs, attachments); ``flowli.connect`` puts it beside a
     SQLite file."""

@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from flowli.domain import Actor, Task, TaskKind, task_id
 from flowli.store import Write
 
+from ._retention import Archive, retain
 from ._runtime import Runtime
 from ._tasks import cancel_and_wait
 
@@ -25,6 +27,8 @@ class Sweeper:
     def __init__(self, rt: Runtime):
         self.rt = rt
         self.actor = Actor("system", "sweeper")
+        self.archive = Archive(Path(rt.options.bucket))
+        self.next_retention = 0.0
 
     async def run(self) -> None:
         rt = self.rt
@@ -51,7 +55,12 @@ class Sweeper:
 
     async def sweep(self) -> int:
         """One pass; returns the number of tasks enqueued and entries repaired."""
-        return await self.fire_timers() + await self.recover() + await self.repair()
+        done = await self.fire_timers() + await self.recover() + await self.repair()
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self.next_retention:
+            self.next_retention = loop.time() + self.rt.options.retention_interval
+            done += await retain(self.rt, self.archive)
+        return done
 
     async def fire_timers(self) -> int:
         rt = self.rt

@@ -173,6 +173,14 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
                 id=task_id(TaskKind.RESUME, eid, ww.key), kind=TaskKind.RESUME, queue=queue_name, eid=eid,
                 payload=None, provenance=ww.provenance, visible_at=now_dt,
             ))
+    for eid in w.delete_executions:
+        # scoped channels are "{eid}.{name}": the range [eid + ".", eid + "/") holds exactly them
+        lo, hi = f"{eid}.", f"{eid}/"
+        yield ("exec", "DELETE FROM messages WHERE channel >= ? AND channel < ?", (lo, hi))
+        yield ("exec", "DELETE FROM channels WHERE name >= ? AND name < ?", (lo, hi))
+        for table in ("journal", "tasks", "timers", "waiters", "unmirrored"):
+            yield ("exec", f"DELETE FROM {table} WHERE eid = ?", (eid,))
+        yield ("exec", "DELETE FROM executions WHERE eid = ?", (eid,))
     woke = False
     if w.wake is not None:
         woke = yield from wake_holds(w, now)

@@ -130,6 +130,8 @@ class Write:
     withdraw_delegates: list[str] = field(default_factory=list)
     """Eids whose ready DELEGATE tasks are withdrawn (a cancelled execution's open delegations)."""
     claims: list[Claim] = field(default_factory=list)
+    delete_executions: list[str] = field(default_factory=list)
+    """Eids whose live state is deleted: record, journal, scoped channels, tasks, timers (retention)."""
     timers: list[Timer] = field(default_factory=list)
     clear_timers: list[str] = field(default_factory=list)
     """Eids whose timers are deleted."""
@@ -238,6 +240,12 @@ class Store(Protocol):
         control log (a worker crashed between the two appends), each until it is mirrored."""
 
     async def waiters(self, channel: str) -> list[str]: ...
+
+    async def finished_before(self, before: datetime, limit: int) -> list[str]:
+        """Eids of terminal executions last changed at or before ``before`` (for retention)."""
+
+    async def read_scoped_messages(self, eid: str) -> list[Message]:
+        """Every message of the execution-scoped channels of ``eid`` (``{eid}.*``)."""
 
     async def next_wake(self) -> datetime | None:
         """The earliest instant at which a timer is due or a delayed task becomes visible."""

@@ -422,6 +422,24 @@ class PostgresStore:
         )
         return [c.entry_record(r, r[1]) for r in rows]
 
+    async def finished_before(self, before: datetime, limit: int) -> list[str]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(
+            "SELECT eid FROM executions WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at <= $1"
+            " ORDER BY updated_at LIMIT $2",
+            before.timestamp(), limit,
+        )
+        return [r[0] for r in rows]
+
+    async def read_scoped_messages(self, eid: str) -> list[Message]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(
+            "SELECT channel, seq, payload, provenance FROM messages WHERE channel >= $1 AND channel < $2"
+            " ORDER BY channel, seq",
+            f"{eid}.", f"{eid}/",
+        )
+        return [c.message_record(r) for r in rows]
+
     async def waiters(self, channel: str) -> list[str]:
         assert self._pool is not None
         return [r[0] for r in await self._pool.fetch("SELECT eid FROM waiters WHERE channel = $1", channel)]

@@ -429,6 +429,28 @@ class SQLiteStore:
 
         return await self._r(run)
 
+    async def finished_before(self, before: datetime, limit: int) -> list[str]:
+        def run(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT eid FROM executions WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at <= ?"
+                " ORDER BY updated_at LIMIT ?",
+                (before.timestamp(), limit),
+            )
+            return [r[0] for r in rows]
+
+        return await self._r(run)
+
+    async def read_scoped_messages(self, eid: str) -> list[Message]:
+        def run(conn: sqlite3.Connection) -> list[Message]:
+            rows = conn.execute(
+                "SELECT channel, seq, payload, provenance FROM messages WHERE channel >= ? AND channel < ?"
+                " ORDER BY channel, seq",
+                (f"{eid}.", f"{eid}/"),
+            )
+            return [c.message_record(r) for r in rows]
+
+        return await self._r(run)
+
     async def waiters(self, channel: str) -> list[str]:
         def run(conn: sqlite3.Connection) -> list[str]:
             return [r[0] for r in conn.execute("SELECT eid FROM waiters WHERE channel = ?", (channel,))]

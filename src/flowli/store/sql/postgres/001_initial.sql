@@ -23,6 +23,7 @@ CREATE TABLE executions (
     next_seq         BIGINT NOT NULL DEFAULT 1   -- the seq of the next journal entry
 );
 CREATE INDEX executions_running ON executions (lease_expires_at) WHERE status = 'running';
+CREATE INDEX executions_finished ON executions (updated_at) WHERE status IN ('completed', 'failed', 'cancelled');
 
 -- lifecycle journal entries not yet appended to the control log (the second append)
 CREATE TABLE unmirrored (
@@ -84,12 +85,12 @@ CREATE INDEX tasks_ready ON tasks (queue, visible_at) WHERE state = 'ready';
 CREATE INDEX tasks_eid ON tasks (eid);
 
 CREATE TABLE channels (
-    name     TEXT PRIMARY KEY,
+    name     TEXT COLLATE "C" PRIMARY KEY,  -- "C": the range of an execution's channels is bytewise
     next_seq BIGINT NOT NULL  -- the sequence number of the next message
 );
 
 CREATE TABLE messages (
-    channel    TEXT NOT NULL,
+    channel    TEXT COLLATE "C" NOT NULL,
     seq        BIGINT NOT NULL,
     payload    TEXT,
     provenance TEXT NOT NULL,

@@ -22,6 +22,7 @@ CREATE TABLE executions (
     next_seq         INTEGER NOT NULL DEFAULT 1   -- the seq of the next journal entry
 );
 CREATE INDEX executions_running ON executions (lease_expires_at) WHERE status = 'running';
+CREATE INDEX executions_finished ON executions (updated_at) WHERE status IN ('completed', 'failed', 'cancelled');
 
 -- lifecycle journal entries not yet appended to the control log (the second append)
 CREATE TABLE unmirrored (

@@ -1,0 +1,66 @@
+"""Retention: a finished execution folds into one archive object, read back identical."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from flowli import Context, Registry
+from flowli.domain import Status, UnknownExecutionError
+from flowli.testing import Clock
+
+
+def tag(x: str) -> str:
+    return x.upper()
+
+
+async def test_an_archived_execution_reads_back_identical_to_its_live_journal(open_engine):
+    registry = Registry()
+
+    @registry.workflow("kept")
+    async def kept(ctx: Context, x: str) -> str:
+        got = await ctx.receive("in")
+        await ctx.send("notes", {"seen": got})
+        return await ctx.step(tag, x)
+
+    clock = Clock()
+    async with open_engine(registry, clock=clock, retention=timedelta(days=30)) as engine:
+        eid = await engine.start("kept", "abc", by="alice@example.com")
+        await engine.signal(eid, "in", "hello", by="bob@example.com")
+        assert await engine.result(eid, timeout=30) == "ABC"
+        live_journal = await engine.journal(eid)
+        live_record = await engine.status(eid)
+        live_in = await engine.messages(eid, "in")
+        assert await engine.retain() == 0  # not yet 30 days
+        await clock.advance(timedelta(days=30, seconds=1))
+        assert await engine.retain() == 1
+        assert await engine.store.read_execution(eid) is None  # the live state is gone
+        assert await engine.store.read_journal(eid) == []
+        assert await engine.messages(eid, "in") == []
+        assert await engine.journal(eid) == live_journal
+        assert await engine.status(eid) == live_record
+        archive = await engine.archived(eid)
+        assert archive is not None
+        assert [m["payload"] for m in archive["channels"][f"{eid}.in"]] == [m.payload for m in live_in] == ["hello"]
+        assert [m["payload"] for m in archive["channels"][f"{eid}.notes"]] == [{"seen": "hello"}]
+        assert await engine.retain() == 0
+        [row] = await engine.list()
+        assert row.status is Status.COMPLETED  # the projection still lists it
+
+
+async def test_a_live_execution_is_never_archived(open_engine):
+    registry = Registry()
+
+    @registry.workflow("waits")
+    async def waits(ctx: Context) -> None:
+        await ctx.receive("never")
+
+    clock = Clock()
+    async with open_engine(registry, clock=clock) as engine:
+        eid = await engine.start("waits")
+        await clock.advance(timedelta(days=400))
+        assert await engine.retain() == 0
+        assert (await engine.status(eid)).status in (Status.PENDING, Status.RUNNING, Status.SUSPENDED)
+        with pytest.raises(UnknownExecutionError):
+            await engine.journal("no-such-eid")
