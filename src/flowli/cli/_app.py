@@ -30,7 +30,7 @@ from flowli._connect import default_url
 from flowli.domain import Cancelled, FlowliError, Status, UnknownExecutionError, UnknownWorkflowError
 from flowli.engine import Engine, Registry
 
-from ._render import child_eids, evidence_view, execution_view, executions_table
+from ._render import child_eids, evidence_view, execution_view, executions_table, reviews_table
 
 EXIT_REFUSED = 2
 EXIT_EXECUTION_FAILED = 1
@@ -416,6 +416,54 @@ async def _migrate(s: Settings, eid: str, version: str, by: str | None) -> int:
         except UnknownWorkflowError as exc:
             raise with_app_hint(exc, s) from None
     out.print(f"execution {eid} now runs version {version}; a worker resumes it", soft_wrap=True)
+    return 0
+
+
+@app.command()
+def inbox(
+    ctx: typer.Context,
+    closed: Annotated[bool, typer.Option("--all", help="Also the reviews answered already.")] = False,
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """List the reviews that wait for a person (flowli.patterns.review)."""
+    run(_inbox(_settings(ctx, app_, db), closed))
+
+
+async def _inbox(s: Settings, closed: bool) -> int:
+    if missing_database(s.url) is not None:
+        out.print("no reviews: no database yet")
+        return 0
+    async with open_engine(s) as engine:
+        rows = await engine.inbox(open_only=not closed)
+    out.print(reviews_table(rows))
+    return 0
+
+
+@app.command()
+def review(
+    ctx: typer.Context,
+    eid: Annotated[str, typer.Argument(help="The execution whose review you answer.")],
+    approve: Annotated[bool | None, typer.Option("--approve/--reject", help="The decision.")] = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why.")] = None,
+    by: Annotated[str | None, typer.Option("--by", metavar="EMAIL", help="Who answers: your email address.")] = None,
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """Answer the open review of an execution; the answer carries your provenance."""
+    if approve is None:
+        fail("give the decision: --approve or --reject")
+    if not by:
+        fail("give who answers: --by EMAIL (the answer carries the person's provenance)")
+    run(_review(_settings(ctx, app_, db), eid, approve, reason, by))
+
+
+async def _review(s: Settings, eid: str, approve: bool, reason: str | None, by: str) -> int:
+    require_database(s, eid)
+    async with open_engine(s) as engine:
+        await engine.review(eid, approve, reason=reason, by=by)
+    verdict = "approved" if approve else "rejected"
+    out.print(f"review of execution {eid} {verdict} by {by}: a worker resumes it", soft_wrap=True)
     return 0
 
 

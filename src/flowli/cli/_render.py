@@ -329,3 +329,18 @@ def evidence_view(items: Sequence[Any]) -> RenderableType:
         else:
             table.add_row(e.fid, str(e.attempt), "", "", "attachment", str(e.attachment))
     return table
+
+
+def reviews_table(rows: Sequence[Any]) -> RenderableType:
+    """The review inbox."""
+    if not rows:
+        return Text("no review waits for a person", style="dim")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("execution", "subject", "opened (UTC)", "queue", "data", "answer"):
+        table.add_column(name, overflow="fold")
+    for r in rows:
+        answer = "" if r.answer is None else short(r.answer, 40)
+        if r.closed_at is not None and r.answer is None:
+            answer = "(ended)"
+        table.add_row(r.eid, r.subject, stamp(r.opened_at), r.queue, short(r.data, 40), answer)
+    return table
