@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -55,9 +55,21 @@ class Provenance:
     on_behalf_of: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["at"] = self.at.isoformat()
-        return {k: v for k, v in data.items() if v is not None}
+        # by hand, not dataclasses.asdict: it deep-copies, and this runs for every entry written
+        s, c = self.site, self.code
+        data: dict[str, Any] = {
+            "actor": {"kind": self.actor.kind, "id": self.actor.id},
+            "site": {"host": s.host, "pid": s.pid, "worker": s.worker, "instance": s.instance, "region": s.region,
+                     "epoch": s.epoch},
+            "code": {"workflow": c.workflow, "version": c.version, "frame_kind": c.frame_kind,
+                     "frame_name": c.frame_name, "ref": c.ref},
+            "at": self.at.isoformat(),
+        }
+        if self.attempt is not None:
+            data["attempt"] = self.attempt
+        if self.on_behalf_of is not None:
+            data["on_behalf_of"] = self.on_behalf_of
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Provenance:

@@ -87,6 +87,7 @@ class Engine:
             return
         self._closed = True
         await cancel_and_wait(self._workers)
+        await self.rt.drain()
         await self.store.close()
         self.projection.close()
 
@@ -128,7 +129,7 @@ class Engine:
         new = new_execution(self.rt, wf, eid, json_args, queue=queue, key=key, actor=actor)
         result = await self.store.write(Write(executions=[new]), self.clock.now())
         if result.created[0]:
-            await self.rt.mirror(entries_with_seqs([new.entry], [1]))
+            self.rt.mirror_soon(entries_with_seqs([new.entry], [1]))
             self.rt.work.set()
         return eid
 
@@ -244,7 +245,7 @@ class Engine:
             result = await self.store.write(write, now)
         except ExecutionStateError as exc:
             raise ExecutionStateError(eid, exc.status, "migrate", "suspended") from None
-        await self.rt.mirror(entries_with_seqs([entry], result.entry_seqs))
+        self.rt.mirror_soon(entries_with_seqs([entry], result.entry_seqs))
         self.rt.work.set()
 
     async def journal(self, eid: str) -> list[Entry]:
@@ -270,10 +271,12 @@ class Engine:
         self, status: Status | str | None = None, workflow: str | None = None, limit: int = 100
     ) -> list[ExecutionSummary]:
         """Executions from the projection, newest first."""
+        await self.rt.drain()  # read your own writes: this process's control-log appends first
         return await self.projection.list(status, workflow, limit)
 
     async def inbox(self, open_only: bool = True, limit: int = 100) -> builtins.list[Review]:
         """The review inbox: reviews that ``flowli.patterns.review`` opened, from the projection."""
+        await self.rt.drain()
         return await self.projection.reviews(open_only, limit)
 
     async def answer(self, task_id: str, value: Any, by: str | None = None) -> int:

@@ -366,7 +366,7 @@ class Activation(Context):
             self.rt.work.set()
         if any(e.kind.lifecycle for e in write.entries):
             # the second append: lifecycle entries onto the control log
-            await self.rt.mirror(entries_with_seqs(write.entries, result.entry_seqs))
+            self.rt.mirror_soon(entries_with_seqs(write.entries, result.entry_seqs))
         return result
 
     # ---- frames ---------------------------------------------------------------------------
@@ -734,7 +734,7 @@ class Activation(Context):
             result = await self._write(Write(entries=[started], executions=[new]))
             self.started[fid] = started
             if result.created and result.created[0]:
-                await self.rt.mirror([Entry(**{**new.entry.__dict__, "seq": 1})])
+                self.rt.mirror_soon([Entry(**{**new.entry.__dict__, "seq": 1})])
         record = await self.rt.store.read_execution(ceid)
         if record is None or not record.terminal:
             await self._wait(Wait(fid, "child", child=ceid))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from flowli.store import Announcement, Store, Write
 
 from ._clock import Clock
 from ._registry import Registry
+
+log = logging.getLogger("flowli.engine")
 
 if TYPE_CHECKING:
     from ._replay import Activation
@@ -62,6 +65,7 @@ class Runtime:
         self.ended: dict[str, list[asyncio.Future[None]]] = {}
         store.subscribe(self._notified)
         self.activations: dict[str, Activation] = {}
+        self.mirrors: set[asyncio.Future[None]] = set()
 
     def _notified(self, what: str) -> None:
         """Another process enqueued a task or set a timer."""
@@ -86,6 +90,27 @@ class Runtime:
             attempt=attempt,
             on_behalf_of=on_behalf_of,
         )
+
+    def mirror_soon(self, entries: Iterable[Entry]) -> None:
+        """The second append, off the caller's path: the write queues behind the first one (the
+        store applies writes in order), and the caller does not wait for its commit. A crash
+        before it commits is what the sweeper repairs. ``drain`` waits for those in flight."""
+        entries = [e for e in entries if e.kind.lifecycle]
+        if not entries:
+            return
+        task = asyncio.ensure_future(self.mirror(entries))
+        self.mirrors.add(task)
+        task.add_done_callback(self._mirrored)
+
+    def _mirrored(self, task: asyncio.Future[None]) -> None:
+        self.mirrors.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("control-log append failed (the sweeper repairs it): %s", task.exception())
+
+    async def drain(self) -> None:
+        """Wait until the control-log appends of this process are done."""
+        while self.mirrors:
+            await asyncio.wait(list(self.mirrors))
 
     async def mirror(self, entries: Iterable[Entry]) -> None:
         """The second append: lifecycle journal entries onto the control log. A crash before it

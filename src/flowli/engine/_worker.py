@@ -164,7 +164,7 @@ class Worker:
                   status=StatusChange(record.eid, Status.SUSPENDED), tasks=[retry]),
             now,
         )
-        await rt.mirror(entries_with_seqs([entry], result.entry_seqs))
+        rt.mirror_soon(entries_with_seqs([entry], result.entry_seqs))
 
     async def _run_step(self, task: Task) -> None:
         """Run one step frame for an execution owned elsewhere; its outcome goes to the journal

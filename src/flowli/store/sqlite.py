@@ -129,9 +129,13 @@ class _Thread:
                 with contextlib.suppress(BaseException):
                     self.conn.rollback()
                 outcomes = [(None, exc)] * len(batch)
+            # one wake-up of each event loop per batch, not one per write
+            by_loop: dict[Any, list[tuple[Any, Any, BaseException | None]]] = {}
             for (_, fut, loop), (result, exc) in zip(batch, outcomes):
+                by_loop.setdefault(loop, []).append((fut, result, exc))
+            for loop, settled in by_loop.items():
                 with contextlib.suppress(RuntimeError):  # the caller's loop is closed
-                    loop.call_soon_threadsafe(_settle, fut, result, exc)
+                    loop.call_soon_threadsafe(_settle_all, settled)
             if stop:
                 return
 
@@ -149,7 +153,28 @@ class _Thread:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             return [(None, exc)] * len(batch)
+        # Optimistic: no savepoints, since a write is refused (a lost fence, a state it does not
+        # expect) before it changes anything. If one raises all the same, roll the batch back
+        # and run it again with a savepoint per write, so that each fails alone.
         out = []
+        for fn, _, _ in batch:
+            try:
+                out.append((fn(conn), None))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                out = self._run_isolated(batch)
+                break
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            return [(None, exc)] * len(batch)
+        return out
+
+    def _run_isolated(self, batch: list[Any]) -> list[tuple[Any, BaseException | None]]:
+        conn = self.conn
+        out: list[tuple[Any, BaseException | None]] = []
         for fn, _, _ in batch:
             conn.execute("SAVEPOINT w")
             try:
@@ -161,12 +186,12 @@ class _Thread:
             else:
                 conn.execute("RELEASE w")
                 out.append((result, None))
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
-            return [(None, exc)] * len(batch)
         return out
+
+
+def _settle_all(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for fut, result, exc in settled:
+        _settle(fut, result, exc)
 
 
 def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
