@@ -46,7 +46,11 @@ def append(entry: Entry, now: float) -> Plan:
                  (now, entry.eid))
     if row is None:
         raise UnknownExecutionError(entry.eid)
-    seq = int(row[0])
+    return (yield from insert_entry(entry, int(row[0]), now))
+
+
+def insert_entry(entry: Entry, seq: int, now: float) -> Plan:
+    """Insert an entry at a seq reserved for it."""
     yield ("exec", f"INSERT INTO journal ({c.ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", c.entry_row(entry, seq))
     if entry.kind.lifecycle:
         yield ("exec", "INSERT INTO unmirrored (eid, seq, at) VALUES (?,?,?)", (entry.eid, seq, now))
@@ -85,10 +89,18 @@ def lock_channel(channel: str) -> Plan:
 def apply_write(w: Write, now_dt: datetime) -> Plan:
     """Apply one Write; the caller gives it a transaction (or a savepoint) of its own."""
     now = now_dt.timestamp()
+    fenced_seq = 0
     if w.fence is not None:
-        row = yield ("one", "SELECT lease_owner, lease_epoch FROM executions WHERE eid = ?{lock}", (w.fence.eid,))
-        if row is None or row[0] != w.fence.owner or row[1] != w.fence.epoch:
-            raise LeaseLost(w.fence.eid, w.fence.epoch)
+        # the fence check and the reservation of the journal seqs of the fenced execution, in one
+        # statement; in PostgreSQL the UPDATE also locks the row until commit
+        f = w.fence
+        n = sum(1 for e in w.entries if e.eid == f.eid)
+        row = yield ("one", "UPDATE executions SET next_seq = next_seq + ?, updated_at = ?"
+                            " WHERE eid = ? AND lease_owner = ? AND lease_epoch = ? RETURNING next_seq - ?",
+                     (n, now, f.eid, f.owner, f.epoch, n))
+        if row is None:
+            raise LeaseLost(f.eid, f.epoch)
+        fenced_seq = int(row[0])
     if w.expect is not None:
         eid, statuses = w.expect
         row = yield ("one", "SELECT status FROM executions WHERE eid = ?{lock}", (eid,))
@@ -133,7 +145,11 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
             entries[a.memo] = replace(entries[a.memo], value=seq)
     entry_seqs = []
     for e in entries:
-        entry_seqs.append((yield from append(e, now)))
+        if w.fence is not None and e.eid == w.fence.eid:
+            entry_seqs.append((yield from insert_entry(e, fenced_seq, now)))
+            fenced_seq += 1
+        else:
+            entry_seqs.append((yield from append(e, now)))
     if w.status is not None:
         s = w.status
         yield ("exec",

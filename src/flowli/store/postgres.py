@@ -283,22 +283,21 @@ class PostgresStore:
         async with self._pool.acquire() as conn, conn.transaction():
             if ack is not None:
                 await conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = $1", ack)
-            row = await conn.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1 FOR UPDATE", eid)
-            if row is None:
-                return Acquired(None, None, [])
-            record = c.execution_record(row)
-            if record.terminal:
-                return Acquired(record, None, [])
-            if record.lease_owner is not None and record.lease_expires_at is not None and record.lease_expires_at > now:
-                return Acquired(record, None, [])
-            epoch = record.lease_epoch + 1
+            # one statement: the epoch increases by one, only if no live worker holds the lease
             row = await conn.fetchrow(
-                "UPDATE executions SET lease_owner = $1, lease_epoch = $2, lease_expires_at = $3, status = 'running',"
-                f" updated_at = $4 WHERE eid = $5 RETURNING {c.EXECUTION_COLUMNS}",
-                owner, epoch, (now + ttl).timestamp(), now.timestamp(), eid,
+                "UPDATE executions SET lease_owner = $1, lease_epoch = lease_epoch + 1, lease_expires_at = $2,"
+                " status = 'running', updated_at = $3 WHERE eid = $4"
+                " AND status NOT IN ('completed', 'failed', 'cancelled')"
+                " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $3)"
+                f" RETURNING {c.EXECUTION_COLUMNS}",
+                owner, (now + ttl).timestamp(), now.timestamp(), eid,
             )
+            if row is None:  # terminal, unknown, or leased by a live worker
+                row = await conn.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1", eid)
+                return Acquired(None if row is None else c.execution_record(row), None, [])
+            record = c.execution_record(row)
             rows = await conn.fetch(f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = $1 ORDER BY seq", eid)
-            return Acquired(c.execution_record(row), epoch, [c.entry_record(r) for r in rows])
+            return Acquired(record, record.lease_epoch, [c.entry_record(r) for r in rows])
 
     async def renew(
         self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime

@@ -215,6 +215,14 @@ def _execution(conn: sqlite3.Connection, eid: str) -> ExecutionRecord | None:
     return None if row is None else c.execution_record(row)
 
 
+# acquire in one statement: the epoch increases by one, only if no live worker holds the lease
+_ACQUIRE = (
+    "UPDATE executions SET lease_owner = ?, lease_epoch = lease_epoch + 1, lease_expires_at = ?,"
+    " status = 'running', updated_at = ? WHERE eid = ? AND status NOT IN ('completed', 'failed', 'cancelled')"
+    " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) RETURNING "
+)
+
+
 def _drive(conn: sqlite3.Connection, plan: Plan) -> Any:
     """Run a plan of ``_apply`` on this connection (SQLite serializes write transactions, so
     ``{lock}`` needs no SQL)."""
@@ -293,18 +301,12 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> Acquired:
             if ack is not None:
                 conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (ack,))
-            record = _execution(conn, eid)
-            if record is None or record.terminal:
-                return Acquired(record, None, [])
-            if record.lease_owner is not None and record.lease_expires_at is not None and record.lease_expires_at > now:
-                return Acquired(record, None, [])
-            epoch = record.lease_epoch + 1
-            conn.execute(
-                "UPDATE executions SET lease_owner = ?, lease_epoch = ?, lease_expires_at = ?,"
-                " status = 'running', updated_at = ? WHERE eid = ?",
-                (owner, epoch, (now + ttl).timestamp(), now.timestamp(), eid),
-            )
-            return Acquired(_execution(conn, eid), epoch, _journal(conn, eid))
+            row = conn.execute(_ACQUIRE + c.EXECUTION_COLUMNS, (owner, (now + ttl).timestamp(), now.timestamp(), eid,
+                                                               now.timestamp())).fetchone()
+            if row is None:  # terminal, unknown, or leased by a live worker
+                return Acquired(_execution(conn, eid), None, [])
+            record = c.execution_record(row)
+            return Acquired(record, record.lease_epoch, _journal(conn, eid))
 
         return await self._w(run)
 
