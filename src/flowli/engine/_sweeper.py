@@ -91,7 +91,7 @@ class Sweeper:
         prov = rt.provenance(actor=self.actor)
         tasks = [
             Task(
-                id=task_id(TaskKind.RESUME, r.eid, f"recover:{r.lease_epoch}"), kind=TaskKind.RESUME,
+                id=task_id(TaskKind.RESUME, r.eid, f"recover:{r.lease_epoch}@{r.lease_expires_at.timestamp() if r.lease_expires_at else 0}"), kind=TaskKind.RESUME,
                 queue=r.queue, eid=r.eid, payload={"recover": r.lease_epoch}, provenance=prov, visible_at=now,
             )
             for r in dead

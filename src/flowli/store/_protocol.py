@@ -198,7 +198,8 @@ class Store(Protocol):
     async def renew(
         self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime
     ) -> Renewal:
-        """Extend the leases that ``owner`` still holds at the given epochs."""
+        """Extend the leases that ``owner`` still holds at the given epochs and that have not
+        expired; an expired one is lost (the sweeper may have handed the execution on)."""
 
     async def dequeue(
         self,

@@ -222,6 +222,10 @@ class PostgresStore:
             batch = [item for item in batch if not item[2].done()]
             if not batch:
                 continue
+            # a write that appends to the control log takes its counter row lock: put those last,
+            # so that a batch holding it asks for no other lock (no lock cycle with another
+            # process's batch); the sort is stable, so a mirror still follows what it mirrors
+            batch.sort(key=lambda item: bool(item[0].announcements))
             try:
                 outcomes = await self._apply_batch(batch)
             except (asyncpg.PostgresError, OSError) as exc:
@@ -303,16 +307,29 @@ class PostgresStore:
         self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime
     ) -> Renewal:
         assert self._pool is not None
-        eids = [e for e, _ in leases]
-        epochs = [p for _, p in leases]
-        rows = await self._pool.fetch(
-            "UPDATE executions e SET lease_expires_at = $1 FROM unnest($2::text[], $3::bigint[]) AS l(eid, epoch)"
-            " WHERE e.eid = l.eid AND e.lease_owner = $4 AND e.lease_epoch = l.epoch"
-            " RETURNING e.eid, e.cancel_requested IS NOT NULL",
-            (now + ttl).timestamp(), eids, epochs, owner,
-        )
-        kept = {r[0] for r in rows}
-        return Renewal([e for e in eids if e not in kept], [r[0] for r in rows if r[1]])
+        lost, cancel = [], []
+        # one row per statement, each its own transaction: a renewal never holds two row locks,
+        # so it cannot deadlock with a writer's batch. An expired lease is not renewed: the
+        # sweeper may have handed the execution to another worker already.
+        async with self._pool.acquire() as conn:
+            for eid, epoch in leases:
+                for attempt in range(5):
+                    try:
+                        row = await conn.fetchrow(
+                            "UPDATE executions SET lease_expires_at = $1 WHERE eid = $2 AND lease_owner = $3"
+                            " AND lease_epoch = $4 AND lease_expires_at > $5 RETURNING cancel_requested IS NOT NULL",
+                            (now + ttl).timestamp(), eid, owner, epoch, now.timestamp(),
+                        )
+                        break
+                    except asyncpg.PostgresError as exc:
+                        if getattr(exc, "sqlstate", None) not in _RETRYABLE or attempt == 4:
+                            raise
+                        await asyncio.sleep(0.01 * (attempt + 1))
+                if row is None:
+                    lost.append(eid)
+                elif row[0]:
+                    cancel.append(eid)
+        return Renewal(lost, cancel)
 
     async def dequeue(
         self,

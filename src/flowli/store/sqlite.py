@@ -318,10 +318,11 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> Renewal:
             lost, cancel = [], []
             for eid, epoch in leases:
+                # an expired lease is not renewed: the sweeper may have handed it on already
                 row = conn.execute(
                     "UPDATE executions SET lease_expires_at = ? WHERE eid = ? AND lease_owner = ? AND lease_epoch = ?"
-                    " RETURNING cancel_requested IS NOT NULL",
-                    (until, eid, owner, epoch),
+                    " AND lease_expires_at > ? RETURNING cancel_requested IS NOT NULL",
+                    (until, eid, owner, epoch, now.timestamp()),
                 ).fetchone()
                 if row is None:
                     lost.append(eid)
