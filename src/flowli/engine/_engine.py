@@ -164,8 +164,9 @@ class Engine:
             wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
             if deadline is not None and wait <= 0:
                 raise TimeoutError(f"execution {eid} is still {record.status.value} after {timeout} s")
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(ended), timeout=wait)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await asyncio.shield(ended)
             delay = min(delay * 2, 0.5)  # the poll finds ends in other processes
 
     async def signal(self, eid: str, channel: str, payload: Any, by: str | None = None) -> int:

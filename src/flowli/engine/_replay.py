@@ -9,6 +9,7 @@ memo runs. When every live frame waits, the execution suspends: the activation a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import inspect
 import random as _random
@@ -350,9 +351,12 @@ class Activation(Context):
         if self.pending:
             shift = len(self.pending)
             write.entries = self.pending + write.entries
-            write.messages = [_shift(m, shift) for m in write.messages]
-            write.withdrawals = [_shift(w, shift) for w in write.withdrawals]
-            write.announcements = [_shift(a, shift) for a in write.announcements]
+            # every effect whose memo points at an entry (a message, a withdrawal, a claim, an
+            # announcement) moves with it
+            for f in dataclasses.fields(write):
+                items = getattr(write, f.name)
+                if isinstance(items, list) and items and hasattr(items[0], "memo"):
+                    setattr(write, f.name, [_shift(item, shift) for item in items])
             self.pending = []
         write.fence = self.fence
         try:

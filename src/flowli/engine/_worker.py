@@ -90,8 +90,11 @@ class Worker:
                 continue
             # nothing visible: wait for an in-process enqueue, or poll (other processes)
             idle = min(rt.options.poll_interval, idle * 2 or 0.01)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(rt.work.wait(), timeout=idle)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that arrives
+            # as the event fires, and the worker would never stop
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(idle):
+                    await rt.work.wait()
 
     async def _handle(self, task: Task) -> None:
         try:

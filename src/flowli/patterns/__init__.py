@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from flowli.domain import RetryPolicy, StepFailed, TaskKind
@@ -118,15 +118,22 @@ async def on_tick(
 ) -> list[str]:
     """Run ``workflow(tick)`` once per tick of a schedule, ``ticks`` times, every ``every``.
 
-    The tick's instant (ISO text) is the child's argument. Several executions of one schedule
-    (say, one started by each worker process) run each tick once: before it starts a tick's
-    child, an execution claims ``{schedule}@{tick}`` (put-if-absent; exactly one caller wins).
-    Returns the ticks this execution ran.
+    Ticks fall on a grid: ``start`` plus multiples of ``every``; without ``start``, multiples of
+    ``every`` since the UNIX epoch, from the next one on. The tick's instant (ISO text) is the
+    child's argument. Several executions of one schedule (say, one started by each worker
+    process) run each tick once: before it starts a tick's child, an execution claims
+    ``{schedule}@{tick}`` (put-if-absent; exactly one caller wins). Returns the ticks this
+    execution ran.
 
     >>> async def nightly(ctx):
     ...     await on_tick(ctx, "report", every=timedelta(days=1), schedule="nightly", ticks=7)
     """
-    first = start or await ctx.now()
+    if start is None:
+        now = await ctx.now()
+        epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+        steps = -((epoch - now) // every)  # ceil((now - epoch) / every)
+        start = epoch + steps * every
+    first = start
     mine: list[str] = []
     children = []
     for n in range(ticks):

@@ -1,0 +1,66 @@
+"""One worker process for the crash tests of the patterns, run until it is killed:
+
+    python tests/patterns/worker_main.py DB_URL [--lease-ttl 1.5] [--ready FILE] ...
+
+It logs to its stderr (the tests read it) and, with ``--ready``, writes its pid to FILE once
+its engine is open.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import flowli
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from app import registry  # noqa: E402  (this script's folder, made explicit for python -P)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("url")
+    p.add_argument("--lease-ttl", type=float, default=1.5)
+    p.add_argument("--task-ttl", type=float, default=1.5)
+    p.add_argument("--sweep-interval", type=float, default=0.2)
+    p.add_argument("--poll-interval", type=float, default=0.05)
+    p.add_argument("--repair-grace", type=float, default=1.0)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--ready", default=None)
+    return p.parse_args(argv)
+
+
+async def run(args: argparse.Namespace) -> None:
+    engine = await flowli.connect(
+        args.url,
+        registry,
+        lease_ttl=timedelta(seconds=args.lease_ttl),
+        task_ttl=timedelta(seconds=args.task_ttl),
+        sweep_interval=args.sweep_interval,
+        poll_interval=args.poll_interval,
+        repair_grace=timedelta(seconds=args.repair_grace),
+    )
+    async with engine:
+        logging.getLogger("patterns.worker").info("worker ready on %s", args.url)
+        if args.ready:
+            await asyncio.to_thread(Path(args.ready).write_text, str(os.getpid()))
+        await engine.run_worker(concurrency=args.concurrency)
+
+
+def main() -> None:
+    args = parse(sys.argv[1:])
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format=f"%(asctime)s pid={os.getpid()} %(name)s %(levelname)s %(message)s",
+    )
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
