@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 from datetime import timedelta
 
 import flowli
@@ -62,7 +62,7 @@ async def test_one_log_per_attempt_and_none_on_replay(open_engine, tmp_path):
     ]
     fetched = next(e.event for e in first if e.event and e.event["event"] == "fetched")
     assert fetched["eid"] == eid and fetched["invoice"] == "inv-42" and fetched["rows"] == 3 and fetched["level"] == "info"
-    attachments = [(e.attempt, open(e.attachment).read()) for e in first if e.attachment]
+    attachments = [(e.attempt, Path(e.attachment).read_text()) for e in first if e.attachment]
     assert attachments == [(1, "PUT /docs/inv-42 try 1"), (2, "PUT /docs/inv-42 try 2")]
 
 
@@ -92,4 +92,4 @@ async def test_the_bucket_sits_beside_a_sqlite_file(tmp_path):
     async with engine, engine.worker():
         eid = await engine.start("ev3")
         await engine.result(eid, timeout=30)
-    assert os.path.isdir(tmp_path / "app.db-bucket" / eid)
+    assert (tmp_path / "app.db-bucket" / eid).is_dir()
