@@ -10,8 +10,8 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 from typer.testing import CliRunner

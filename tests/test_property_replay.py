@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from flowli import Context, Registry
 from flowli.domain import EntryKind, Status, digest, keyed_eid
 from flowli.testing import Clock
 
-BASE = datetime(2026, 1, 1, tzinfo=timezone.utc)
+BASE = datetime(2026, 1, 1, tzinfo=UTC)
 TUNING: dict[str, Any] = {
     "lease_ttl": timedelta(seconds=5),
     "task_ttl": timedelta(seconds=5),

@@ -15,7 +15,7 @@ import contextlib
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ async def store(store_url: str) -> AsyncIterator[Store]:
 
 # ---- instants ------------------------------------------------------------------------------
 
-T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 TTL = timedelta(seconds=30)
 
 

@@ -4,7 +4,7 @@ every field of an entry round-trips."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -38,7 +38,7 @@ async def test_read_journal_pages_after_a_seq(store):
 
 async def test_every_field_of_an_entry_round_trips(store):
     eid = await create(store)
-    when = datetime(2030, 1, 1, 12, 0, 1, 123456, tzinfo=timezone.utc)
+    when = datetime(2030, 1, 1, 12, 0, 1, 123456, tzinfo=UTC)
     provenance = Provenance(
         actor=Actor("human", "alice@example.com"),
         site=Site(host="h-1", pid=77, worker="w-9", instance="i-3", region="eu-west", epoch=4),

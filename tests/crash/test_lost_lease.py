@@ -7,7 +7,7 @@ import asyncio
 import os
 import signal
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ async def pause_a_until_b_completes(tmp_path: Path, workers: Workers) -> Outcome
 
         async def lease_expired() -> bool:
             r = await engine.status(eid)
-            return r.lease_expires_at is not None and r.lease_expires_at < datetime.now(timezone.utc)
+            return r.lease_expires_at is not None and r.lease_expires_at < datetime.now(UTC)
 
         await until(lease_expired, 10, "the lease of paused worker A to expire")
         (tmp_path / RELEASE).touch()  # the held step of worker B returns at once

@@ -4,7 +4,7 @@ a tick's child: each tick's child execution exists once and its effect happens o
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import flowli
@@ -27,7 +27,7 @@ async def test_three_schedulers_on_three_workers_run_each_tick_once_across_a_kil
             workers.spawn(name)
         for name in "abc":
             await workers.ready(name)
-        start = datetime.now(timezone.utc) + timedelta(seconds=2)
+        start = datetime.now(UTC) + timedelta(seconds=2)
         stamps = [(start + n * timedelta(seconds=EVERY)).isoformat() for n in range(TICKS)]
         (tmp_path / HOLD_TICK).write_text(stamps[1])  # the child of the second tick holds
         eids = [await engine.start("patterns.schedule", start.isoformat(), EVERY, TICKS, by="cron@example.com")

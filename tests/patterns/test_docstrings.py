@@ -5,8 +5,9 @@ registered as a workflow and run on an engine, and its result is checked."""
 from __future__ import annotations
 
 import doctest
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
