@@ -132,13 +132,16 @@ def run_once(case: Case) -> dict[str, Any]:
     return asyncio.run(_run_case(case)) | {"loadavg": load}
 
 
-def profile_once(case: Case, top: int = 30) -> dict[str, Any]:
-    """One run under pyinstrument if it is installed, else cProfile; the report goes to stderr."""
+def profile_once(case: Case, tool: str = "auto", top: int = 30) -> dict[str, Any]:
+    """One run under pyinstrument (``auto``: if it is installed) or cProfile; the report goes to stderr."""
     title = f"{case.workload} on {case.backend}{'/' + case.driver if case.driver else ''} (n={case.n})"
-    try:
-        from pyinstrument import Profiler  # type: ignore[import-not-found]
-    except ImportError:
-        Profiler = None
+    Profiler = None
+    if tool != "cprofile":
+        try:
+            from pyinstrument import Profiler  # type: ignore[import-not-found]
+        except ImportError:
+            if tool == "pyinstrument":
+                raise
     if Profiler is not None:
         profiler = Profiler(async_mode="enabled")
         profiler.start()
@@ -284,6 +287,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true",
                    help="add one profiled run per case (pyinstrument if installed, else cProfile), "
                         "report on stderr, not counted in the medians")
+    p.add_argument("--profiler", choices=["auto", "cprofile", "pyinstrument"], default="auto",
+                   help="the profiler of --profile (auto: pyinstrument when installed, else cProfile)")
     args = p.parse_args(argv)
     ids = [w.upper() for w in _csv(args.workloads)]
     unknown = [w for w in ids if w not in ALL_WORKLOADS]
@@ -339,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             plan += [("profile", case) for case in group]
         for run, case in plan:
             try:
-                line = (profile_once(case) | {"profiled": True}) if run == "profile" else run_once(case)
+                line = (profile_once(case, args.profiler) | {"profiled": True}) if run == "profile" else run_once(case)
             except Exception as exc:  # a failed run is reported and the bench goes on
                 traceback.print_exc(file=sys.stderr)
                 failed = True

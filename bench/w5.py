@@ -102,30 +102,41 @@ class WorkerProcesses:
                 await proc.wait()
         return [proc.returncode for proc in self.procs]
 
-    def log_counts(self) -> dict[str, int]:
+    def log_counts(self) -> dict[str, Any]:
+        """Tracebacks and lost leases in the workers' logs, and the first traceback (the logs go
+        with the temp dir)."""
         text = [self.log(i) for i in range(len(self.procs))]
-        return {"tracebacks": sum(t.count("Traceback") for t in text),
-                "lease_lost": sum(t.count("lease lost") for t in text)}
+        counts: dict[str, Any] = {"tracebacks": sum(t.count("Traceback") for t in text),
+                                  "lease_lost": sum(t.count("lease lost") for t in text)}
+        for i, t in enumerate(text):
+            at = t.find("Traceback")
+            if at >= 0:
+                start = t.rfind("\n", 0, max(0, at - 1)) + 1  # the log line that announced it
+                counts["first_traceback"] = f"worker {i}: " + t[start:start + 3000]
+                break
+        return counts
 
 
 async def wait_all(
-    engine: flowli.Engine, eids: list[str], *, on_progress: Any = None, timeout: float = RESULT_TIMEOUT
+    engine: flowli.Engine, eids: list[str], n: int, *, on_progress: Any = None, timeout: float = RESULT_TIMEOUT
 ) -> dict[str, Any]:
-    """Wait until every execution has ended, reading those not yet ended every POLL seconds;
+    """Wait until ``n`` executions have ended, reading those of ``eids`` not yet ended every POLL
+    seconds; ``eids`` grows while the client starts them (this runs beside the starts, so that the
+    kill variant sees the halfway mark even when it comes before the last start).
     ``on_progress(completed)`` is awaited after each read. Returns the records by eid."""
-    remaining = list(eids)
     ended: dict[str, Any] = {}
     deadline = time.monotonic() + timeout
-    while remaining:
-        for record in await engine.store.read_executions(remaining):
-            if record.terminal:
-                ended[record.eid] = record
-        remaining = [eid for eid in remaining if eid not in ended]
-        if on_progress is not None:
-            await on_progress(sum(1 for r in ended.values() if r.status is Status.COMPLETED))
+    while len(ended) < n:
+        remaining = [eid for eid in eids if eid not in ended]
         if remaining:
+            for record in await engine.store.read_executions(remaining):
+                if record.terminal:
+                    ended[record.eid] = record
+            if on_progress is not None:
+                await on_progress(sum(1 for r in ended.values() if r.status is Status.COMPLETED))
+        if len(ended) < n:
             if time.monotonic() > deadline:
-                raise BenchError(f"{len(remaining)} of {len(eids)} executions not ended after {timeout} s")
+                raise BenchError(f"{n - len(ended)} of {n} executions not ended after {timeout} s")
             await asyncio.sleep(POLL)
     return ended
 
@@ -182,16 +193,28 @@ async def run_w5(
                     kill_info.update(killed_after=done, kill_at=time.perf_counter())
                     await workers.kill(0)
 
+            eids: list[str] = []
             t0 = time.perf_counter()
-            eids = [await engine.start(sequential, steps) for _ in range(n)]
-            started = time.perf_counter()
-            records = await wait_all(engine, eids, on_progress=progress)
+            waiting = asyncio.ensure_future(wait_all(engine, eids, n, on_progress=progress))
+            try:
+                for _ in range(n):
+                    eids.append(await engine.start(sequential, steps))
+                started = time.perf_counter()
+                records = await waiting
+            finally:
+                if not waiting.done():  # a start failed: stop waiting, keep its error
+                    waiting.cancel()
+                    await asyncio.wait([waiting])
             wall = time.perf_counter() - t0
             bad = [(eid, r.status.value, r.result) for eid, r in records.items()
                    if r.status is not Status.COMPLETED or r.result != sum(range(steps))]
             if bad:
                 raise BenchError(f"{len(bad)} executions did not complete as expected: {bad[:3]}")
             figures = await check_journals(engine, eids, steps)
+        except Exception as exc:
+            await workers.stop()
+            exc.add_note(f"worker logs: {workers.log_counts()}")  # they go with the temp dir
+            raise
         finally:
             exits = await workers.stop()
             await engine.close()
