@@ -29,6 +29,7 @@ from flowli.domain import (
     Entry,
     ExecutionRecord,
     InvalidDatabaseURL,
+    LeaseLost,
     Message,
     Task,
     TaskKind,
@@ -104,6 +105,43 @@ def _migrations() -> list[tuple[int, str]]:
     return sorted(found)
 
 
+_FAST_APPEND = (
+    "WITH f AS (UPDATE executions SET next_seq = next_seq + 1, updated_at = $1"
+    " WHERE eid = $2 AND lease_owner = $3 AND lease_epoch = $4 RETURNING next_seq - 1 AS seq)"
+    f" INSERT INTO journal ({c.ENTRY_COLUMNS})"
+    " SELECT $2::text, f.seq, $5::text, $6::text, $7::bigint, $8::text, $9::text, $10::text, $11::text FROM f"
+    " RETURNING seq"
+)
+
+
+def _plain_append(w: Write) -> bool:
+    """A write that only appends one frame entry under its fence: a frame.started or a
+    frame.completed, most writes of a running execution."""
+    return (
+        w.fence is not None and len(w.entries) == 1 and w.entries[0].eid == w.fence.eid
+        and not w.entries[0].kind.lifecycle
+        and not (w.expect or w.status or w.release or w.cancel_request or w.executions or w.messages or w.tasks
+                 or w.acks or w.withdrawals or w.withdraw_delegates or w.claims or w.timers or w.clear_timers
+                 or w.fired or w.waiters or w.clear_waiters or w.wake or w.wake_waiters or w.announcements
+                 or w.delete_executions)
+    )
+
+
+async def _fast_append(conn: asyncpg.Connection, w: Write, now: datetime) -> WriteResult:
+    """The fence check, the seq and the journal insert of a plain append in one round trip."""
+    assert w.fence is not None
+    e = w.entries[0]
+    row = c.entry_row(e, 0)
+    seq = await conn.fetchval(_FAST_APPEND, now.timestamp(), w.fence.eid, w.fence.owner, w.fence.epoch, *row[2:])
+    if seq is None:
+        raise LeaseLost(w.fence.eid, w.fence.epoch)
+    return WriteResult(entry_seqs=[int(seq)], entry_values=[e.value], message_seqs=[], created=[])
+
+
+class _Optimism(Exception):
+    """A write of an optimistic batch raised: roll the batch back and isolate its writes."""
+
+
 def _wakes(w: Write, result: WriteResult) -> bool:
     """Whether a write made a task visible that another process should dequeue."""
     return bool(w.tasks or w.executions or w.wake_waiters or result.woke or w.timers)
@@ -112,17 +150,19 @@ def _wakes(w: Write, result: WriteResult) -> bool:
 class PostgresStore:
     """The Store protocol on one PostgreSQL database (and schema)."""
 
-    def __init__(self, url: str, *, pool_size: int = 10):
+    def __init__(self, url: str, *, pool_size: int = 12, writers: int = 4):
         self.url = url
         self.dsn, self.schema = parse_url(url)
         self.pool_size = pool_size
+        self.writers = writers
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
         self._queue: asyncio.Queue[tuple[Write, datetime, asyncio.Future[WriteResult]]] = asyncio.Queue()
-        self._writer: asyncio.Task[None] | None = None
+        self._writers: list[asyncio.Task[None]] = []
         self._subscribers: list[Callable[[str], None]] = []
         self._relisten: asyncio.Future[None] | None = None
         self._closing = False
+        self._wconns: dict[int, asyncpg.Connection] = {}
 
     async def open(self) -> None:
         try:
@@ -135,7 +175,12 @@ class PostgresStore:
             raise InvalidDatabaseURL(self.url, f"cannot connect: {exc}") from None
         async with self._pool.acquire() as conn:
             await self._migrate(conn)
-        self._writer = asyncio.create_task(self._write_loop(), name="flowli-postgres-writer")
+        # a few writers, each group-committing on its own connection: PostgreSQL runs their
+        # transactions side by side, and a start does not queue behind one long batch
+        self._writers = [
+            asyncio.create_task(self._write_loop(slot), name=f"flowli-postgres-writer-{slot}")
+            for slot in range(self.writers)
+        ]
         await self._listen()
 
     async def _listen(self) -> None:
@@ -181,10 +226,16 @@ class PostgresStore:
         self._closing = True
         if self._relisten is not None:
             self._relisten.cancel()
-        if self._writer is not None:
-            self._writer.cancel()
-            await asyncio.wait([self._writer])
-            self._writer = None
+        for task in self._writers:
+            task.cancel()
+        if self._writers:
+            await asyncio.wait(self._writers)
+        self._writers = []
+        for conn in self._wconns.values():
+            if self._pool is not None:
+                with contextlib.suppress(Exception):
+                    await self._pool.release(conn)
+        self._wconns = {}
         while not self._queue.empty():  # writes that never reached the writer
             _, _, fut = self._queue.get_nowait()
             if not fut.done():
@@ -213,7 +264,7 @@ class PostgresStore:
         await self._queue.put((write, now, fut))
         return await fut
 
-    async def _write_loop(self) -> None:
+    async def _write_loop(self, slot: int) -> None:
         assert self._pool is not None
         while True:
             batch = [await self._queue.get()]
@@ -227,10 +278,10 @@ class PostgresStore:
             # process's batch); the sort is stable, so a mirror still follows what it mirrors
             batch.sort(key=lambda item: bool(item[0].announcements))
             try:
-                outcomes = await self._apply_batch(batch)
+                outcomes = await self._apply_batch(batch, slot)
             except (asyncpg.PostgresError, OSError) as exc:
                 if getattr(exc, "sqlstate", None) in _RETRYABLE or len(batch) > 1:
-                    outcomes = [await self._apply_alone(item) for item in batch]
+                    outcomes = [await self._apply_alone(item, slot) for item in batch]
                 else:
                     outcomes = [(None, exc)]
             except BaseException as exc:
@@ -246,32 +297,58 @@ class PostgresStore:
                 else:
                     fut.set_result(result)
 
-    async def _apply_batch(self, batch: list[Any]) -> list[tuple[Any, BaseException | None]]:
+    async def _writer_conn(self, slot: int) -> asyncpg.Connection:
+        """A writer's own connection, held across batches (no pool reset per batch)."""
         assert self._pool is not None
+        conn = self._wconns.get(slot)
+        if conn is not None and conn.is_closed():
+            with contextlib.suppress(Exception):
+                await self._pool.release(conn)
+            conn = None
+        if conn is None:
+            conn = self._wconns[slot] = await self._pool.acquire()
+        return conn
+
+    async def _apply_batch(
+        self, batch: list[Any], slot: int, isolated: bool = False
+    ) -> list[tuple[Any, BaseException | None]]:
+        """One transaction for the batch. Optimistic first, with no savepoints, since a write is
+        refused (a lost fence, a state it does not expect) before it changes anything; when one
+        raises all the same, the batch rolls back and runs again with a savepoint per write, so
+        that each fails alone."""
+        conn = await self._writer_conn(slot)
         out: list[tuple[Any, BaseException | None]] = []
         notify = False
-        async with self._pool.acquire() as conn, conn.transaction():
-            for w, now, _ in batch:
-                try:
-                    async with conn.transaction():  # a savepoint: a refused write rolls back alone
-                        result = await drive(conn, apply_write(w, now))
-                except (asyncpg.PostgresError, OSError):
-                    raise  # the transaction is broken: the caller retries each write alone
-                except asyncio.CancelledError:
-                    raise
-                except BaseException as exc:  # LeaseLost is a BaseException: this write's answer
-                    out.append((None, exc))
-                else:
-                    out.append((result, None))
-                    notify = notify or _wakes(w, result)
-            if notify:
-                await conn.execute(f"SELECT pg_notify('{_CHANNEL}', 'work')")
+        try:
+            async with conn.transaction():
+                for w, now, _ in batch:
+                    try:
+                        if isolated:
+                            async with conn.transaction():  # a savepoint
+                                result = await drive(conn, apply_write(w, now))
+                        elif _plain_append(w):
+                            result = await _fast_append(conn, w, now)
+                        else:
+                            result = await drive(conn, apply_write(w, now))
+                    except (asyncpg.PostgresError, OSError, asyncio.CancelledError):
+                        raise  # a broken transaction: the caller retries each write alone
+                    except BaseException as exc:  # LeaseLost is a BaseException: this write's answer
+                        if not isolated:
+                            raise _Optimism() from exc
+                        out.append((None, exc))
+                    else:
+                        out.append((result, None))
+                        notify = notify or _wakes(w, result)
+                if notify:
+                    await conn.execute(f"SELECT pg_notify('{_CHANNEL}', 'work')")
+        except _Optimism:
+            return await self._apply_batch(batch, slot, isolated=True)
         return out
 
-    async def _apply_alone(self, item: Any) -> tuple[Any, BaseException | None]:
+    async def _apply_alone(self, item: Any, slot: int) -> tuple[Any, BaseException | None]:
         for attempt in range(5):
             try:
-                return (await self._apply_batch([item]))[0]
+                return (await self._apply_batch([item], slot))[0]
             except (asyncpg.PostgresError, OSError) as exc:
                 if getattr(exc, "sqlstate", None) not in _RETRYABLE or attempt == 4:
                     return (None, exc)
