@@ -193,7 +193,10 @@ class Activation(Context):
         self.failures: dict[str, list[Entry]] = defaultdict(list)
         self.cursors: dict[str, int] = {}
         self.last_seq = 0
+        armed: Any = None  # the waits of the last suspension: its timers and waiters are still set
         for e in journal:
+            if e.kind is EntryKind.EXECUTION_SUSPENDED:
+                armed = (e.value or {}).get("waits") if isinstance(e.value, dict) else None
             self.last_seq = max(self.last_seq, e.seq or 0)
             if e.fid is None:
                 continue
@@ -211,6 +214,8 @@ class Activation(Context):
                 self.failures[e.fid].append(e)
                 if isinstance(e.value, dict) and e.value.get("final"):
                     self.outcome.setdefault(e.fid, e)
+        self.armed_timers = bool(armed) and any("until" in w for w in armed)
+        self.armed_waiters = bool(armed) and any("channel" in w for w in armed)
         self.counters: dict[tuple[str, str], int] = defaultdict(int)
         self.visited: set[str] = set()
         self.waits: dict[str, Wait] = {}
@@ -775,7 +780,7 @@ class Activation(Context):
         entry = self._entry(EntryKind.EXECUTION_SUSPENDED, ROOT, FrameKind.ROOT, value={"waits": [w.describe() for w in waits]})
         write = Write(
             entries=[entry], status=StatusChange(self.eid, Status.SUSPENDED), release=True,
-            clear_timers=[self.eid], timers=timers, clear_waiters=[self.eid],
+            clear_timers=self._armed(self.armed_timers), timers=timers, clear_waiters=self._armed(self.armed_waiters),
             waiters=[(ch, self.eid) for ch in channels],
             wake=WakeCheck(
                 task=wake_task, channels=channels, children=children,
@@ -788,6 +793,10 @@ class Activation(Context):
         if timers:
             self.rt.timers.set()
         return Status.SUSPENDED
+
+    def _armed(self, armed: bool) -> list[str]:
+        """Clear the timers (or waiters) of this execution only if its last suspension set some."""
+        return [self.eid] if armed else []
 
     def _wake_task(self) -> Task:
         """The RESUME that a suspension enqueues at once when its wait is over already."""
@@ -804,7 +813,8 @@ class Activation(Context):
         entry = self._entry(EntryKind.EXECUTION_SUSPENDED, ROOT, FrameKind.ROOT, value=blocked, error=error_data(nd))
         write = Write(
             entries=[entry], status=StatusChange(self.eid, Status.SUSPENDED, blocked=blocked), release=True,
-            clear_timers=[self.eid], clear_waiters=[self.eid], wake=WakeCheck(task=self._wake_task(), cancel=True),
+            clear_timers=self._armed(self.armed_timers), clear_waiters=self._armed(self.armed_waiters),
+            wake=WakeCheck(task=self._wake_task(), cancel=True),
         )
         await self._final_write(write)
         return Status.SUSPENDED
@@ -821,7 +831,7 @@ class Activation(Context):
             entry = Entry(**{**entry.__dict__, "provenance": entry.provenance.with_(on_behalf_of=by)})
         write = Write(
             entries=[entry], status=StatusChange(self.eid, status, result=result, error=error), release=True,
-            clear_timers=[self.eid], clear_waiters=[self.eid],
+            clear_timers=self._armed(self.armed_timers), clear_waiters=self._armed(self.armed_waiters),
             # a cancelled execution withdraws its open delegations: their consumers find nothing
             withdraw_delegates=[self.eid] if status is Status.CANCELLED else [],
         )

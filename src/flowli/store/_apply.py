@@ -90,14 +90,25 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
     """Apply one Write; the caller gives it a transaction (or a savepoint) of its own."""
     now = now_dt.timestamp()
     fenced_seq = 0
+    status_done = False
     if w.fence is not None:
         # the fence check and the reservation of the journal seqs of the fenced execution, in one
         # statement; in PostgreSQL the UPDATE also locks the row until commit
         f = w.fence
         n = sum(1 for e in w.entries if e.eid == f.eid)
-        row = yield ("one", "UPDATE executions SET next_seq = next_seq + ?, updated_at = ?"
+        sets, params = "next_seq = next_seq + ?, updated_at = ?", [n, now]
+        # the status change and the release of the fenced execution ride on the same statement
+        # (unless the write also checks that execution's status, which must see the old one)
+        if w.status is not None and w.status.eid == f.eid and (w.expect is None or w.expect[0] != f.eid):
+            s = w.status
+            sets += ", status = ?, result = ?, error = ?, blocked = ?, version = COALESCE(?, version)"
+            params += [s.status.value, c.js(s.result), c.js(s.error), c.js(s.blocked), s.version]
+            status_done = True
+        if w.release:
+            sets += ", lease_owner = NULL, lease_expires_at = NULL"
+        row = yield ("one", f"UPDATE executions SET {sets}"
                             " WHERE eid = ? AND lease_owner = ? AND lease_epoch = ? RETURNING next_seq - ?",
-                     (n, now, f.eid, f.owner, f.epoch, n))
+                     (*params, f.eid, f.owner, f.epoch, n))
         if row is None:
             raise LeaseLost(f.eid, f.epoch)
         fenced_seq = int(row[0])
@@ -150,7 +161,7 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
             fenced_seq += 1
         else:
             entry_seqs.append((yield from append(e, now)))
-    if w.status is not None:
+    if w.status is not None and not status_done:
         s = w.status
         yield ("exec",
                "UPDATE executions SET status = ?, result = ?, error = ?, blocked = ?, version = COALESCE(?, version),"
@@ -159,8 +170,6 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
     if w.cancel_request is not None:
         yield ("exec", "UPDATE executions SET cancel_requested = ? WHERE eid = ? AND cancel_requested IS NULL",
                (c.js(w.cancel_request[1]), w.cancel_request[0]))
-    if w.release and w.fence is not None:
-        yield ("exec", "UPDATE executions SET lease_owner = NULL, lease_expires_at = NULL WHERE eid = ?", (w.fence.eid,))
     for task in w.tasks:
         yield from insert_task(task)
     for acked, owner in w.acks:

@@ -114,6 +114,14 @@ _FAST_APPEND = (
 )
 
 
+class _Connection(asyncpg.Connection):  # type: ignore[misc]
+    """A pooled connection released without asyncpg's reset round trip: flowli holds no
+    session state on them (no LISTEN, no session advisory lock, no SET)."""
+
+    def get_reset_query(self) -> str:
+        return ""
+
+
 def _plain_append(w: Write) -> bool:
     """A write that only appends one frame entry under its fence: a frame.started or a
     frame.completed, most writes of a running execution."""
@@ -167,7 +175,7 @@ class PostgresStore:
     async def open(self) -> None:
         try:
             self._pool = await asyncpg.create_pool(
-                self.dsn, min_size=2, max_size=self.pool_size, statement_cache_size=512,
+                self.dsn, min_size=2, max_size=self.pool_size, statement_cache_size=512, connection_class=_Connection,
                 # a startup parameter, not a SET: the pool's RESET ALL on release keeps it
                 server_settings={"search_path": f'"{self.schema}"'},
             )
