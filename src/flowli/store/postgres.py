@@ -166,6 +166,9 @@ class PostgresStore:
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
         self._queue: asyncio.Queue[tuple[Write, datetime, asyncio.Future[WriteResult]]] = asyncio.Queue()
+        self._starts: asyncio.Queue[tuple[Write, datetime, asyncio.Future[WriteResult]]] = asyncio.Queue()
+        """Starts of executions: a lane of their own, so a start does not wait behind the
+        batches of a busy worker in the same process."""
         self._writers: list[asyncio.Task[None]] = []
         self._subscribers: list[Callable[[str], None]] = []
         self._relisten: asyncio.Future[None] | None = None
@@ -187,7 +190,7 @@ class PostgresStore:
         # transactions side by side, and a start does not queue behind one long batch
         self._writers = [
             asyncio.create_task(self._write_loop(slot), name=f"flowli-postgres-writer-{slot}")
-            for slot in range(self.writers)
+            for slot in range(self.writers + 1)  # the last one serves the lane of starts
         ]
         await self._listen()
 
@@ -244,8 +247,8 @@ class PostgresStore:
                 with contextlib.suppress(Exception):
                     await self._pool.release(conn)
         self._wconns = {}
-        while not self._queue.empty():  # writes that never reached the writer
-            _, _, fut = self._queue.get_nowait()
+        while not self._queue.empty() or not self._starts.empty():  # writes that never reached a writer
+            _, _, fut = (self._queue if not self._queue.empty() else self._starts).get_nowait()
             if not fut.done():
                 fut.set_exception(RuntimeError(f"store {self.url} is closed"))
         if self._listener is not None:
@@ -269,15 +272,17 @@ class PostgresStore:
 
     async def write(self, write: Write, now: datetime) -> WriteResult:
         fut: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
-        await self._queue.put((write, now, fut))
+        lane = self._starts if write.executions and write.fence is None else self._queue
+        await lane.put((write, now, fut))
         return await fut
 
     async def _write_loop(self, slot: int) -> None:
         assert self._pool is not None
+        queue = self._starts if slot == self.writers else self._queue
         while True:
-            batch = [await self._queue.get()]
-            while len(batch) < _BATCH and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            batch = [await queue.get()]
+            while len(batch) < _BATCH and not queue.empty():
+                batch.append(queue.get_nowait())
             batch = [item for item in batch if not item[2].done()]
             if not batch:
                 continue
