@@ -18,8 +18,9 @@ from pathlib import Path
 
 import flowli
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from app import registry  # noqa: E402  (this script's folder, made explicit for python -P)
+# the workflows: app.py of this script's folder, or of the folder FLOWLI_TEST_APP_DIR names
+sys.path.insert(0, os.environ.get("FLOWLI_TEST_APP_DIR") or str(Path(__file__).resolve().parent))
+from app import registry  # noqa: E402
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

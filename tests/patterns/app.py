@@ -1,6 +1,6 @@
 """The workflows that the worker processes of the patterns' crash tests run.
 
-The worker processes import this file as the module ``app`` (it sits beside ``worker_main.py``)
+The worker processes import this file as the module ``app`` (FLOWLI_TEST_APP_DIR names its folder)
 and run in the test's folder; the test process imports it as part of its test package, only to
 start executions by name.
 
