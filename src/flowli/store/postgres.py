@@ -105,15 +105,6 @@ def _migrations() -> list[tuple[int, str]]:
     return sorted(found)
 
 
-_FAST_APPEND = (
-    "WITH f AS (UPDATE executions SET next_seq = next_seq + 1, updated_at = $1"
-    " WHERE eid = $2 AND lease_owner = $3 AND lease_epoch = $4 RETURNING next_seq - 1 AS seq)"
-    f" INSERT INTO journal ({c.ENTRY_COLUMNS})"
-    " SELECT $2::text, f.seq, $5::text, $6::text, $7::bigint, $8::text, $9::text, $10::text, $11::text FROM f"
-    " RETURNING seq"
-)
-
-
 class _Connection(asyncpg.Connection):  # type: ignore[misc]
     """A pooled connection released without asyncpg's reset round trip: flowli holds no
     session state on them (no LISTEN, no session advisory lock, no SET)."""
@@ -135,15 +126,47 @@ def _plain_append(w: Write) -> bool:
     )
 
 
-async def _fast_append(conn: asyncpg.Connection, w: Write, now: datetime) -> WriteResult:
-    """The fence check, the seq and the journal insert of a plain append in one round trip."""
-    assert w.fence is not None
-    e = w.entries[0]
-    row = c.entry_row(e, 0)
-    seq = await conn.fetchval(_FAST_APPEND, now.timestamp(), w.fence.eid, w.fence.owner, w.fence.epoch, *row[2:])
-    if seq is None:
-        raise LeaseLost(w.fence.eid, w.fence.epoch)
-    return WriteResult(entry_seqs=[int(seq)], entry_values=[e.value], message_seqs=[], created=[])
+_MANY_APPENDS = (
+    "WITH v AS (SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],"
+    " $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[])"
+    " AS v(ord, eid, owner, epoch, kind, fid, attempt, digest, value, error, provenance)),"
+    " c AS (SELECT eid, owner, epoch, count(*) AS n FROM v GROUP BY eid, owner, epoch),"
+    " f AS (UPDATE executions e SET next_seq = e.next_seq + c.n, updated_at = $12 FROM c"
+    " WHERE e.eid = c.eid AND e.lease_owner = c.owner AND e.lease_epoch = c.epoch"
+    " RETURNING e.eid, e.next_seq - c.n AS base)"
+    f" INSERT INTO journal ({c.ENTRY_COLUMNS})"
+    " SELECT v.eid, f.base + row_number() OVER (PARTITION BY v.eid ORDER BY v.ord) - 1, v.kind, v.fid, v.attempt,"
+    " v.digest, v.value, v.error, v.provenance FROM v JOIN f ON f.eid = v.eid RETURNING eid, seq"
+)
+
+
+async def _many_appends(
+    conn: asyncpg.Connection, writes: list[Write], now: datetime
+) -> list[tuple[WriteResult | None, BaseException | None]]:
+    """A run of plain appends of many executions in one statement. A write whose fence does
+    not hold appends nothing (the join drops its row) and gets LeaseLost; the others stand."""
+    cols: list[list[Any]] = [[] for _ in range(11)]
+    for i, w in enumerate(writes):
+        assert w.fence is not None
+        row = c.entry_row(w.entries[0], 0)
+        for col, v in zip(cols, (i, w.fence.eid, w.fence.owner, w.fence.epoch, *row[2:])):
+            col.append(v)
+    rows = await conn.fetch(_MANY_APPENDS, *cols, now.timestamp())
+    seqs: dict[str, list[int]] = {}
+    for eid, seq in rows:
+        seqs.setdefault(eid, []).append(int(seq))
+    for found in seqs.values():
+        found.sort()
+    out: list[tuple[WriteResult | None, BaseException | None]] = []
+    for w in writes:
+        assert w.fence is not None
+        mine = seqs.get(w.fence.eid)
+        if not mine:
+            out.append((None, LeaseLost(w.fence.eid, w.fence.epoch)))
+        else:
+            result = WriteResult(entry_seqs=[mine.pop(0)], entry_values=[w.entries[0].value], message_seqs=[], created=[])
+            out.append((result, None))
+    return out
 
 
 class _Optimism(Exception):
@@ -330,17 +353,29 @@ class PostgresStore:
         raises all the same, the batch rolls back and runs again with a savepoint per write, so
         that each fails alone."""
         conn = await self._writer_conn(slot)
+        if not isolated and all(_plain_append(w) for w, _, _ in batch):
+            # one statement, atomic on its own: no BEGIN and COMMIT round trips
+            return await _many_appends(conn, [w for w, _, _ in batch], batch[0][1])
         out: list[tuple[Any, BaseException | None]] = []
         notify = False
         try:
             async with conn.transaction():
-                for w, now, _ in batch:
+                i = 0
+                while i < len(batch):
+                    if not isolated and _plain_append(batch[i][0]):
+                        # a run of plain appends (the bulk of a busy worker's writes): one statement
+                        j = i
+                        while j < len(batch) and _plain_append(batch[j][0]):
+                            j += 1
+                        out.extend(await _many_appends(conn, [w for w, _, _ in batch[i:j]], batch[i][1]))
+                        i = j
+                        continue
+                    w, now, _ = batch[i]
+                    i += 1
                     try:
                         if isolated:
                             async with conn.transaction():  # a savepoint
                                 result = await drive(conn, apply_write(w, now))
-                        elif _plain_append(w):
-                            result = await _fast_append(conn, w, now)
                         else:
                             result = await drive(conn, apply_write(w, now))
                     except (asyncpg.PostgresError, OSError, asyncio.CancelledError):
