@@ -93,6 +93,9 @@ class Connection:
             await self._cur.execute(query, params)
         return self._cur
 
+    def is_closed(self) -> bool:
+        return bool(self._conn.closed)
+
     async def fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         cur = await self._run(sql, args)
         with _errors():
@@ -119,17 +122,41 @@ class Connection:
                 yield
 
 
+class _Acquire:
+    def __init__(self, pool: Pool):
+        self.pool = pool
+        self.conn: Connection | None = None
+
+    def __await__(self) -> Any:
+        return self.pool.take().__await__()
+
+    async def __aenter__(self) -> Connection:
+        self.conn = await self.pool.take()
+        return self.conn
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.conn is not None
+        await self.pool.release(self.conn)
+
+
 class Pool:
     """A psycopg ``AsyncConnectionPool`` with asyncpg's pool calls."""
 
     def __init__(self, pool: AsyncConnectionPool):
         self._pool = pool
 
-    @contextlib.asynccontextmanager
-    async def acquire(self) -> AsyncIterator[Connection]:
+    def acquire(self) -> _Acquire:
+        """As asyncpg's: ``async with pool.acquire() as conn``, or ``conn = await pool.acquire()``
+        and later ``await pool.release(conn)``."""
+        return _Acquire(self)
+
+    async def take(self) -> Connection:
         with _errors():
-            async with self._pool.connection() as conn:
-                yield Connection(conn)
+            return Connection(await self._pool.getconn())
+
+    async def release(self, conn: Connection) -> None:
+        with _errors():
+            await self._pool.putconn(conn._conn)
 
     async def fetch(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         async with self.acquire() as conn:
@@ -192,18 +219,14 @@ class Listener:
 
 
 class PsycopgPostgresStore(PostgresStore):
-    """The PostgreSQL store of ``src/`` on psycopg 3: only ``open`` (the pool) and ``_listen``
+    """The PostgreSQL store of ``src/`` on psycopg 3: only ``_connect_pool`` and ``_listen``
     (the LISTEN connection, without the store's reconnection) differ."""
 
-    async def open(self) -> None:
+    async def _connect_pool(self) -> Any:
         try:
-            self._pool = await create_pool(self.dsn, schema=self.schema, max_size=self.pool_size)  # type: ignore[assignment]
+            return await create_pool(self.dsn, schema=self.schema, max_size=self.pool_size)
         except (OSError, psycopg.Error, asyncpg.PostgresError) as exc:
             raise InvalidDatabaseURL(self.url, f"cannot connect: {exc}") from None
-        async with self._pool.acquire() as conn:  # type: ignore[union-attr]
-            await self._migrate(conn)  # type: ignore[arg-type]
-        self._writer = asyncio.create_task(self._write_loop(), name="flowli-postgres-writer")
-        await self._listen()
 
     async def _listen(self) -> None:
         try:

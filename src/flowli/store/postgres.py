@@ -198,15 +198,18 @@ class PostgresStore:
         self._closing = False
         self._wconns: dict[int, asyncpg.Connection] = {}
 
-    async def open(self) -> None:
+    async def _connect_pool(self) -> Any:
         try:
-            self._pool = await asyncpg.create_pool(
+            return await asyncpg.create_pool(
                 self.dsn, min_size=2, max_size=self.pool_size, statement_cache_size=512, connection_class=_Connection,
-                # a startup parameter, not a SET: the pool's RESET ALL on release keeps it
+                # a startup parameter, not a SET: it holds on every connection of the pool
                 server_settings={"search_path": f'"{self.schema}"'},
             )
         except (OSError, asyncpg.PostgresError, ValueError) as exc:
             raise InvalidDatabaseURL(self.url, f"cannot connect: {exc}") from None
+
+    async def open(self) -> None:
+        self._pool = await self._connect_pool()
         async with self._pool.acquire() as conn:
             await self._migrate(conn)
         # a few writers, each group-committing on its own connection: PostgreSQL runs their
