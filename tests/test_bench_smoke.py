@@ -1,7 +1,9 @@
 """The benchmark's own workload functions, once each with a tiny n: the JSON line has the fields of
 BENCH.md and every execution completed. SQLite always; PostgreSQL (W1–W4 on both drivers, W5 with
 worker processes, its SIGKILL variant) when ``FLOWLI_TEST_POSTGRES`` names a server, else those
-tests skip saying so. No timing assertions (performance belongs in bench/)."""
+tests skip saying so. W6 in-process and in a child process. DBOS Transact, the peer (each run a
+child process), when it is installed (the ``bench`` extra), else those tests skip saying so. No
+timing assertions (performance belongs in bench/)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from .pg import fresh_schema, server_url
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import drivers, targets, w5, workloads  # noqa: E402
+from bench import child, drivers, targets, w5, w6, workloads  # noqa: E402
 from bench import run as bench_run  # noqa: E402
 
 COMMON = {"engine", "backend", "workload", "n", "wall_s", "rate", "unit"}
@@ -190,3 +192,103 @@ async def test_engine_close_leaves_no_pending_tasks(tmp_path: Any) -> None:
     await asyncio.sleep(0.05)
     left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     assert left == [], [(t.get_name(), t.get_coro()) for t in left]
+
+
+# ---- W6, and DBOS Transact, the peer ----------------------------------------------------------
+
+
+async def test_w6_suspends_all_then_drains_on_sqlite(tmp_path: Any) -> None:
+    url = targets.sqlite_url(str(tmp_path))
+    line = await asyncio.wait_for(w6.run_w6(url, 6, concurrency=4), timeout=60)
+    check_line(line, "sqlite", "W6", 6, "executions/s")
+    assert 0 < line["rss_base_mb"] <= line["peak_rss_mb"] and line["rss_suspended_mb"] <= line["peak_rss_mb"]
+    assert line["suspend_s"] >= line["start_s"] and line["drain_s"] == line["wall_s"] >= line["signal_s"]
+    assert await statuses_in(url, "bench.wait_signal") == [Status.COMPLETED] * 6
+
+
+async def test_w6_in_a_child_process_reports_the_child_memory(tmp_path: Any) -> None:
+    line = await asyncio.wait_for(child.run_child("flowli", "W6", targets.sqlite_url(str(tmp_path)), 4), timeout=120)
+    check_line(line, "sqlite", "W6", 4, "executions/s")
+    # the child's own high-water mark, not this (bigger) test process's
+    assert 0 < line["peak_rss_mb"] and 0 < line["rss_sampled_peak_mb"] <= line["peak_rss_mb"] * 1.5
+    assert await statuses_in(targets.sqlite_url(str(tmp_path)), "bench.wait_signal") == [Status.COMPLETED] * 4
+
+
+def dbos_or_skip() -> None:
+    pytest.importorskip("dbos", reason="DBOS Transact is not installed: pip install -e '.[dev,bench]' runs these")
+
+
+def dbos_statuses(db_file: str) -> dict[str, int]:
+    """The workflow statuses that DBOS left in its SQLite system database, counted."""
+    import sqlite3
+
+    conn = sqlite3.connect(db_file)
+    try:
+        return dict(conn.execute("SELECT status, count(*) FROM workflow_status GROUP BY status").fetchall())
+    finally:
+        conn.close()
+
+
+DBOS_SMALL = [("W1", 3, {}, "steps/s", 3), ("W2", 10, {}, "steps/s", 1), ("W3", 3, {}, "workflows/s", 3),
+              ("W4", 3, {"sleep_s": 0.1}, "s", 3), ("W6", 5, {}, "executions/s", 5)]
+
+
+@pytest.mark.parametrize("wid, n, options, unit, workflows", DBOS_SMALL)
+async def test_dbos_workload_runs_in_a_child_on_sqlite(
+    tmp_path: Any, wid: str, n: int, options: dict[str, Any], unit: str, workflows: int
+) -> None:
+    dbos_or_skip()
+    db_file = str(tmp_path / "dbos.sqlite")
+    line = await asyncio.wait_for(child.run_child("dbos", wid, f"sqlite:///{db_file}", n, **options), timeout=120)
+    assert COMMON <= set(line) and (line["engine"], line["backend"], line["workload"], line["n"], line["unit"]) == (
+        "dbos", "sqlite", wid, n, unit)
+    assert line["wall_s"] > 0 and line["dbos"]
+    assert dbos_statuses(db_file) == {"SUCCESS": workflows}  # read back from the file the child left
+
+
+async def test_dbos_runs_on_a_fresh_postgresql_database_dropped_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    dbos_or_skip()
+    import asyncpg
+
+    server = server_url()
+    monkeypatch.setenv(targets.POSTGRES_ENV, server)
+    async with targets.fresh_dbos_url("postgresql") as url:
+        name = url.rsplit("/", 1)[1].split("?")[0]
+        line = await asyncio.wait_for(child.run_child("dbos", "W1", url, 3), timeout=120)
+        conn = await asyncpg.connect(url)
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM dbos.workflow_status WHERE status = 'SUCCESS'") == 3
+        finally:
+            await conn.close()
+    assert (line["engine"], line["backend"], line["steps"]) == ("dbos", "postgresql", 30)
+    conn = await asyncpg.connect(server)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM pg_database WHERE datname = $1", name) == 0
+    finally:
+        await conn.close()
+
+
+def test_run_with_both_engines_prints_lines_of_each_and_their_ratios(capsys: pytest.CaptureFixture[str]) -> None:
+    dbos_or_skip()
+    code = bench_run.main(["--backend", "sqlite", "--engines", "flowli,dbos", "--workloads", "W2,W6", "--runs", "1",
+                           "--n", "4", "--concurrency", "4"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = [json.loads(x) for x in out.splitlines() if x.strip()]
+    assert [(x["workload"], x["engine"]) for x in lines] == [
+        ("W2", "flowli"), ("W2", "dbos"), ("W6", "flowli"), ("W6", "dbos")]
+    assert all("error" not in x and x["versions"]["dbos"] for x in lines)
+    assert "flowli vs DBOS" in err and "peak RSS MB" in err
+
+
+def test_ratios_say_greater_than_one_when_flowli_is_better() -> None:
+    def row(engine: str, wid: str, **figures: float) -> dict[str, Any]:
+        return {"engine": engine, "workload": wid, "backend": "sqlite", "driver": None, "variant": "", **figures}
+
+    rows = [row("flowli", "W1", rate=300.0), row("dbos", "W1", rate=100.0),
+            row("flowli", "W3", p50_ms=2.0, p99_ms=8.0), row("dbos", "W3", p50_ms=4.0, p99_ms=4.0),
+            row("flowli", "W6", wall_s=1.0, peak_rss_mb=100.0, kb_per_suspended=5.0),
+            row("dbos", "W6", wall_s=3.0, peak_rss_mb=50.0, kb_per_suspended=5.0)]
+    got = {(r["workload"], r["figure"]): r["ratio"] for r in bench_run.engine_ratios(rows)}
+    assert got == {("W1", "steps/s"): 3.0, ("W3", "p50 ms"): 2.0, ("W3", "p99 ms"): 0.5, ("W6", "drain s"): 3.0,
+                   ("W6", "peak RSS MB"): 0.5, ("W6", "KiB per suspended"): 1.0}

@@ -210,3 +210,36 @@ async def test_an_engine_error_hands_the_execution_back_instead_of_holding_the_l
         handed = [e for e in journal if e.kind is EntryKind.EXECUTION_SUSPENDED]
         assert failed == [1] and handed and handed[0].error["message"] == "disk I/O error"
         assert kinds(journal)[-1] == "execution.completed"
+
+
+async def test_a_store_failure_under_a_frame_is_not_the_workflows_failure(open_engine):
+    """A store error while a frame reads or writes (a lost connection, too many clients) must
+    not fail the execution, even if the workflow catches every Exception: the worker hands the
+    execution back, and it completes."""
+    registry = Registry()
+
+    @registry.workflow("robust")
+    async def robust(ctx: Context) -> str:
+        try:
+            return await ctx.receive("in")
+        except Exception:
+            return "the workflow swallowed a store error"
+
+    async with open_engine(registry, worker=False) as engine:
+        real = engine.store.read_messages
+        failed: list[int] = []
+
+        async def failing_once(channel, after=0, limit=100):
+            if not failed:
+                failed.append(1)
+                raise ConnectionResetError("the connection to the store was lost")
+            return await real(channel, after, limit)
+
+        engine.store.read_messages = failing_once  # type: ignore[method-assign]
+        eid = await engine.start("robust")
+        await engine.signal(eid, "in", "delivered")
+        async with engine.worker():
+            assert await engine.result(eid, timeout=30) == "delivered"
+        assert failed == [1]
+        handed = [e for e in await engine.journal(eid) if e.kind is EntryKind.EXECUTION_SUSPENDED]
+        assert handed and handed[0].error["type"] == "ConnectionResetError"

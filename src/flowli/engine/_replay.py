@@ -17,7 +17,7 @@ import uuid as _uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Awaitable, Callable, Literal, TypeVar
 
 from flowli.domain import (
     NO_RETRY,
@@ -43,6 +43,9 @@ from flowli.domain import (
     digest,
     task_id,
 )
+from flowli.domain import (
+    FlowliError as FlowliErrorBase,
+)
 from flowli.log import Attempt, attempt_scope
 from flowli.store import (
     Announcement,
@@ -64,10 +67,31 @@ from ._runtime import Runtime, entries_with_seqs, error_data
 from ._tasks import cancel_and_wait
 
 ROOT = "root"
+T = TypeVar("T")
 
 
 class _Closed(BaseException):
     """The activation is ending: no frame may write any more."""
+
+
+class StoreFailure(BaseException):
+    """The store failed under a frame (a lost connection, too many clients): not the workflow's
+    failure, so the workflow cannot catch it; the activation ends and the worker hands the
+    execution back."""
+
+    def __init__(self, cause: BaseException):
+        self.cause = cause
+        super().__init__(f"the store failed: {type(cause).__name__}: {cause}")
+
+
+async def store_call(call: Awaitable[T]) -> T:
+    """Await a store call; a failure of the store itself becomes a StoreFailure."""
+    try:
+        return await call
+    except (LeaseLost, asyncio.CancelledError, FlowliErrorBase):
+        raise
+    except Exception as exc:
+        raise StoreFailure(exc) from exc
 
 
 @dataclass(frozen=True)
@@ -283,6 +307,8 @@ class Activation(Context):
         exc = wf_task.exception() if not wf_task.cancelled() else Cancelled("the workflow task was cancelled")
         if self.lost:
             raise LeaseLost(self.eid, self.epoch)
+        if isinstance(exc, StoreFailure):
+            raise exc.cause  # the worker hands the execution back
         if isinstance(exc, LeaseLost):
             raise exc
         if self.nondeterminism is None:
@@ -365,7 +391,7 @@ class Activation(Context):
             self.pending = []
         write.fence = self.fence
         try:
-            result = await self.rt.store.write(write, self.rt.clock.now())
+            result = await store_call(self.rt.store.write(write, self.rt.clock.now()))
         except LeaseLost:
             self.mark_lost()
             raise
@@ -508,8 +534,8 @@ class Activation(Context):
         while True:
             attempt = await self._retry_gate(fid, name)
             started = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, name=name, attempt=attempt, dig=dig, ref=ref)
-            # frame.started goes to the store while the function runs: the one writer applies
-            # them in order, and the outcome is not appended before the start is durable.
+            # frame.started goes to the store while the function runs: a store applies the writes of
+            # one execution in order, so the outcome is not appended before the start.
             started_write = asyncio.ensure_future(self._write(Write(entries=[started])))
             try:
                 with attempt_scope(Attempt(self.eid, fid, attempt, self.rt.bucket)):
@@ -673,7 +699,7 @@ class Activation(Context):
             started = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.RECEIVE, attempt=1, dig=dig, value={"channel": channel})
         async with self.channel_locks[channel]:
             after = self.cursors.get(channel, 0)
-            messages = await self.rt.store.read_messages(channel, after, limit=1)
+            messages = await store_call(self.rt.store.read_messages(channel, after, limit=1))
             if messages:
                 self.cursors[channel] = messages[0].seq
         if not messages:
@@ -744,7 +770,7 @@ class Activation(Context):
             self.started[fid] = started
             if result.created and result.created[0]:
                 self.rt.mirror_soon([Entry(**{**new.entry.__dict__, "seq": 1})])
-        record = await self.rt.store.read_execution(ceid)
+        record = await store_call(self.rt.store.read_execution(ceid))
         if record is None or not record.terminal:
             await self._wait(Wait(fid, "child", child=ceid))
         assert record is not None

@@ -31,7 +31,15 @@ from flowli.domain import (
 from flowli.log import Attempt, attempt_scope
 from flowli.store import Fence, StatusChange, Write
 
-from ._replay import Activation, failure_entry_value, import_ref, policy_from_json, run_function
+from ._replay import (
+    Activation,
+    StoreFailure,
+    failure_entry_value,
+    import_ref,
+    policy_from_json,
+    run_function,
+    store_call,
+)
 from ._runtime import Runtime, entries_with_seqs, error_data
 from ._sweeper import Sweeper
 from ._tasks import cancel_and_wait
@@ -104,6 +112,8 @@ class Worker:
                 await self._activate(task)
         except LeaseLost as lost:
             log.warning("lease lost: %s; this worker writes nothing more for it", lost)
+        except StoreFailure as failure:  # transient: the task comes back when its lease expires
+            log.warning("task %s: %s; it is dequeued again after its lease", task.id, failure)
         except Exception:
             log.exception("task %s failed in the worker", task.id)
         finally:
@@ -113,7 +123,7 @@ class Worker:
     async def _activate(self, task: Task) -> None:
         rt = self.rt
         assert task.eid is not None
-        acquired = await rt.store.acquire(task.eid, rt.owner, rt.options.lease_ttl, rt.clock.now(), ack=task.id)
+        acquired = await store_call(rt.store.acquire(task.eid, rt.owner, rt.options.lease_ttl, rt.clock.now(), ack=task.id))
         if acquired.epoch is None or acquired.record is None:
             return  # terminal, unknown, or owned by a live worker whose suspension will check its waits
         record = acquired.record
@@ -135,12 +145,13 @@ class Worker:
             with contextlib.suppress(BaseException):
                 await asyncio.shield(self._hand_back(record, acquired.epoch, None))
             raise
-        except Exception as exc:
+        except (Exception, StoreFailure) as failure:
+            cause = failure.cause if isinstance(failure, StoreFailure) else failure
             # not the workflow's failure (that is an outcome): the store or the engine itself.
             # Hand the execution back at once rather than hold the lease until it expires.
-            log.exception("activation of %s failed; handing it back", record.eid)
+            log.warning("activation of %s failed (%s: %s); handing it back", record.eid, type(cause).__name__, cause)
             with contextlib.suppress(Exception):
-                await self._hand_back(record, acquired.epoch, exc)
+                await self._hand_back(record, acquired.epoch, cause if isinstance(cause, Exception) else None)
         finally:
             self.held.pop(record.eid, None)
             if rt.activations.get(record.eid) is activation:

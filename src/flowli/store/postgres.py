@@ -169,6 +169,19 @@ async def _many_appends(
     return out
 
 
+def _shard_key(w: Write) -> str | None:
+    """The execution a write belongs to, if any: its writes share one writer."""
+    if w.fence is not None:
+        return w.fence.eid
+    if w.expect is not None:
+        return w.expect[0]
+    if w.entries:
+        return w.entries[0].eid
+    if w.announcements:
+        return w.announcements[0].entry.eid
+    return None
+
+
 class _Optimism(Exception):
     """A write of an optimistic batch raised: roll the batch back and isolate its writes."""
 
@@ -181,14 +194,20 @@ def _wakes(w: Write, result: WriteResult) -> bool:
 class PostgresStore:
     """The Store protocol on one PostgreSQL database (and schema)."""
 
-    def __init__(self, url: str, *, pool_size: int = 12, writers: int = 4):
+    def __init__(self, url: str, *, pool_size: int = 10, writers: int = 2):
         self.url = url
         self.dsn, self.schema = parse_url(url)
         self.pool_size = pool_size
         self.writers = writers
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
-        self._queue: asyncio.Queue[tuple[Write, datetime, asyncio.Future[WriteResult]]] = asyncio.Queue()
+        self._queues: list[asyncio.Queue[tuple[Write, datetime, asyncio.Future[WriteResult]]]] = [
+            asyncio.Queue() for _ in range(writers)
+        ]
+        """One queue per writer. The writes of one execution always go to the same writer, so
+        they apply in the order they were made (a frame.started before its frame.completed, a
+        journal append before its control-log append), as with one writer."""
+        self._round = 0
         self._starts: asyncio.Queue[tuple[Write, datetime, asyncio.Future[WriteResult]]] = asyncio.Queue()
         """Starts of executions: a lane of their own, so a start does not wait behind the
         batches of a busy worker in the same process."""
@@ -273,10 +292,11 @@ class PostgresStore:
                 with contextlib.suppress(Exception):
                     await self._pool.release(conn)
         self._wconns = {}
-        while not self._queue.empty() or not self._starts.empty():  # writes that never reached a writer
-            _, _, fut = (self._queue if not self._queue.empty() else self._starts).get_nowait()
-            if not fut.done():
-                fut.set_exception(RuntimeError(f"store {self.url} is closed"))
+        for queue in [*self._queues, self._starts]:
+            while not queue.empty():  # writes that never reached a writer
+                _, _, fut = queue.get_nowait()
+                if not fut.done():
+                    fut.set_exception(RuntimeError(f"store {self.url} is closed"))
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -298,13 +318,21 @@ class PostgresStore:
 
     async def write(self, write: Write, now: datetime) -> WriteResult:
         fut: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
-        lane = self._starts if write.executions and write.fence is None else self._queue
+        if write.executions and write.fence is None:
+            lane = self._starts
+        else:
+            key = _shard_key(write)
+            if key is None:
+                self._round += 1
+                lane = self._queues[self._round % len(self._queues)]
+            else:
+                lane = self._queues[hash(key) % len(self._queues)]
         await lane.put((write, now, fut))
         return await fut
 
     async def _write_loop(self, slot: int) -> None:
         assert self._pool is not None
-        queue = self._starts if slot == self.writers else self._queue
+        queue = self._starts if slot == self.writers else self._queues[slot]
         while True:
             batch = [await queue.get()]
             while len(batch) < _BATCH and not queue.empty():
@@ -411,11 +439,21 @@ class PostgresStore:
     async def acquire(
         self, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None = None
     ) -> Acquired:
+        for attempt in range(5):
+            try:
+                return await self._acquire(eid, owner, ttl, now, ack)
+            except asyncpg.PostgresError as exc:
+                if getattr(exc, "sqlstate", None) not in _RETRYABLE or attempt == 4:
+                    raise
+                await asyncio.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    async def _acquire(
+        self, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None
+    ) -> Acquired:
         assert self._pool is not None
         async with self._pool.acquire() as conn, conn.transaction():
-            if ack is not None:
-                await conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = $1", ack)
-            # one statement: the epoch increases by one, only if no live worker holds the lease
+            # the execution's row first, then the task's: the order a writer's batch locks them in
             row = await conn.fetchrow(
                 "UPDATE executions SET lease_owner = $1, lease_epoch = lease_epoch + 1, lease_expires_at = $2,"
                 " status = 'running', updated_at = $3 WHERE eid = $4"
@@ -424,6 +462,8 @@ class PostgresStore:
                 f" RETURNING {c.EXECUTION_COLUMNS}",
                 owner, (now + ttl).timestamp(), now.timestamp(), eid,
             )
+            if ack is not None:
+                await conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = $1", ack)
             if row is None:  # terminal, unknown, or leased by a live worker
                 row = await conn.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1", eid)
                 return Acquired(None if row is None else c.execution_record(row), None, [])
