@@ -1,9 +1,12 @@
-"""Run the workloads of BENCH.md: ``python -m bench.run [--backend sqlite,postgresql] [--workloads W1,W2] [--runs 3]``.
+"""Run the workloads of BENCH.md: ``python -m bench.run [--backend sqlite,postgresql] [--workloads W1,W2] [--runs 3] [--engines flowli,dbos]``.
 
 Every run gets a fresh database (a SQLite file in a temp dir, or a new PostgreSQL schema, dropped
 afterwards; see :mod:`bench.targets`) and its own event loop. W1–W4 run the worker in the same
-process as the client; W5 (PostgreSQL only) runs worker processes (:mod:`bench.w5`). Each run
-prints one JSON line on stdout; the summary table of medians goes to stderr, so that stdout
+process as the client; W5 (PostgreSQL only) runs worker processes (:mod:`bench.w5`); W6 runs in a
+subprocess of its own (:mod:`bench.w6`, :mod:`bench.child`), whose RSS it reports. With
+``--engines flowli,dbos``, the same workloads run on DBOS Transact too (:mod:`bench.peer_dbos`,
+each run a subprocess on a fresh database; not W5). Each run prints one JSON line on stdout; the
+summary table of medians (and, with both engines, their ratios) goes to stderr, so that stdout
 stays JSON lines only.
 """
 
@@ -29,8 +32,10 @@ from typing import Any
 from . import targets
 from .workloads import WORKLOADS, Workload
 
-ALL_WORKLOADS = (*WORKLOADS, "W5")
+ALL_WORKLOADS = (*WORKLOADS, "W5", "W6")
+ENGINES = ("flowli", "dbos")
 W5_DEFAULT_N = 2000
+W6_DEFAULT_N = 10_000
 
 
 def versions() -> dict[str, Any]:
@@ -46,7 +51,7 @@ def versions() -> dict[str, Any]:
         "flowli": flowli_version,
         "commit": _commit(),
     }
-    for dist in ("asyncpg", "psycopg", "psycopg-pool"):
+    for dist in ("asyncpg", "psycopg", "psycopg-pool", "dbos", "sqlalchemy"):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -100,6 +105,12 @@ class Case:
     n: int
     driver: str | None = None
     options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    engine: str = "flowli"
+
+    @property
+    def in_child(self) -> bool:
+        """DBOS runs and W6 run in a subprocess of their own (:mod:`bench.child`)."""
+        return self.engine != "flowli" or self.workload == "W6"
 
     @property
     def variant(self) -> str:
@@ -109,6 +120,16 @@ class Case:
 
 
 async def _run_case(case: Case) -> dict[str, Any]:
+    if case.in_child:
+        from .child import run_child
+
+        fresh = targets.fresh_dbos_url if case.engine == "dbos" else targets.fresh_url
+        async with fresh(case.backend) as url:
+            line = await run_child(case.engine, case.workload, url, case.n, sleep_s=case.options.get("sleep_s"),
+                                   concurrency=case.options.get("concurrency") if case.engine == "flowli" else None)
+        if case.backend == "postgresql" and case.engine == "flowli":
+            line["driver"] = case.driver or "asyncpg"
+        return line
     async with targets.fresh_url(case.backend, prefix=f"flowli-bench-{case.workload}-") as url:
         if case.workload == "W5":
             from .w5 import run_w5
@@ -171,6 +192,10 @@ def cases(args: argparse.Namespace) -> list[list[Case]]:
     groups: list[list[Case]] = []
     for wid in args.ids:
         group: list[Case] = []
+        if wid == "W5" and "dbos" in args.engines:
+            print("W5 runs on flowli only (worker processes): DBOS skipped", file=sys.stderr)
+        if wid == "W5" and "flowli" not in args.engines:
+            continue
         if wid == "W5":
             if "postgresql" not in args.backends:
                 print("W5 runs on PostgreSQL only: skipped (no postgresql in --backend)", file=sys.stderr)
@@ -181,14 +206,24 @@ def cases(args: argparse.Namespace) -> list[list[Case]]:
             if args.w5_kill_procs:
                 group.append(Case("W5", "postgresql", n, "asyncpg", {"procs": args.w5_kill_procs, "kill": True, **common}))
         else:
-            workload: Workload = WORKLOADS[wid]
-            n = args.n if args.n is not None else workload.default_n
+            if wid == "W6":
+                n = args.n if args.n is not None else args.w6_n
+            else:
+                workload: Workload = WORKLOADS[wid]
+                n = args.n if args.n is not None else workload.default_n
             options: dict[str, Any] = {"concurrency": args.concurrency}
             if wid == "W4":
                 options["sleep_s"] = args.sleep
             for backend in args.backends:
-                for driver in (args.drivers if backend == "postgresql" else [None]):
-                    group.append(Case(wid, backend, n, driver, options))
+                for engine in args.engines:
+                    if engine == "dbos":
+                        group.append(Case(wid, backend, n, None, options, engine="dbos"))
+                        continue
+                    drivers = args.drivers if backend == "postgresql" else [None]
+                    if wid == "W6" and backend == "postgresql":
+                        drivers = ["asyncpg"]  # W6 runs in a child on the store as shipped
+                    for driver in drivers:
+                        group.append(Case(wid, backend, n, driver, options))
         groups.append(group)
     return groups
 
@@ -197,7 +232,12 @@ def cases(args: argparse.Namespace) -> list[list[Case]]:
 
 
 def _key(line: dict[str, Any]) -> tuple[Any, ...]:
-    return (line["workload"], line.get("backend", "sqlite"), line.get("driver"), line.get("procs"), line.get("variant"))
+    return (line.get("engine", "flowli"), line["workload"], line.get("backend", "sqlite"), line.get("driver"),
+            line.get("procs"), line.get("variant"))
+
+
+FIGURES = ("wall_s", "rate", "p50_ms", "p99_ms", "recovery_s", "overhead_s", "peak_rss_mb", "rss_suspended_mb",
+           "kb_per_suspended")
 
 
 def summarize(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -207,12 +247,12 @@ def summarize(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if "error" not in line and not line.get("profiled"):
             by.setdefault(_key(line), []).append(line)
     rows = []
-    for (wid, backend, driver, procs, variant), runs in by.items():
-        row: dict[str, Any] = {"workload": wid, "backend": backend, "driver": driver, "n": runs[0]["n"],
-                               "runs": len(runs), "unit": runs[0]["unit"], "variant": ""}
+    for (engine, wid, backend, driver, procs, variant), runs in by.items():
+        row: dict[str, Any] = {"engine": engine, "workload": wid, "backend": backend, "driver": driver,
+                               "n": runs[0]["n"], "runs": len(runs), "unit": runs[0]["unit"], "variant": ""}
         if procs is not None:
             row["variant"] = f"{procs} procs" + (", SIGKILL" if variant == "sigkill" else "")
-        for name in ("wall_s", "rate", "p50_ms", "p99_ms", "recovery_s"):
+        for name in FIGURES:
             values = [r[name] for r in runs if r.get(name) is not None]
             row[name] = statistics.median(values) if values else None
         rows.append(row)
@@ -230,9 +270,12 @@ def print_table(rows: list[dict[str, Any]], header: dict[str, Any]) -> None:
     if pg:
         caption += (f"; PostgreSQL {pg['server_version']} (fsync {pg['fsync']}, synchronous_commit "
                     f"{pg['synchronous_commit']}), asyncpg {v.get('asyncpg')}, psycopg {v.get('psycopg')}")
-    table = Table(title="flowli: medians", caption=caption)
-    for col in ("workload", "backend", "variant", "n", "runs", "wall s", "rate", "unit", "p50 ms", "p99 ms"):
-        table.add_column(col, justify="left" if col in ("workload", "backend", "variant", "unit") else "right")
+    if v.get("dbos"):
+        caption += f"; dbos {v['dbos']} (sqlalchemy {v.get('sqlalchemy')})"
+    table = Table(title="medians", caption=caption)
+    for col in ("workload", "engine", "backend", "variant", "n", "runs", "wall s", "rate", "unit", "p50 ms",
+                "p99 ms", "peak RSS MB"):
+        table.add_column(col, justify="left" if col in ("workload", "engine", "backend", "variant", "unit") else "right")
 
     def fmt(x: Any, digits: int) -> str:
         return "-" if x is None else f"{x:.{digits}f}"
@@ -242,15 +285,71 @@ def print_table(rows: list[dict[str, Any]], header: dict[str, Any]) -> None:
         variant = r.get("variant", "")
         if r.get("recovery_s") is not None:
             variant += f" (recovery {r['recovery_s']:.1f} s)"
-        table.add_row(r["workload"], backend, variant, str(r["n"]), str(r["runs"]), fmt(r["wall_s"], 3),
-                      fmt(r["rate"], 1), r["unit"] if r["rate"] is not None else "-", fmt(r["p50_ms"], 2),
-                      fmt(r["p99_ms"], 2))
-    Console(file=sys.stderr, width=160).print(table)
+        table.add_row(r["workload"], r.get("engine", "flowli"), backend, variant, str(r["n"]), str(r["runs"]),
+                      fmt(r["wall_s"], 3), fmt(r["rate"], 1), r["unit"] if r["rate"] is not None else "-",
+                      fmt(r["p50_ms"], 2), fmt(r["p99_ms"], 2), fmt(r.get("peak_rss_mb"), 1))
+    Console(file=sys.stderr, width=170).print(table)
+
+
+RATIO_FIGURES: dict[str, list[tuple[str, str, bool]]] = {
+    # workload: (figure, label, higher is better)
+    "W1": [("rate", "steps/s", True)],
+    "W2": [("rate", "steps/s", True)],
+    "W3": [("p50_ms", "p50 ms", False), ("p99_ms", "p99 ms", False)],
+    "W4": [("wall_s", "wall s", False), ("overhead_s", "wall - sleep s", False)],
+    "W6": [("wall_s", "drain s", False), ("peak_rss_mb", "peak RSS MB", False),
+           ("kb_per_suspended", "KiB per suspended", False)],
+}
+
+
+def engine_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """flowli against DBOS, per workload and backend: a ratio > 1 means flowli is better (a rate:
+    flowli's / DBOS's; a time or a size: DBOS's / flowli's). flowli's figure on PostgreSQL is the
+    asyncpg store's."""
+    def pick(engine: str, wid: str, backend: str) -> dict[str, Any] | None:
+        for r in rows:
+            if (r.get("engine", "flowli"), r["workload"], r["backend"]) == (engine, wid, backend) \
+                    and not r["variant"] and r.get("driver") in (None, "asyncpg"):
+                return r
+        return None
+
+    out = []
+    for r in rows:
+        if r.get("engine") != "flowli" or r["workload"] not in RATIO_FIGURES:
+            continue
+        f = pick("flowli", r["workload"], r["backend"])
+        d = pick("dbos", r["workload"], r["backend"])
+        if f is not r or d is None:
+            continue
+        for name, label, higher in RATIO_FIGURES[r["workload"]]:
+            a, b = f.get(name), d.get(name)
+            ratio = None
+            if a is not None and b is not None and a > 0 and b > 0:
+                ratio = a / b if higher else b / a
+            out.append({"workload": r["workload"], "backend": r["backend"], "figure": label, "flowli": a,
+                        "dbos": b, "ratio": ratio})
+    return out
+
+
+def print_engine_ratios(ratios: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="flowli vs DBOS: ratio > 1 means flowli is better "
+                        "(rates: flowli/DBOS; times and memory: DBOS/flowli)")
+    for col in ("workload", "backend", "figure", "flowli", "dbos", "ratio"):
+        table.add_column(col, justify="left" if col in ("workload", "backend", "figure") else "right")
+    for x in ratios:
+        table.add_row(x["workload"], x["backend"], x["figure"], f"{x['flowli']:.2f}" if x["flowli"] is not None else "-",
+                      f"{x['dbos']:.2f}" if x["dbos"] is not None else "-",
+                      f"x{x['ratio']:.2f}" if x["ratio"] is not None else "-")
+    Console(file=sys.stderr, width=170).print(table)
 
 
 def print_ratios(rows: list[dict[str, Any]]) -> None:
     """With several drivers: each driver's median rate against asyncpg's, per workload."""
-    base = {r["workload"]: r for r in rows if r.get("driver") == "asyncpg" and not r["variant"]}
+    base = {r["workload"]: r for r in rows if r.get("driver") == "asyncpg" and not r["variant"]
+            and r.get("engine", "flowli") == "flowli"}
     for r in rows:
         b = base.get(r["workload"])
         if r.get("driver") not in (None, "asyncpg") and b and r["rate"] and b["rate"]:
@@ -271,7 +370,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="comma-separated stores: sqlite, postgresql (default: both when the server of "
                         f"${targets.POSTGRES_ENV} answers, else sqlite)")
     p.add_argument("--workloads", default="W1,W2,W3,W4",
-                   help="comma-separated ids among W1..W5 (default: W1,W2,W3,W4)")
+                   help="comma-separated ids among W1..W6, or all (default: W1,W2,W3,W4)")
+    p.add_argument("--engines", default="flowli",
+                   help="comma-separated engines: flowli, dbos (DBOS Transact, the peer; not W5) (default flowli)")
     p.add_argument("--runs", type=int, default=3, help="runs per case (default 3)")
     p.add_argument("--n", type=int, default=None, help="override n of every selected workload")
     p.add_argument("--concurrency", type=int, default=64, help="worker concurrency, per process (default 64)")
@@ -284,18 +385,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="W5: processes of the SIGKILL variant (one killed halfway); 0 skips it (default 4)")
     p.add_argument("--w5-ttl", type=float, default=None,
                    help="W5: lease_ttl and task_ttl of the worker processes in s (default: as shipped, 30)")
+    p.add_argument("--w6-n", type=int, default=W6_DEFAULT_N,
+                   help=f"W6: executions suspended on receive (default {W6_DEFAULT_N}; --n overrides)")
     p.add_argument("--profile", action="store_true",
                    help="add one profiled run per case (pyinstrument if installed, else cProfile), "
                         "report on stderr, not counted in the medians")
     p.add_argument("--profiler", choices=["auto", "cprofile", "pyinstrument"], default="auto",
                    help="the profiler of --profile (auto: pyinstrument when installed, else cProfile)")
     args = p.parse_args(argv)
-    ids = [w.upper() for w in _csv(args.workloads)]
+    ids = list(ALL_WORKLOADS) if args.workloads.strip().lower() == "all" else [w.upper() for w in _csv(args.workloads)]
     unknown = [w for w in ids if w not in ALL_WORKLOADS]
     if unknown:
         p.error(f"unknown workloads {unknown}; known: {', '.join(ALL_WORKLOADS)}")
     if args.runs < 1:
         p.error("--runs must be at least 1")
+    args.engines = _csv(args.engines)
+    if not args.engines or any(e not in ENGINES for e in args.engines):
+        p.error(f"--engines takes {', '.join(ENGINES)}")
+    if "dbos" in args.engines:
+        try:
+            import dbos  # noqa: F401
+        except ImportError:
+            p.error("--engines dbos needs DBOS Transact: pip install -e '.[bench]'")
     if args.backend is None:
         args.backends = ["sqlite"]
         if asyncio.run(targets.postgres_reachable()):
@@ -341,14 +452,14 @@ def main(argv: list[str] | None = None) -> int:
     for group in cases(args):
         plan: list[tuple[int | str, Case]] = [(run, case) for run in range(1, args.runs + 1) for case in group]
         if args.profile:
-            plan += [("profile", case) for case in group]
+            plan += [("profile", case) for case in group if not case.in_child]
         for run, case in plan:
             try:
                 line = (profile_once(case, args.profiler) | {"profiled": True}) if run == "profile" else run_once(case)
             except Exception as exc:  # a failed run is reported and the bench goes on
                 traceback.print_exc(file=sys.stderr)
                 failed = True
-                line = {"engine": "flowli", "backend": case.backend, "workload": case.workload, "n": case.n,
+                line = {"engine": case.engine, "backend": case.backend, "workload": case.workload, "n": case.n,
                         "error": f"{type(exc).__name__}: {exc}"}
                 if case.driver:
                     line["driver"] = case.driver
@@ -362,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows, header)
     if len(args.drivers) > 1:
         print_ratios(rows)
+    if len(args.engines) > 1:
+        print_engine_ratios(engine_ratios(rows))
     return 1 if failed else 0
 
 

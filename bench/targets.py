@@ -4,6 +4,11 @@
 temporary directory for SQLite; for PostgreSQL a new schema ``bench_<hex>`` on the server of
 ``FLOWLI_BENCH_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/test``), passed to
 flowli as ``?schema=`` and dropped (``CASCADE``) on exit.
+
+``fresh_dbos_url(backend)`` does the same for DBOS Transact, the peer (:mod:`bench.peer_dbos`): a
+SQLite file in a temporary directory (``sqlite:////tmp/.../dbos.sqlite``), or a new database
+``bench_dbos_<hex>`` on the same server (DBOS puts its tables in a schema ``dbos`` of the
+database it is given), dropped (``WITH (FORCE)``) on exit.
 """
 
 from __future__ import annotations
@@ -87,6 +92,47 @@ async def fresh_url(backend: str, prefix: str = "flowli-bench-") -> AsyncIterato
             yield sqlite_url(db_dir)
     elif backend == "postgresql":
         async with fresh_postgres_schema() as url:
+            yield url
+    else:
+        raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+
+
+def dbos_sqlite_url(db_dir: str) -> str:
+    return f"sqlite:///{os.path.abspath(os.path.join(db_dir, 'dbos.sqlite'))}"
+
+
+def with_database(server: str, database: str) -> str:
+    """The URL of ``server`` with its database replaced (the query, if any, kept)."""
+    base, _, query = server.partition("?")
+    scheme, _, rest = base.partition("://")
+    host = rest.split("/", 1)[0]
+    return f"{scheme}://{host}/{database}" + (f"?{query}" if query else "")
+
+
+@contextlib.asynccontextmanager
+async def fresh_postgres_database(server: str | None = None, prefix: str = "bench_dbos_") -> AsyncIterator[str]:
+    """The URL of a new, empty database on the server; the database is dropped on exit."""
+    import asyncpg
+
+    server = server or postgres_server()
+    name = f"{prefix}{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(server)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+        yield with_database(server, name)
+    finally:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def fresh_dbos_url(backend: str, prefix: str = "dbos-bench-") -> AsyncIterator[str]:
+    """A DBOS ``system_database_url`` on an empty database of ``backend``, removed on exit."""
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory(prefix=prefix) as db_dir:
+            yield dbos_sqlite_url(db_dir)
+    elif backend == "postgresql":
+        async with fresh_postgres_database() as url:
             yield url
     else:
         raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
