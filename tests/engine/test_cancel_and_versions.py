@@ -19,6 +19,16 @@ from flowli.domain import (
 from .conftest import kinds, wait_status
 
 
+async def wait_blocked(engine, eid):
+    """Poll (bounded) until the execution is suspended for an operator; its record."""
+    for _ in range(500):
+        record = await engine.status(eid)
+        if record.blocked:
+            return record
+        await asyncio.sleep(0.01)
+    return record
+
+
 def tag(x: str) -> str:
     return x
 
@@ -111,11 +121,7 @@ async def test_nondeterminism_suspends_for_an_operator_who_migrates(open_engine,
 
     async with open_engine(v2) as engine:
         await engine.signal(eid, "go", "ok")
-        for _ in range(500):
-            record = await engine.status(eid)
-            if record.blocked:
-                break
-            await asyncio.sleep(0.01)
+        record = await wait_blocked(engine, eid)
         assert record.status is Status.SUSPENDED
         assert record.blocked["reason"] == "nondeterminism" and record.blocked["fid"] == "root/tag#0"
         blocked_entry = (await engine.journal(eid))[-1]
@@ -151,10 +157,7 @@ async def test_a_blocked_execution_can_be_cancelled(open_engine):
 
     async with open_engine(v2) as engine:
         await engine.signal(eid, "go", None)
-        for _ in range(500):
-            if (await engine.status(eid)).blocked:
-                break
-            await asyncio.sleep(0.01)
+        await wait_blocked(engine, eid)
         assert seen == ["root/tag#0"]
         await engine.cancel(eid, by="ops@example.com")
         with pytest.raises(Cancelled):
@@ -182,10 +185,7 @@ async def test_a_frame_the_code_no_longer_creates_is_nondeterminism(open_engine)
 
     async with open_engine(v2) as engine:
         await engine.signal(eid, "go", None)
-        for _ in range(500):
-            if (await engine.status(eid)).blocked:
-                break
-            await asyncio.sleep(0.01)
+        await wait_blocked(engine, eid)
         record = await engine.status(eid)
         assert record.blocked and record.blocked["fid"] == "root/tag#0", record
 

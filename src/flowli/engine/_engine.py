@@ -6,7 +6,7 @@ import asyncio
 import builtins
 import contextlib
 import importlib
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Sequence
 
@@ -343,4 +343,3 @@ def rebuild_error(eid: str, error: dict[str, Any]) -> BaseException:
     return ExecutionFailed(eid, etype, message)
 
 
-__all__ = ["Engine", "datetime", "timedelta"]

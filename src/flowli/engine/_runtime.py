@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -142,4 +142,3 @@ def error_data(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)}
 
 
-__all__ = ["Options", "Runtime", "entries_with_seqs", "error_data", "field"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from flowli.domain import Actor, Task, TaskKind, task_id
@@ -110,4 +110,3 @@ class Sweeper:
         return len(missing)
 
 
-__all__ = ["Sweeper", "datetime"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Sequence
 
 from flowli.domain import (
@@ -20,7 +20,6 @@ from flowli.domain import (
     ExecutionStateError,
     FrameKind,
     LeaseLost,
-    NotJSONCompatibleError,
     Status,
     Task,
     TaskKind,
@@ -240,4 +239,3 @@ class Worker:
                     activation.mark_cancel_requested()
 
 
-__all__ = ["Worker", "datetime", "NotJSONCompatibleError"]

@@ -22,7 +22,6 @@ from urllib.parse import unquote, urlparse
 
 from flowli.domain import (
     Entry,
-    EntryKind,
     ExecutionRecord,
     InvalidDatabaseURL,
     Message,
@@ -508,4 +507,3 @@ class SQLiteStore:
         return await self._w(run)
 
 
-__all__ = ["SQLiteStore", "parse_url", "EntryKind"]
