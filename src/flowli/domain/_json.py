@@ -32,11 +32,32 @@ def _find_bad(value: Any, path: str) -> str | None:
     return f"{path} is of type {type(value).__name__}"
 
 
+_EXACT = (type(None), bool, int, str)
+
+
+def _plain(value: Any) -> bool:
+    """Whether the journal gives ``value`` back equal and of the same types: JSON's own types
+    exactly (no tuple, no subclass such as an IntEnum), str keys, finite floats."""
+    t = type(value)
+    if t in _EXACT:
+        return True
+    if t is float:
+        return math.isfinite(value)
+    if t is list:
+        return all(_plain(item) for item in value)
+    if t is dict:
+        return all(type(k) is str and _plain(item) for k, item in value.items())
+    return False
+
+
 def check_json(value: Any, what: str) -> Any:
     """Return ``value`` as the journal will give it back (tuples become lists), or raise.
 
     The first run returns this round-tripped value too, so a replay and a first run see the same.
+    A value made of JSON's own types only is returned as it is (the round trip would not change it).
     """
+    if _plain(value):
+        return value
     from ._errors import NotJSONCompatibleError
 
     bad = _find_bad(value, "value")

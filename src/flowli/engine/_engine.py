@@ -126,11 +126,26 @@ class Engine:
         json_args = check_json(list(args), f"the arguments of workflow {wf.name!r}")
         eid = keyed_eid(wf.name, key) if key is not None else new_eid()
         actor = actor_for(by, Actor("system", "engine"))
-        new = new_execution(self.rt, wf, eid, json_args, queue=queue, key=key, actor=actor)
-        result = await self.store.write(Write(executions=[new]), self.clock.now())
-        if result.created[0]:
+        # a worker of this process with a free slot on the queue runs the execution at once: the
+        # record is created with its first lease, so no START task goes through the queue
+        worker = self.rt.direct_worker(queue)
+        new = new_execution(self.rt, wf, eid, json_args, queue=queue, key=key, actor=actor, leased=worker is not None)
+        try:
+            result = await self.store.write(Write(executions=[new]), self.clock.now())
+        except BaseException:
+            if worker is not None:
+                worker.unreserve()
+            raise
+        created = result.created[0]
+        if created:
             self.rt.mirror_soon(entries_with_seqs([new.entry], [1]))
-            self.rt.work.set()
+        if worker is None:
+            if created:
+                self.rt.work.set()
+        elif created:
+            worker.adopt(new.record, entries_with_seqs([new.entry], [1]))
+        else:
+            worker.unreserve()
         return eid
 
     async def status(self, eid: str) -> ExecutionRecord:
@@ -156,17 +171,22 @@ class Engine:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         delay = 0.01
+        record: ExecutionRecord | None = None
+        fired = False
         while True:
             ended = self.rt.wait_end(eid)
-            record = await self.status(eid)
-            if record.terminal:
-                return record
+            if record is None or fired or eid not in self.rt.activations:
+                # while an activation of this process holds the execution, its end wakes us: no read
+                record = await self.status(eid)
+                if record.terminal:
+                    return record
             wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
             if deadline is not None and wait <= 0:
                 raise TimeoutError(f"execution {eid} is still {record.status.value} after {timeout} s")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await asyncio.shield(ended)
+            fired = ended.done()
             delay = min(delay * 2, 0.5)  # the poll finds ends in other processes
 
     async def signal(self, eid: str, channel: str, payload: Any, by: str | None = None) -> int:

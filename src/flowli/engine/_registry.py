@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from dataclasses import dataclass
@@ -23,10 +24,14 @@ class WorkflowDef:
     def ref(self) -> str:
         return f"{self.fn.__module__}:{self.fn.__qualname__}"
 
+    @functools.cached_property
+    def signature(self) -> inspect.Signature:
+        return inspect.signature(self.fn)
+
     def bind(self, args: tuple[Any, ...] | list[Any]) -> None:
         """Check that ``args`` fit the signature (after the context)."""
         try:
-            inspect.signature(self.fn).bind(None, *args)
+            self.signature.bind(None, *args)
         except TypeError as exc:
             raise WorkflowArgumentsError(self.name, str(exc)) from None
 

@@ -21,6 +21,7 @@ log = logging.getLogger("flowli.engine")
 
 if TYPE_CHECKING:
     from ._replay import Activation
+    from ._worker import Worker
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,15 @@ class Runtime:
         store.subscribe(self._notified)
         self.activations: dict[str, Activation] = {}
         self.mirrors: set[asyncio.Future[None]] = set()
+        self.workers: list[Worker] = []
+        """The workers running in this process (a start here may hand its execution to one)."""
+
+    def direct_worker(self, queue: str) -> Worker | None:
+        """A worker of this process on ``queue`` with a free slot, which it reserves."""
+        for worker in self.workers:
+            if worker.reserve(queue):
+                return worker
+        return None
 
     def _notified(self, what: str) -> None:
         """Another process enqueued a task or set a timer."""

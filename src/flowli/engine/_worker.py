@@ -10,13 +10,14 @@ import asyncio
 import contextlib
 import logging
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import Any, Awaitable, Sequence
 
 from flowli.domain import (
     TERMINAL,
     Code,
     Entry,
     EntryKind,
+    ExecutionRecord,
     ExecutionStateError,
     FrameKind,
     LeaseLost,
@@ -63,14 +64,21 @@ class Worker:
         self.held: dict[str, Activation] = {}
         self.sweeper = Sweeper(rt) if sweeper else None
         self._slot = asyncio.Event()
+        self.reserved = 0
+        """Slots promised to direct starts whose write has not committed yet."""
+        self.accepting = False
 
     async def run(self) -> None:
         side = [asyncio.create_task(self._renew_loop(), name="flowli-renewer")]
         if self.sweeper is not None:
             side.append(asyncio.create_task(self.sweeper.run(), name="flowli-sweeper"))
+        self.accepting = True
+        self.rt.workers.append(self)
         try:
             await self._dequeue_loop()
         finally:
+            self.accepting = False
+            self.rt.workers.remove(self)
             await cancel_and_wait(side)
             # let running activations reach a clean end for a grace period; then stop them,
             # and each hands its execution back (no other worker waits out its lease)
@@ -78,11 +86,37 @@ class Worker:
                 _, pending = await asyncio.wait(list(self.running.values()), timeout=self.grace)
                 await cancel_and_wait(pending)
 
+    # ---- direct starts: an execution started in this process runs here at once -------------
+
+    def reserve(self, queue: str) -> bool:
+        """Promise a slot to an execution being started in this process on ``queue``."""
+        if not self.accepting or queue not in self.queues or self._free() <= 0:
+            return False
+        self.reserved += 1
+        return True
+
+    def unreserve(self) -> None:
+        self.reserved -= 1
+        self._slot.set()
+
+    def adopt(self, record: ExecutionRecord, journal: list[Entry]) -> None:
+        """Run an execution created leased to this process (epoch 1), in a reserved slot."""
+        self.reserved -= 1
+        key = task_id(TaskKind.START, record.eid)
+        self.running[key] = asyncio.create_task(
+            self._handle(key, self._run(record, record.lease_epoch, journal)), name=f"flowli-task-{key}"
+        )
+
+    def _free(self) -> int:
+        return self.concurrency - len(self.running) - self.reserved
+
+    # ---- the dequeue loop ---------------------------------------------------------------------
+
     async def _dequeue_loop(self) -> None:
         rt = self.rt
         idle = 0.0
         while True:
-            free = self.concurrency - len(self.running)
+            free = self._free()
             if free <= 0:
                 self._slot.clear()
                 await self._slot.wait()
@@ -91,7 +125,8 @@ class Worker:
             tasks = await rt.store.dequeue(self.queues, _KINDS, rt.owner, free, rt.options.task_ttl, rt.clock.now())
             for task in tasks:
                 key = task.id
-                self.running[key] = asyncio.create_task(self._handle(task), name=f"flowli-task-{key}")
+                work = self._run_step(task) if task.kind is TaskKind.RUN_STEP else self._activate(task)
+                self.running[key] = asyncio.create_task(self._handle(key, work), name=f"flowli-task-{key}")
             if tasks:
                 idle = 0.0
                 continue
@@ -103,20 +138,17 @@ class Worker:
                 async with asyncio.timeout(idle):
                     await rt.work.wait()
 
-    async def _handle(self, task: Task) -> None:
+    async def _handle(self, key: str, work: Awaitable[None]) -> None:
         try:
-            if task.kind is TaskKind.RUN_STEP:
-                await self._run_step(task)
-            else:
-                await self._activate(task)
+            await work
         except LeaseLost as lost:
             log.warning("lease lost: %s; this worker writes nothing more for it", lost)
         except StoreFailure as failure:  # transient: the task comes back when its lease expires
-            log.warning("task %s: %s; it is dequeued again after its lease", task.id, failure)
+            log.warning("task %s: %s; it is dequeued again after its lease", key, failure)
         except Exception:
-            log.exception("task %s failed in the worker", task.id)
+            log.exception("task %s failed in the worker", key)
         finally:
-            self.running.pop(task.id, None)
+            self.running.pop(key, None)
             self._slot.set()
 
     async def _activate(self, task: Task) -> None:
@@ -125,16 +157,20 @@ class Worker:
         acquired = await store_call(rt.store.acquire(task.eid, rt.owner, rt.options.lease_ttl, rt.clock.now(), ack=task.id))
         if acquired.epoch is None or acquired.record is None:
             return  # terminal, unknown, or owned by a live worker whose suspension will check its waits
-        record = acquired.record
+        await self._run(acquired.record, acquired.epoch, acquired.journal)
+
+    async def _run(self, record: ExecutionRecord, epoch: int, journal: list[Entry]) -> None:
+        """Run one activation of an execution whose lease (``epoch``) this worker holds."""
+        rt = self.rt
         try:
             wf = rt.registry.get(record.workflow, record.version)
         except UnknownWorkflowError as exc:
             # this process lacks the code: give the execution back to a worker that has it
             log.error("no workflow %s version %s in this worker; execution %s handed back",
                       record.workflow, record.version, record.eid)
-            await self._hand_back(record, acquired.epoch, exc, delay=5.0)
+            await self._hand_back(record, epoch, exc, delay=5.0)
             return
-        activation = Activation(rt, wf, record, acquired.epoch, acquired.journal)
+        activation = Activation(rt, wf, record, epoch, journal)
         self.held[record.eid] = activation
         rt.activations[record.eid] = activation
         try:
@@ -142,7 +178,7 @@ class Worker:
         except asyncio.CancelledError:
             # the worker stops: give the execution back now rather than at lease expiry
             with contextlib.suppress(BaseException):
-                await asyncio.shield(self._hand_back(record, acquired.epoch, None))
+                await asyncio.shield(self._hand_back(record, epoch, None))
             raise
         except (Exception, StoreFailure) as failure:
             cause = failure.cause if isinstance(failure, StoreFailure) else failure
@@ -150,7 +186,7 @@ class Worker:
             # Hand the execution back at once rather than hold the lease until it expires.
             log.warning("activation of %s failed (%s: %s); handing it back", record.eid, type(cause).__name__, cause)
             with contextlib.suppress(Exception):
-                await self._hand_back(record, acquired.epoch, cause if isinstance(cause, Exception) else None)
+                await self._hand_back(record, epoch, cause if isinstance(cause, Exception) else None)
         finally:
             self.held.pop(record.eid, None)
             if rt.activations.get(record.eid) is activation:

@@ -128,7 +128,8 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         created.append(n > 0)
         if n > 0:
             yield from append(new.entry, now)
-            yield from insert_task(new.task)
+            if new.task is not None:
+                yield from insert_task(new.task)
     message_seqs: list[int] = []
     for m in w.messages:
         seq = yield from next_message_seq(m.channel)

@@ -34,7 +34,9 @@ class NewExecution:
 
     record: ExecutionRecord
     entry: Entry
-    task: Task
+    task: Task | None
+    """The START task; None when the record is created leased to a worker of the starting process
+    (a direct start: that worker runs it at once, and the sweeper recovers it if the lease expires)."""
 
 
 @dataclass(frozen=True)

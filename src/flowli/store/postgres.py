@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import re
@@ -27,6 +28,7 @@ import asyncpg
 
 from flowli.domain import (
     Entry,
+    EntryKind,
     ExecutionRecord,
     InvalidDatabaseURL,
     LeaseLost,
@@ -113,30 +115,57 @@ class _Connection(asyncpg.Connection):  # type: ignore[misc]
         return ""
 
 
+_WRITE_FIELDS = tuple(f.name for f in dataclasses.fields(Write))
+_APPEND_FIELDS = frozenset({"fence", "entries", "status", "release"})
+_START_FIELDS = frozenset({"executions"})
+_MIRROR_FIELDS = frozenset({"announcements"})
+
+
+def _only(w: Write, allowed: frozenset[str]) -> bool:
+    """Whether every part of ``w`` outside ``allowed`` is empty."""
+    return not any(getattr(w, name) for name in _WRITE_FIELDS if name not in allowed)
+
+
 def _plain_append(w: Write) -> bool:
-    """A write that only appends one frame entry under its fence: a frame.started or a
-    frame.completed, most writes of a running execution."""
+    """A write that appends entries under its fence and at most changes the status of the fenced
+    execution and releases its lease: a frame.started and its outcome, most writes of a running
+    execution, and its end."""
+    eid = w.fence.eid if w.fence is not None else None
     return (
-        w.fence is not None and len(w.entries) == 1 and w.entries[0].eid == w.fence.eid
-        and not w.entries[0].kind.lifecycle
-        and not (w.expect or w.status or w.release or w.cancel_request or w.executions or w.messages or w.tasks
-                 or w.acks or w.withdrawals or w.withdraw_delegates or w.claims or w.timers or w.clear_timers
-                 or w.fired or w.waiters or w.clear_waiters or w.wake or w.wake_waiters or w.announcements
-                 or w.delete_executions)
+        eid is not None and bool(w.entries) and all(e.eid == eid for e in w.entries)
+        and (w.status is None or w.status.eid == eid) and _only(w, _APPEND_FIELDS)
     )
 
+
+def _changes_record(w: Write) -> bool:
+    return w.status is not None or w.release
+
+
+_LIFECYCLE = [k.value for k in EntryKind if k.lifecycle]
 
 _MANY_APPENDS = (
     "WITH v AS (SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],"
     " $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[])"
     " AS v(ord, eid, owner, epoch, kind, fid, attempt, digest, value, error, provenance)),"
+    " s AS (SELECT * FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[],"
+    " $18::bool[]) AS s(eid, status, result, error, blocked, version, release)),"
     " c AS (SELECT eid, owner, epoch, count(*) AS n FROM v GROUP BY eid, owner, epoch),"
-    " f AS (UPDATE executions e SET next_seq = e.next_seq + c.n, updated_at = $12 FROM c"
+    " f AS (UPDATE executions e SET next_seq = e.next_seq + c.n, updated_at = $19,"
+    " status = COALESCE(s.status, e.status),"
+    " result = CASE WHEN s.status IS NULL THEN e.result ELSE s.result END,"
+    " error = CASE WHEN s.status IS NULL THEN e.error ELSE s.error END,"
+    " blocked = CASE WHEN s.status IS NULL THEN e.blocked ELSE s.blocked END,"
+    " version = COALESCE(s.version, e.version),"
+    " lease_owner = CASE WHEN s.release THEN NULL ELSE e.lease_owner END,"
+    " lease_expires_at = CASE WHEN s.release THEN NULL ELSE e.lease_expires_at END"
+    " FROM c LEFT JOIN s ON s.eid = c.eid"
     " WHERE e.eid = c.eid AND e.lease_owner = c.owner AND e.lease_epoch = c.epoch"
-    " RETURNING e.eid, e.next_seq - c.n AS base)"
-    f" INSERT INTO journal ({c.ENTRY_COLUMNS})"
+    " RETURNING e.eid, e.next_seq - c.n AS base),"
+    f" j AS (INSERT INTO journal ({c.ENTRY_COLUMNS})"
     " SELECT v.eid, f.base + row_number() OVER (PARTITION BY v.eid ORDER BY v.ord) - 1, v.kind, v.fid, v.attempt,"
-    " v.digest, v.value, v.error, v.provenance FROM v JOIN f ON f.eid = v.eid RETURNING eid, seq"
+    " v.digest, v.value, v.error, v.provenance FROM v JOIN f ON f.eid = v.eid RETURNING eid, seq, kind),"
+    " u AS (INSERT INTO unmirrored (eid, seq, at) SELECT eid, seq, $19 FROM j WHERE kind = ANY($20::text[]))"
+    " SELECT eid, seq FROM j"
 )
 
 
@@ -144,14 +173,25 @@ async def _many_appends(
     conn: asyncpg.Connection, writes: list[Write], now: datetime
 ) -> list[tuple[WriteResult | None, BaseException | None]]:
     """A run of plain appends of many executions in one statement. A write whose fence does
-    not hold appends nothing (the join drops its row) and gets LeaseLost; the others stand."""
+    not hold appends nothing (the join drops its row) and gets LeaseLost; the others stand.
+    At most one write of the run changes the record of an execution (see ``_append_runs``)."""
     cols: list[list[Any]] = [[] for _ in range(11)]
-    for i, w in enumerate(writes):
+    status: list[list[Any]] = [[] for _ in range(7)]
+    i = 0
+    for w in writes:
         assert w.fence is not None
-        row = c.entry_row(w.entries[0], 0)
-        for col, v in zip(cols, (i, w.fence.eid, w.fence.owner, w.fence.epoch, *row[2:])):
-            col.append(v)
-    rows = await conn.fetch(_MANY_APPENDS, *cols, now.timestamp())
+        for entry in w.entries:
+            row = c.entry_row(entry, 0)
+            for col, v in zip(cols, (i, w.fence.eid, w.fence.owner, w.fence.epoch, *row[2:])):
+                col.append(v)
+            i += 1
+        if _changes_record(w):
+            st = w.status
+            values = (w.fence.eid, None, None, None, None, None, w.release) if st is None else (
+                w.fence.eid, st.status.value, c.js(st.result), c.js(st.error), c.js(st.blocked), st.version, w.release)
+            for col, v in zip(status, values):
+                col.append(v)
+    rows = await conn.fetch(_MANY_APPENDS, *cols, *status, now.timestamp(), _LIFECYCLE)
     seqs: dict[str, list[int]] = {}
     for eid, seq in rows:
         seqs.setdefault(eid, []).append(int(seq))
@@ -164,9 +204,110 @@ async def _many_appends(
         if not mine:
             out.append((None, LeaseLost(w.fence.eid, w.fence.epoch)))
         else:
-            result = WriteResult(entry_seqs=[mine.pop(0)], entry_values=[w.entries[0].value], message_seqs=[], created=[])
+            n = len(w.entries)
+            taken, seqs[w.fence.eid] = mine[:n], mine[n:]
+            result = WriteResult(entry_seqs=taken, entry_values=[e.value for e in w.entries], message_seqs=[], created=[])
             out.append((result, None))
     return out
+
+
+def _append_runs(writes: list[Write]) -> list[list[Write]]:
+    """Split a run of plain appends where a second write would change the record of one execution
+    (one statement sets each record once)."""
+    runs: list[list[Write]] = [[]]
+    changing: set[str] = set()
+    for w in writes:
+        assert w.fence is not None
+        if _changes_record(w):
+            if w.fence.eid in changing:
+                runs.append([])
+                changing = set()
+            changing.add(w.fence.eid)
+        runs[-1].append(w)
+    return runs
+
+
+def _mirror_only(w: Write) -> bool:
+    """A write of the second append: control-log appends of journal entries, nothing else."""
+    return bool(w.announcements) and all(a.entry.journal_seq is not None and a.memo is None for a in w.announcements) \
+        and _only(w, _MIRROR_FIELDS)
+
+
+_MIRRORS = (
+    "WITH x AS (SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::bigint[],"
+    " $7::text[], $8::text[], $9::text[], $10::text[]) AS x(ord, eid, journal_seq, kind, fid, attempt, digest, value,"
+    " error, provenance)),"
+    " d AS (DELETE FROM unmirrored u USING x WHERE u.eid = x.eid AND u.seq = x.journal_seq RETURNING x.ord),"
+    " k AS (UPDATE counters SET n = n + (SELECT count(*) FROM d) WHERE name = 'control_log'"
+    " RETURNING n - (SELECT count(*) FROM d) AS base)"
+    " INSERT INTO control_log (seq, eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
+    " SELECT k.base + row_number() OVER (ORDER BY x.ord), x.eid, x.kind, x.fid, x.attempt, x.digest, x.value,"
+    " x.error, x.provenance, x.journal_seq FROM x JOIN d ON d.ord = x.ord CROSS JOIN k ON CONFLICT DO NOTHING"
+)
+
+
+async def _many_mirrors(conn: asyncpg.Connection, writes: list[Write]) -> list[tuple[WriteResult, None]]:
+    """A run of control-log appends of journal entries in one statement: the entries still
+    unmirrored take the next control-log seqs in order; the others were mirrored already."""
+    cols: list[list[Any]] = [[] for _ in range(10)]
+    i = 0
+    for w in writes:
+        for a in w.announcements:
+            e = a.entry
+            for col, v in zip(cols, (i, e.eid, e.journal_seq, e.kind.value, e.fid, e.attempt, e.digest, c.js(e.value),
+                                     c.js(e.error), c.prov(e.provenance))):
+                col.append(v)
+            i += 1
+    await conn.execute(_MIRRORS, *cols)
+    return [(WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[]), None) for _ in writes]
+
+
+def _plain_start(w: Write) -> bool:
+    """A write that only creates one execution (``Engine.start``)."""
+    return len(w.executions) == 1 and w.executions[0].entry.kind.lifecycle and _only(w, _START_FIELDS)
+
+
+_START_HEAD = (
+    f"WITH e AS (INSERT INTO executions ({c.EXECUTION_COLUMNS}, next_seq)"
+    f" VALUES ({', '.join(f'${i}' for i in range(1, 19))}, 2) ON CONFLICT (eid) DO NOTHING RETURNING eid),"
+    f" j AS (INSERT INTO journal ({c.ENTRY_COLUMNS}) SELECT eid, 1, $19::text, $20::text, $21::bigint, $22::text,"
+    " $23::text, $24::text, $25::text FROM e),"
+    " u AS (INSERT INTO unmirrored (eid, seq, at) SELECT eid, 1, $26::double precision FROM e)"
+)
+_START_LEASED = _START_HEAD + " SELECT count(*) FROM e"
+_START_QUEUED = (
+    _START_HEAD[:-1] + "),"
+    f" t AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT $27::text, $28::text, $29::text, $30::text, $31::text,"
+    " $32::text, $33::double precision, $34::bigint, $35::text FROM e ON CONFLICT (id) DO NOTHING)"
+    f" SELECT count(*) FROM (SELECT pg_notify('{_CHANNEL}', 'work') FROM e) n"
+)
+
+
+async def _start(conn: asyncpg.Connection, w: Write, now: datetime) -> WriteResult:
+    """A plain start in one statement (one round trip; no BEGIN and COMMIT of its own): the
+    record, the execution.started entry at seq 1, its unmirrored mark, and the START task (which
+    notifies the workers of other processes) unless the record is created leased."""
+    new = w.executions[0]
+    params = [*c.execution_row(new.record), *c.entry_row(new.entry, 1)[2:], now.timestamp()]
+    if new.task is None:
+        created = await conn.fetchval(_START_LEASED, *params)
+    else:
+        created = await conn.fetchval(_START_QUEUED, *params, *c.task_row(new.task))
+    return WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[bool(created)])
+
+
+_ACQUIRE = (
+    "WITH x AS (UPDATE executions SET lease_owner = $1, lease_epoch = lease_epoch + 1, lease_expires_at = $2,"
+    " status = 'running', updated_at = $3 WHERE eid = $4 AND status NOT IN ('completed', 'failed', 'cancelled')"
+    " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $3)"
+    f" RETURNING {c.EXECUTION_COLUMNS})"
+)
+_ACQUIRE_ACK = (
+    _ACQUIRE + ", a AS (UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = $5"
+    " AND (SELECT count(*) FROM x) >= 0)"
+    f" SELECT {c.EXECUTION_COLUMNS} FROM x"
+)
+_ACQUIRE += f" SELECT {c.EXECUTION_COLUMNS} FROM x"
 
 
 def _shard_key(w: Write) -> str | None:
@@ -188,7 +329,7 @@ class _Optimism(Exception):
 
 def _wakes(w: Write, result: WriteResult) -> bool:
     """Whether a write made a task visible that another process should dequeue."""
-    return bool(w.tasks or w.executions or w.wake_waiters or result.woke or w.timers)
+    return bool(w.tasks or any(new.task for new in w.executions) or w.wake_waiters or result.woke or w.timers)
 
 
 class PostgresStore:
@@ -384,21 +525,33 @@ class PostgresStore:
         raises all the same, the batch rolls back and runs again with a savepoint per write, so
         that each fails alone."""
         conn = await self._writer_conn(slot)
-        if not isolated and all(_plain_append(w) for w, _, _ in batch):
+        writes = [w for w, _, _ in batch]
+        now = batch[0][1]
+        if not isolated and len(batch) == 1 and _plain_start(writes[0]):
             # one statement, atomic on its own: no BEGIN and COMMIT round trips
-            return await _many_appends(conn, [w for w, _, _ in batch], batch[0][1])
+            return [(await _start(conn, writes[0], now), None)]
+        if not isolated and all(_plain_append(w) for w in writes) and len(_append_runs(writes)) == 1:
+            return await _many_appends(conn, writes, now)
+        if not isolated and all(_mirror_only(w) for w in writes):
+            return await _many_mirrors(conn, writes)
         out: list[tuple[Any, BaseException | None]] = []
         notify = False
         try:
             async with conn.transaction():
                 i = 0
                 while i < len(batch):
-                    if not isolated and _plain_append(batch[i][0]):
-                        # a run of plain appends (the bulk of a busy worker's writes): one statement
+                    if not isolated and (_plain_append(writes[i]) or _mirror_only(writes[i])):
+                        # a run of plain appends (the bulk of a busy worker's writes), or of control-log
+                        # appends: one statement each
+                        kind = _plain_append if _plain_append(writes[i]) else _mirror_only
                         j = i
-                        while j < len(batch) and _plain_append(batch[j][0]):
+                        while j < len(batch) and kind(writes[j]):
                             j += 1
-                        out.extend(await _many_appends(conn, [w for w, _, _ in batch[i:j]], batch[i][1]))
+                        if kind is _mirror_only:
+                            out.extend(await _many_mirrors(conn, writes[i:j]))
+                        else:
+                            for run in _append_runs(writes[i:j]):
+                                out.extend(await _many_appends(conn, run, batch[i][1]))
                         i = j
                         continue
                     w, now, _ = batch[i]
@@ -452,24 +605,19 @@ class PostgresStore:
         self, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None
     ) -> Acquired:
         assert self._pool is not None
-        async with self._pool.acquire() as conn, conn.transaction():
-            # the execution's row first, then the task's: the order a writer's batch locks them in
-            row = await conn.fetchrow(
-                "UPDATE executions SET lease_owner = $1, lease_epoch = lease_epoch + 1, lease_expires_at = $2,"
-                " status = 'running', updated_at = $3 WHERE eid = $4"
-                " AND status NOT IN ('completed', 'failed', 'cancelled')"
-                " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $3)"
-                f" RETURNING {c.EXECUTION_COLUMNS}",
-                owner, (now + ttl).timestamp(), now.timestamp(), eid,
-            )
-            if ack is not None:
-                await conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = $1", ack)
-            if row is None:  # terminal, unknown, or leased by a live worker
-                row = await conn.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1", eid)
-                return Acquired(None if row is None else c.execution_record(row), None, [])
-            record = c.execution_record(row)
-            rows = await conn.fetch(f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = $1 ORDER BY seq", eid)
-            return Acquired(record, record.lease_epoch, [c.entry_record(r) for r in rows])
+        # one statement: the lease, then the ack of the task (the subquery on x makes the task's
+        # update wait for the execution's row: the order a writer's batch locks them in)
+        row = await self._pool.fetchrow(
+            _ACQUIRE_ACK if ack is not None else _ACQUIRE,
+            owner, (now + ttl).timestamp(), now.timestamp(), eid, *([ack] if ack is not None else []),
+        )
+        if row is None:  # terminal, unknown, or leased by a live worker
+            row = await self._pool.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1", eid)
+            return Acquired(None if row is None else c.execution_record(row), None, [])
+        record = c.execution_record(row)
+        # the journal, read under the lease just taken
+        rows = await self._pool.fetch(f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = $1 ORDER BY seq", eid)
+        return Acquired(record, record.lease_epoch, [c.entry_record(r) for r in rows])
 
     async def renew(
         self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime
