@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from flowli import Context, Registry
-from flowli.domain import Status, UnknownExecutionError
+from flowli.domain import ExecutionTerminalError, Status, UnknownExecutionError
 from flowli.testing import Clock
 
 
@@ -45,6 +45,8 @@ async def test_an_archived_execution_reads_back_identical_to_its_live_journal(op
         assert [m["payload"] for m in archive["channels"][f"{eid}.in"]] == [m.payload for m in live_in] == ["hello"]
         assert [m["payload"] for m in archive["channels"][f"{eid}.notes"]] == [{"seen": "hello"}]
         assert await engine.retain() == 0
+        with pytest.raises(ExecutionTerminalError, match=f"{eid}.*completed"):
+            await engine.signal(eid, "in", "late")  # archived: ended, not unknown
         [row] = await engine.list()
         assert row.status is Status.COMPLETED  # the projection still lists it
 

@@ -37,7 +37,7 @@ from flowli.domain import (
     task_id,
 )
 from flowli.log import Evidence
-from flowli.store import NewMessage, StatusChange, Store, WakeWaiters, Write
+from flowli.store import NewMessage, Resume, StatusChange, Store, WakeWaiters, Write
 
 from ._clock import Clock, SystemClock
 from ._consumer import Consumer
@@ -192,23 +192,29 @@ class Engine:
     async def signal(self, eid: str, channel: str, payload: Any, by: str | None = None) -> int:
         """Send one message to ``{eid}.{channel}`` and enqueue a RESUME; returns its sequence."""
         payload = check_json(payload, f"the payload of signal {channel!r} to execution {eid}")
-        record = await self.status(eid)
-        if record.terminal:
-            raise ExecutionTerminalError(eid, record.status.value, f"signal {channel!r} to")
         actor = actor_for(by, Actor("system", "engine"))
-        prov = self.rt.provenance(actor=actor, code=Code(record.workflow, record.version))
+        prov = self.rt.provenance(actor=actor)
         now = self.clock.now()
-        resume = Task(
-            id=task_id(TaskKind.RESUME, eid, f"signal:{new_eid()}"), kind=TaskKind.RESUME, queue=record.queue,
-            eid=eid, payload={"channel": channel}, provenance=prov, visible_at=now,
+        # one write: the store checks the status, appends the message and enqueues the RESUME on
+        # the execution's queue
+        resume = Resume(
+            id=task_id(TaskKind.RESUME, eid, f"signal:{new_eid()}"), eid=eid, payload={"channel": channel},
+            provenance=prov, visible_at=now,
         )
         try:
             result = await self.store.write(
-                Write(expect=(eid, _NOT_TERMINAL), messages=[NewMessage(f"{eid}.{channel}", payload, prov)], tasks=[resume]),
+                Write(expect=(eid, _NOT_TERMINAL), messages=[NewMessage(f"{eid}.{channel}", payload, prov)],
+                      resumes=[resume]),
                 now,
             )
         except ExecutionStateError as exc:
             raise ExecutionTerminalError(eid, exc.status, f"signal {channel!r} to") from None
+        except UnknownExecutionError:
+            archived = await asyncio.to_thread(self.archive.read, eid)
+            if archived is None:
+                raise
+            status = archived["record"]["status"]
+            raise ExecutionTerminalError(eid, status, f"signal {channel!r} to") from None
         self.rt.work.set()
         return result.message_seqs[0]
 

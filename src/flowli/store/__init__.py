@@ -7,6 +7,7 @@ from ._protocol import Fence as Fence
 from ._protocol import NewExecution as NewExecution
 from ._protocol import NewMessage as NewMessage
 from ._protocol import Renewal as Renewal
+from ._protocol import Resume as Resume
 from ._protocol import StatusChange as StatusChange
 from ._protocol import Store as Store
 from ._protocol import WakeCheck as WakeCheck

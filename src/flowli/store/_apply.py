@@ -173,6 +173,11 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
                (c.js(w.cancel_request[1]), w.cancel_request[0]))
     for task in w.tasks:
         yield from insert_task(task)
+    for r in w.resumes:
+        yield ("exec", f"INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT CAST(? AS TEXT), 'RESUME', queue, eid,"
+                       " CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION), 0, NULL FROM executions"
+                       " WHERE eid = ? ON CONFLICT (id) DO NOTHING",
+               (r.id, c.js(r.payload), c.prov(r.provenance), r.visible_at.timestamp(), r.eid))
     for acked, owner in w.acks:
         if owner is None:
             yield ("exec", "UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (acked,))

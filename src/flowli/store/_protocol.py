@@ -60,6 +60,17 @@ class NewMessage:
 
 
 @dataclass(frozen=True)
+class Resume:
+    """A RESUME task for an execution, on the queue of that execution (the store reads it)."""
+
+    id: str
+    eid: str
+    payload: Any
+    provenance: Any
+    visible_at: datetime
+
+
+@dataclass(frozen=True)
 class Withdrawal:
     task_id: str
     memo: int | None = None
@@ -125,6 +136,7 @@ class Write:
     executions: list[NewExecution] = field(default_factory=list)
     messages: list[NewMessage] = field(default_factory=list)
     tasks: list[Task] = field(default_factory=list)
+    resumes: list[Resume] = field(default_factory=list)
     """Enqueued if no task with the same id exists (an enqueue is idempotent)."""
     acks: list[tuple[str, str | None]] = field(default_factory=list)
     """(task id, lease owner or None): tasks acked; with an owner, only if it still leases it."""

@@ -30,12 +30,14 @@ from flowli.domain import (
     Entry,
     EntryKind,
     ExecutionRecord,
+    ExecutionStateError,
     InvalidDatabaseURL,
     LeaseLost,
     Message,
     Task,
     TaskKind,
     Timer,
+    UnknownExecutionError,
 )
 
 from . import _codec as c
@@ -310,6 +312,49 @@ _ACQUIRE_ACK = (
 _ACQUIRE += f" SELECT {c.EXECUTION_COLUMNS} FROM x"
 
 
+_SIGNAL_FIELDS = frozenset({"expect", "messages", "resumes"})
+
+
+def _plain_signal(w: Write) -> bool:
+    """A write that sends one message and resumes the one execution whose status it checks
+    (``Engine.signal``)."""
+    return (
+        w.expect is not None and len(w.messages) == 1 and w.messages[0].memo is None and len(w.resumes) == 1
+        and w.resumes[0].eid == w.expect[0] and _only(w, _SIGNAL_FIELDS)
+    )
+
+
+# the execution's row first (FOR UPDATE), then the channel's: the order a suspension locks them in
+_SIGNAL = (
+    "WITH s AS (SELECT eid, queue FROM executions WHERE eid = $1 AND status = ANY($2::text[]) FOR UPDATE),"
+    " ch AS (INSERT INTO channels (name, next_seq) SELECT $3, 2 FROM s ON CONFLICT (name)"
+    " DO UPDATE SET next_seq = channels.next_seq + 1 RETURNING next_seq - 1 AS seq),"
+    " m AS (INSERT INTO messages (channel, seq, payload, provenance) SELECT $3, seq, $4, $5 FROM ch),"
+    f" t AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT $6, 'RESUME', s.queue, s.eid, $7, $8, $9, 0, NULL FROM s"
+    " ON CONFLICT (id) DO NOTHING)"
+    " SELECT (SELECT seq FROM ch), (SELECT status FROM executions WHERE eid = $1),"
+    f" (SELECT count(pg_notify('{_CHANNEL}', 'work')) FROM ch)"
+)
+
+
+async def _signal(conn: asyncpg.Connection, w: Write) -> WriteResult:
+    """A plain signal in one statement: the status check, the message, the RESUME."""
+    assert w.expect is not None
+    eid, statuses = w.expect
+    m, r = w.messages[0], w.resumes[0]
+    row = await conn.fetchrow(
+        _SIGNAL, eid, [s.value for s in statuses], m.channel, c.js(m.payload), c.prov(m.provenance),
+        r.id, c.js(r.payload), c.prov(r.provenance), r.visible_at.timestamp(),
+    )
+    seq, status = row[0], row[1]
+    if seq is None:
+        if status is None:
+            raise UnknownExecutionError(eid)
+        need = " or ".join(sorted(s.value for s in statuses))
+        raise ExecutionStateError(eid, status, "change", need)
+    return WriteResult(entry_seqs=[], entry_values=[], message_seqs=[int(seq)], created=[])
+
+
 def _shard_key(w: Write) -> str | None:
     """The execution a write belongs to, if any: its writes share one writer."""
     if w.fence is not None:
@@ -329,7 +374,8 @@ class _Optimism(Exception):
 
 def _wakes(w: Write, result: WriteResult) -> bool:
     """Whether a write made a task visible that another process should dequeue."""
-    return bool(w.tasks or any(new.task for new in w.executions) or w.wake_waiters or result.woke or w.timers)
+    return bool(w.tasks or w.resumes or any(new.task for new in w.executions) or w.wake_waiters or result.woke
+                or w.timers)
 
 
 class PostgresStore:
@@ -530,6 +576,11 @@ class PostgresStore:
         if not isolated and len(batch) == 1 and _plain_start(writes[0]):
             # one statement, atomic on its own: no BEGIN and COMMIT round trips
             return [(await _start(conn, writes[0], now), None)]
+        if not isolated and len(batch) == 1 and _plain_signal(writes[0]):
+            try:
+                return [(await _signal(conn, writes[0]), None)]
+            except (ExecutionStateError, UnknownExecutionError) as refused:
+                return [(None, refused)]
         if not isolated and all(_plain_append(w) for w in writes) and len(_append_runs(writes)) == 1:
             return await _many_appends(conn, writes, now)
         if not isolated and all(_mirror_only(w) for w in writes):
