@@ -97,12 +97,14 @@ class Engine:
     ) -> AsyncIterator[Worker]:
         """Run a worker (and the sweeper) in the background for the duration of the block."""
         w = Worker(self.rt, concurrency=concurrency, queues=queues, sweeper=sweeper)
+        w.accept()
         task = asyncio.create_task(w.run(), name="flowli-worker")
         self._workers.append(task)
         try:
             yield w
         finally:
             await cancel_and_wait([task])
+            await w.retire()
             self._workers.remove(task)
 
     async def run_worker(self, concurrency: int = 64, queues: Sequence[str] = ("default",), *, sweeper: bool = True) -> None:

@@ -72,13 +72,13 @@ class Worker:
         side = [asyncio.create_task(self._renew_loop(), name="flowli-renewer")]
         if self.sweeper is not None:
             side.append(asyncio.create_task(self.sweeper.run(), name="flowli-sweeper"))
-        self.accepting = True
-        self.rt.workers.append(self)
+        self.accept()
         try:
             await self._dequeue_loop()
         finally:
             self.accepting = False
-            self.rt.workers.remove(self)
+            if self in self.rt.workers:
+                self.rt.workers.remove(self)
             await cancel_and_wait(side)
             # let running activations reach a clean end for a grace period; then stop them,
             # and each hands its execution back (no other worker waits out its lease)
@@ -88,12 +88,27 @@ class Worker:
 
     # ---- direct starts: an execution started in this process runs here at once -------------
 
+    def accept(self) -> None:
+        """Take direct starts from now on (``run`` does it; ``Engine.worker`` earlier, so that a
+        start made as soon as its block opens runs here)."""
+        if not self.accepting:
+            self.accepting = True
+            self.rt.workers.append(self)
+
     def reserve(self, queue: str) -> bool:
         """Promise a slot to an execution being started in this process on ``queue``."""
         if not self.accepting or queue not in self.queues or self._free() <= 0:
             return False
         self.reserved += 1
         return True
+
+    async def retire(self) -> None:
+        """Take no more direct starts; stop what still runs here (``run`` may never have started:
+        a worker cancelled at once). Each activation stopped hands its execution back."""
+        self.accepting = False
+        if self in self.rt.workers:
+            self.rt.workers.remove(self)
+        await cancel_and_wait(list(self.running.values()))
 
     def unreserve(self) -> None:
         self.reserved -= 1

@@ -149,10 +149,11 @@ _MANY_APPENDS = (
     "WITH v AS (SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],"
     " $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[])"
     " AS v(ord, eid, owner, epoch, kind, fid, attempt, digest, value, error, provenance)),"
-    " s AS (SELECT * FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[],"
-    " $18::bool[]) AS s(eid, status, result, error, blocked, version, release)),"
+    " s AS (SELECT * FROM unnest($12::text[], $13::text[], $14::bigint[], $15::text[], $16::text[], $17::text[],"
+    " $18::text[], $19::text[], $20::bool[]) AS s(eid, owner, epoch, status, result, error, blocked, version,"
+    " release)),"
     " c AS (SELECT eid, owner, epoch, count(*) AS n FROM v GROUP BY eid, owner, epoch),"
-    " f AS (UPDATE executions e SET next_seq = e.next_seq + c.n, updated_at = $19,"
+    " f AS (UPDATE executions e SET next_seq = e.next_seq + c.n, updated_at = $21,"
     " status = COALESCE(s.status, e.status),"
     " result = CASE WHEN s.status IS NULL THEN e.result ELSE s.result END,"
     " error = CASE WHEN s.status IS NULL THEN e.error ELSE s.error END,"
@@ -160,14 +161,16 @@ _MANY_APPENDS = (
     " version = COALESCE(s.version, e.version),"
     " lease_owner = CASE WHEN s.release THEN NULL ELSE e.lease_owner END,"
     " lease_expires_at = CASE WHEN s.release THEN NULL ELSE e.lease_expires_at END"
-    " FROM c LEFT JOIN s ON s.eid = c.eid"
+    " FROM c LEFT JOIN s ON s.eid = c.eid AND s.owner = c.owner AND s.epoch = c.epoch"
     " WHERE e.eid = c.eid AND e.lease_owner = c.owner AND e.lease_epoch = c.epoch"
-    " RETURNING e.eid, e.next_seq - c.n AS base),"
+    " RETURNING e.eid, c.owner, c.epoch, e.next_seq - c.n AS base),"
+    # a stale fence's rows join no f row: they append nothing
     f" j AS (INSERT INTO journal ({c.ENTRY_COLUMNS})"
     " SELECT v.eid, f.base + row_number() OVER (PARTITION BY v.eid ORDER BY v.ord) - 1, v.kind, v.fid, v.attempt,"
-    " v.digest, v.value, v.error, v.provenance FROM v JOIN f ON f.eid = v.eid RETURNING eid, seq, kind),"
-    " u AS (INSERT INTO unmirrored (eid, seq, at) SELECT eid, seq, $19 FROM j WHERE kind = ANY($20::text[]))"
-    " SELECT eid, seq FROM j"
+    " v.digest, v.value, v.error, v.provenance FROM v JOIN f ON f.eid = v.eid AND f.owner = v.owner"
+    " AND f.epoch = v.epoch RETURNING eid, seq, kind),"
+    " u AS (INSERT INTO unmirrored (eid, seq, at) SELECT eid, seq, $21 FROM j WHERE kind = ANY($22::text[]))"
+    " SELECT j.eid, j.seq, f.owner, f.epoch FROM j JOIN f ON f.eid = j.eid"
 )
 
 
@@ -178,7 +181,7 @@ async def _many_appends(
     not hold appends nothing (the join drops its row) and gets LeaseLost; the others stand.
     At most one write of the run changes the record of an execution (see ``_append_runs``)."""
     cols: list[list[Any]] = [[] for _ in range(11)]
-    status: list[list[Any]] = [[] for _ in range(7)]
+    status: list[list[Any]] = [[] for _ in range(9)]
     i = 0
     for w in writes:
         assert w.fence is not None
@@ -188,26 +191,29 @@ async def _many_appends(
                 col.append(v)
             i += 1
         if _changes_record(w):
-            st = w.status
-            values = (w.fence.eid, None, None, None, None, None, w.release) if st is None else (
-                w.fence.eid, st.status.value, c.js(st.result), c.js(st.error), c.js(st.blocked), st.version, w.release)
+            st, f = w.status, w.fence
+            values = (f.eid, f.owner, f.epoch, None, None, None, None, None, w.release) if st is None else (
+                f.eid, f.owner, f.epoch, st.status.value, c.js(st.result), c.js(st.error), c.js(st.blocked),
+                st.version, w.release)
             for col, v in zip(status, values):
                 col.append(v)
     rows = await conn.fetch(_MANY_APPENDS, *cols, *status, now.timestamp(), _LIFECYCLE)
-    seqs: dict[str, list[int]] = {}
-    for eid, seq in rows:
-        seqs.setdefault(eid, []).append(int(seq))
+    # the seqs appended under each fence that held (one per execution at most), in order
+    seqs: dict[tuple[str, str, int], list[int]] = {}
+    for eid, seq, owner, epoch in rows:
+        seqs.setdefault((eid, owner, int(epoch)), []).append(int(seq))
     for found in seqs.values():
         found.sort()
     out: list[tuple[WriteResult | None, BaseException | None]] = []
     for w in writes:
-        assert w.fence is not None
-        mine = seqs.get(w.fence.eid)
+        f = w.fence
+        assert f is not None
+        mine = seqs.get((f.eid, f.owner, f.epoch))
         if not mine:
-            out.append((None, LeaseLost(w.fence.eid, w.fence.epoch)))
+            out.append((None, LeaseLost(f.eid, f.epoch)))
         else:
             n = len(w.entries)
-            taken, seqs[w.fence.eid] = mine[:n], mine[n:]
+            taken, seqs[(f.eid, f.owner, f.epoch)] = mine[:n], mine[n:]
             result = WriteResult(entry_seqs=taken, entry_values=[e.value for e in w.entries], message_seqs=[], created=[])
             out.append((result, None))
     return out
@@ -215,16 +221,21 @@ async def _many_appends(
 
 def _append_runs(writes: list[Write]) -> list[list[Write]]:
     """Split a run of plain appends where a second write would change the record of one execution
-    (one statement sets each record once)."""
+    (one statement sets each record once), or follows the release of its lease."""
     runs: list[list[Write]] = [[]]
     changing: set[str] = set()
+    released: set[str] = set()
     for w in writes:
         assert w.fence is not None
+        eid = w.fence.eid
+        # after a release, the next write of that execution must see the lease gone
+        if eid in released or (_changes_record(w) and eid in changing):
+            runs.append([])
+            changing, released = set(), set()
         if _changes_record(w):
-            if w.fence.eid in changing:
-                runs.append([])
-                changing = set()
-            changing.add(w.fence.eid)
+            changing.add(eid)
+        if w.release:
+            released.add(eid)
         runs[-1].append(w)
     return runs
 
@@ -253,9 +264,13 @@ async def _many_mirrors(conn: asyncpg.Connection, writes: list[Write]) -> list[t
     unmirrored take the next control-log seqs in order; the others were mirrored already."""
     cols: list[list[Any]] = [[] for _ in range(10)]
     i = 0
+    seen: set[tuple[str, int | None]] = set()
     for w in writes:
         for a in w.announcements:
             e = a.entry
+            if (e.eid, e.journal_seq) in seen:
+                continue  # a repeat (a repair beside the worker's own mirror) takes no place of its own
+            seen.add((e.eid, e.journal_seq))
             for col, v in zip(cols, (i, e.eid, e.journal_seq, e.kind.value, e.fid, e.attempt, e.digest, c.js(e.value),
                                      c.js(e.error), c.prov(e.provenance))):
                 col.append(v)
@@ -290,7 +305,8 @@ async def _start(conn: asyncpg.Connection, w: Write, now: datetime) -> WriteResu
     record, the execution.started entry at seq 1, its unmirrored mark, and the START task (which
     notifies the workers of other processes) unless the record is created leased."""
     new = w.executions[0]
-    params = [*c.execution_row(new.record), *c.entry_row(new.entry, 1)[2:], now.timestamp()]
+    record = c.execution_row(new.record)
+    params = [*record[:7], now.timestamp(), *record[8:], *c.entry_row(new.entry, 1)[2:], now.timestamp()]
     if new.task is None:
         created = await conn.fetchval(_START_LEASED, *params)
     else:
@@ -396,8 +412,8 @@ class PostgresStore:
         journal append before its control-log append), as with one writer."""
         self._round = 0
         self._starts: asyncio.Queue[tuple[Write, datetime, asyncio.Future[WriteResult]]] = asyncio.Queue()
-        """Starts of executions: a lane of their own, so a start does not wait behind the
-        batches of a busy worker in the same process."""
+        """Starts of executions and signals: a lane of their own, so a client's write does not wait
+        behind the batches of a busy worker in the same process."""
         self._writers: list[asyncio.Task[None]] = []
         self._subscribers: list[Callable[[str], None]] = []
         self._relisten: asyncio.Future[None] | None = None
@@ -505,8 +521,8 @@ class PostgresStore:
 
     async def write(self, write: Write, now: datetime) -> WriteResult:
         fut: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
-        if write.executions and write.fence is None:
-            lane = self._starts
+        if write.fence is None and (write.executions or _plain_signal(write)):
+            lane = self._starts  # a client's write: never behind the batches of a busy worker
         else:
             key = _shard_key(write)
             if key is None:

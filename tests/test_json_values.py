@@ -1,0 +1,69 @@
+"""check_json: a value as the journal gives it back, or NotJSONCompatibleError naming where it breaks."""
+
+from __future__ import annotations
+
+import enum
+import json
+
+import pytest
+
+from flowli.domain import NotJSONCompatibleError, check_json
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+def test_a_plain_value_comes_back_equal():
+    value = {"s": "text", "i": 7, "f": 1.5, "t": True, "n": None, "l": [1, "two", 3.0, False, None, {"x": []}], "d": {}}
+    back = check_json(value, "the value")
+    assert back == value
+    assert json.loads(json.dumps(back)) == back
+    for scalar in ("s", 0, -3, 2.25, True, False, None):
+        assert check_json(scalar, "a scalar") == scalar
+        assert type(check_json(scalar, "a scalar")) is type(scalar)
+
+
+def test_a_tuple_comes_back_as_a_list():
+    back = check_json({"pair": (1, 2), "nested": [(3, (4, 5))]}, "the value")
+    assert back == {"pair": [1, 2], "nested": [[3, [4, 5]]]}
+    assert type(back["pair"]) is list and type(back["nested"][0][1]) is list
+    top = check_json((1, "a"), "the value")
+    assert top == [1, "a"] and type(top) is list
+
+
+def test_an_int_enum_comes_back_as_a_plain_int():
+    back = check_json(Level.HIGH, "the value")
+    assert back == 2 and type(back) is int
+    inside = check_json({"level": Level.LOW, "levels": [Level.HIGH]}, "the value")
+    assert inside == {"level": 1, "levels": [2]}
+    assert type(inside["level"]) is int and type(inside["levels"][0]) is int
+
+
+def test_a_dict_with_an_int_key_is_refused_naming_the_path():
+    with pytest.raises(NotJSONCompatibleError) as info:
+        check_json({"outer": {1: "one"}}, "the value of step s")
+    message = str(info.value)
+    assert info.value.what == "the value of step s"
+    assert "value['outer']" in message and "key 1" in message and "int" in message
+    with pytest.raises(NotJSONCompatibleError):
+        check_json({2: "top"}, "the value")
+
+
+def test_nan_in_a_list_is_refused_naming_the_path():
+    with pytest.raises(NotJSONCompatibleError) as info:
+        check_json({"xs": [1.0, float("nan")]}, "the arguments")
+    assert "value['xs'][1]" in str(info.value) and "nan" in str(info.value)
+    with pytest.raises(NotJSONCompatibleError) as top:
+        check_json([float("inf")], "the arguments")
+    assert "value[0]" in str(top.value)
+
+
+def test_a_set_is_refused():
+    with pytest.raises(NotJSONCompatibleError) as info:
+        check_json({1, 2}, "the payload")
+    assert "set" in str(info.value)
+    with pytest.raises(NotJSONCompatibleError) as nested:
+        check_json({"tags": {"a"}}, "the payload")
+    assert "value['tags']" in str(nested.value) and "set" in str(nested.value)
