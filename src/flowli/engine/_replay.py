@@ -842,7 +842,7 @@ class Activation(Context):
         )
         await self._final_write(write)
         if timers:
-            self.rt.timers.set()
+            self.rt.timer_set(min(t.at for t in timers))
         return Status.SUSPENDED
 
     def _armed(self, armed: bool) -> list[str]:

@@ -62,7 +62,9 @@ class Runtime:
         self.work = asyncio.Event()
         """Set when this process enqueued a task that is visible now."""
         self.timers = asyncio.Event()
-        """Set when this process set a timer (the sweeper recomputes its next wake)."""
+        """Set when this process set a timer due before the sweeper's next wake (it recomputes it)."""
+        self.planned_wake: datetime | None = None
+        """When the sweeper of this process wakes next; None while it sweeps."""
         self.ended: dict[str, list[asyncio.Future[None]]] = {}
         store.subscribe(self._notified)
         self.activations: dict[str, Activation] = {}
@@ -81,6 +83,11 @@ class Runtime:
         """Another process enqueued a task or set a timer."""
         self.work.set()
         self.timers.set()
+
+    def timer_set(self, at: datetime) -> None:
+        """A timer was set for ``at``: poke the sweeper if it would wake later than that."""
+        if self.planned_wake is None or at < self.planned_wake:
+            self.timers.set()
 
     def provenance(
         self,

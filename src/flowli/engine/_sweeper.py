@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from flowli.domain import Actor, Task, TaskKind, task_id
-from flowli.store import Write
+from flowli.store import Resume, Write
 
 from ._retention import Archive, retain
 from ._runtime import Runtime
@@ -32,9 +32,17 @@ class Sweeper:
 
     async def run(self) -> None:
         rt = self.rt
+        loop = asyncio.get_running_loop()
+        next_full = 0.0
         while True:
+            rt.planned_wake = None  # sweeping: a timer set now pokes the next wait at once
             try:
-                await self.sweep()
+                if loop.time() >= next_full:
+                    # the whole sweep once per interval; a wake for a due timer between two fires only
+                    next_full = loop.time() + rt.options.sweep_interval
+                    await self.sweep()
+                else:
+                    await self.fire_timers()
             except Exception:
                 log.exception("sweep failed")
             rt.timers.clear()
@@ -43,6 +51,7 @@ class Sweeper:
             until = now + timedelta(seconds=rt.options.sweep_interval)
             if wake is not None and wake < until:
                 until = max(wake, now)
+            rt.planned_wake = until
             sleeper = asyncio.ensure_future(rt.clock.sleep_until(until))
             poke = asyncio.ensure_future(rt.timers.wait())
             try:
@@ -68,19 +77,18 @@ class Sweeper:
         timers = await rt.store.due_timers(now, _BATCH)
         if not timers:
             return 0
-        records = {r.eid: r for r in await rt.store.read_executions(sorted({t.eid for t in timers}))}
         prov = rt.provenance(actor=self.actor)
-        tasks = [
-            Task(
-                id=task_id(TaskKind.RESUME, t.eid, f"timer:{t.fid}@{t.at.timestamp()}"), kind=TaskKind.RESUME,
-                queue=records[t.eid].queue, eid=t.eid, payload={"timer": t.fid}, provenance=prov, visible_at=now,
+        # each RESUME goes on the queue of its execution (the store reads it)
+        resumes = [
+            Resume(
+                id=task_id(TaskKind.RESUME, t.eid, f"timer:{t.fid}@{t.at.timestamp()}"), eid=t.eid,
+                payload={"timer": t.fid}, provenance=prov, visible_at=now,
             )
             for t in timers
-            if t.eid in records
         ]
-        await rt.store.write(Write(tasks=tasks, fired=timers), now)
+        await rt.store.write(Write(resumes=resumes, fired=timers), now)
         rt.work.set()
-        return len(tasks)
+        return len(resumes)
 
     async def recover(self) -> int:
         rt = self.rt

@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import logging
 import re
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from importlib import resources
@@ -296,11 +297,11 @@ _START_QUEUED = (
     _START_HEAD[:-1] + "),"
     f" t AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT $27::text, $28::text, $29::text, $30::text, $31::text,"
     " $32::text, $33::double precision, $34::bigint, $35::text FROM e ON CONFLICT (id) DO NOTHING)"
-    f" SELECT count(*) FROM (SELECT pg_notify('{_CHANNEL}', 'work') FROM e) n"
+    f" SELECT count(*) FROM (SELECT pg_notify('{_CHANNEL}', $36) FROM e) n"
 )
 
 
-async def _start(conn: asyncpg.Connection, w: Write, now: datetime) -> WriteResult:
+async def _start(conn: asyncpg.Connection, w: Write, now: datetime, origin: str) -> WriteResult:
     """A plain start in one statement (one round trip; no BEGIN and COMMIT of its own): the
     record, the execution.started entry at seq 1, its unmirrored mark, and the START task (which
     notifies the workers of other processes) unless the record is created leased."""
@@ -310,7 +311,7 @@ async def _start(conn: asyncpg.Connection, w: Write, now: datetime) -> WriteResu
     if new.task is None:
         created = await conn.fetchval(_START_LEASED, *params)
     else:
-        created = await conn.fetchval(_START_QUEUED, *params, *c.task_row(new.task))
+        created = await conn.fetchval(_START_QUEUED, *params, *c.task_row(new.task), origin)
     return WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[bool(created)])
 
 
@@ -349,18 +350,18 @@ _SIGNAL = (
     f" t AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT $6, 'RESUME', s.queue, s.eid, $7, $8, $9, 0, NULL FROM s"
     " ON CONFLICT (id) DO NOTHING)"
     " SELECT (SELECT seq FROM ch), (SELECT status FROM executions WHERE eid = $1),"
-    f" (SELECT count(pg_notify('{_CHANNEL}', 'work')) FROM ch)"
+    f" (SELECT count(pg_notify('{_CHANNEL}', $10)) FROM ch)"
 )
 
 
-async def _signal(conn: asyncpg.Connection, w: Write) -> WriteResult:
+async def _signal(conn: asyncpg.Connection, w: Write, origin: str) -> WriteResult:
     """A plain signal in one statement: the status check, the message, the RESUME."""
     assert w.expect is not None
     eid, statuses = w.expect
     m, r = w.messages[0], w.resumes[0]
     row = await conn.fetchrow(
         _SIGNAL, eid, [s.value for s in statuses], m.channel, c.js(m.payload), c.prov(m.provenance),
-        r.id, c.js(r.payload), c.prov(r.provenance), r.visible_at.timestamp(),
+        r.id, c.js(r.payload), c.prov(r.provenance), r.visible_at.timestamp(), origin,
     )
     seq, status = row[0], row[1]
     if seq is None:
@@ -369,6 +370,35 @@ async def _signal(conn: asyncpg.Connection, w: Write) -> WriteResult:
         need = " or ".join(sorted(s.value for s in statuses))
         raise ExecutionStateError(eid, status, "change", need)
     return WriteResult(entry_seqs=[], entry_values=[], message_seqs=[int(seq)], created=[])
+
+
+_FIRE_FIELDS = frozenset({"resumes", "fired"})
+
+
+def _plain_fire(w: Write) -> bool:
+    """A write of the sweeper that fires due timers: each timer deleted, a RESUME for its execution."""
+    return bool(w.fired) and len(w.fired) == len(w.resumes) and _only(w, _FIRE_FIELDS)
+
+
+_FIRE = (
+    "WITH x AS (SELECT * FROM unnest($1::text[], $2::text[], $3::double precision[], $4::text[], $5::text[],"
+    " $6::text[], $7::double precision[]) AS x(eid, fid, at, id, payload, provenance, visible_at)),"
+    " d AS (DELETE FROM timers t USING x WHERE t.eid = x.eid AND t.fid = x.fid AND t.at = x.at),"
+    f" i AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT x.id, 'RESUME', e.queue, e.eid, x.payload, x.provenance,"
+    " x.visible_at, 0, NULL FROM x JOIN executions e ON e.eid = x.eid ON CONFLICT (id) DO NOTHING)"
+    f" SELECT pg_notify('{_CHANNEL}', $8)"
+)
+
+
+async def _fire(conn: asyncpg.Connection, w: Write, origin: str) -> WriteResult:
+    """Fired timers in one statement."""
+    cols: list[list[Any]] = [[] for _ in range(7)]
+    for t, r in zip(w.fired, w.resumes):
+        for col, v in zip(cols, (t.eid, t.fid, t.at.timestamp(), r.id, c.js(r.payload), c.prov(r.provenance),
+                                 r.visible_at.timestamp())):
+            col.append(v)
+    await conn.execute(_FIRE, *cols, origin)
+    return WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[])
 
 
 def _shard_key(w: Write) -> str | None:
@@ -419,6 +449,9 @@ class PostgresStore:
         self._relisten: asyncio.Future[None] | None = None
         self._closing = False
         self._wconns: dict[int, asyncpg.Connection] = {}
+        self.origin = uuid.uuid4().hex
+        """The payload of this store's notifications: its own come back to its listener, which
+        ignores them (the engine of this process wakes its workers and sweeper in process)."""
 
     async def _connect_pool(self) -> Any:
         try:
@@ -514,6 +547,8 @@ class PostgresStore:
         self._subscribers.append(callback)
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        if payload == self.origin:
+            return  # this store's own write: its process woke its workers and sweeper itself
         for callback in self._subscribers:
             callback(payload)
 
@@ -591,10 +626,12 @@ class PostgresStore:
         now = batch[0][1]
         if not isolated and len(batch) == 1 and _plain_start(writes[0]):
             # one statement, atomic on its own: no BEGIN and COMMIT round trips
-            return [(await _start(conn, writes[0], now), None)]
+            return [(await _start(conn, writes[0], now, self.origin), None)]
+        if not isolated and len(batch) == 1 and _plain_fire(writes[0]):
+            return [(await _fire(conn, writes[0], self.origin), None)]
         if not isolated and len(batch) == 1 and _plain_signal(writes[0]):
             try:
-                return [(await _signal(conn, writes[0]), None)]
+                return [(await _signal(conn, writes[0], self.origin), None)]
             except (ExecutionStateError, UnknownExecutionError) as refused:
                 return [(None, refused)]
         if not isolated and all(_plain_append(w) for w in writes) and len(_append_runs(writes)) == 1:
@@ -639,7 +676,7 @@ class PostgresStore:
                         out.append((result, None))
                         notify = notify or _wakes(w, result)
                 if notify:
-                    await conn.execute(f"SELECT pg_notify('{_CHANNEL}', 'work')")
+                    await conn.execute(f"SELECT pg_notify('{_CHANNEL}', $1)", self.origin)
         except _Optimism:
             return await self._apply_batch(batch, slot, isolated=True)
         return out
