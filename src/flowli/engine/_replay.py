@@ -65,11 +65,12 @@ from ._context import Context, Scope
 from ._registry import WorkflowDef
 from ._runtime import Runtime, entries_with_seqs, error_data
 from ._tasks import cancel_and_wait
+from ._threads import STEP_THREADS
 
 ROOT = "root"
 T = TypeVar("T")
 
-STARTED_AFTER = 0.005
+STARTED_AFTER = 0.05
 """Seconds a local step runs before its frame.started is written on its own. A step done sooner
 writes frame.started and its outcome in one write: a crash inside that window leaves no trace of
 the attempt, which then runs again under the same attempt number (at least once, as always)."""
@@ -178,7 +179,7 @@ async def run_function(fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]
     """Run a step function: a coroutine function on the loop, a plain one off it."""
     if inspect.iscoroutinefunction(fn):
         return await fn(*args, **kwargs)
-    result = await asyncio.to_thread(fn, *args, **kwargs)
+    result = await STEP_THREADS.run(fn, args, kwargs)
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -298,6 +299,7 @@ class Activation(Context):
             raise
 
     async def _drive(self, wf_task: asyncio.Task[Any]) -> Status:
+        wf_task.add_done_callback(lambda _: self.changed.set())
         while True:
             # clear before checking: a change during the checks (which yield) sets it again
             self.changed.clear()
@@ -311,11 +313,7 @@ class Activation(Context):
                 if self.nondeterminism is None:
                     self._check_all_visited()
                 return await (self._block() if self.nondeterminism is not None else self._suspend())
-            idle = asyncio.ensure_future(self.changed.wait())
-            try:
-                await asyncio.wait({wf_task, idle}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                idle.cancel()
+            await self.changed.wait()
         await self._close(wf_task, finished=True)
         exc = wf_task.exception() if not wf_task.cancelled() else Cancelled("the workflow task was cancelled")
         if self.lost:
@@ -480,6 +478,7 @@ class Activation(Context):
 
         task = asyncio.ensure_future(run())
         self.frame_tasks.add(task)
+        task.add_done_callback(self.frame_tasks.discard)
         return task
 
     def _done(self, value: Any = None, exc: BaseException | None = None) -> asyncio.Future[Any]:
