@@ -624,16 +624,9 @@ class PostgresStore:
         conn = await self._writer_conn(slot)
         writes = [w for w, _, _ in batch]
         now = batch[0][1]
-        if not isolated and len(batch) == 1 and _plain_start(writes[0]):
+        if not isolated and len(batch) == 1 and self._single(writes[0]) is not None:
             # one statement, atomic on its own: no BEGIN and COMMIT round trips
-            return [(await _start(conn, writes[0], now, self.origin), None)]
-        if not isolated and len(batch) == 1 and _plain_fire(writes[0]):
-            return [(await _fire(conn, writes[0], self.origin), None)]
-        if not isolated and len(batch) == 1 and _plain_signal(writes[0]):
-            try:
-                return [(await _signal(conn, writes[0], self.origin), None)]
-            except (ExecutionStateError, UnknownExecutionError) as refused:
-                return [(None, refused)]
+            return [await self._one_statement(conn, writes[0], now)]
         if not isolated and all(_plain_append(w) for w in writes) and len(_append_runs(writes)) == 1:
             return await _many_appends(conn, writes, now)
         if not isolated and all(_mirror_only(w) for w in writes):
@@ -660,6 +653,9 @@ class PostgresStore:
                         continue
                     w, now, _ = batch[i]
                     i += 1
+                    if not isolated and self._single(w) is not None:
+                        out.append(await self._one_statement(conn, w, now))  # notifies in its statement
+                        continue
                     try:
                         if isolated:
                             async with conn.transaction():  # a savepoint
@@ -680,6 +676,30 @@ class PostgresStore:
         except _Optimism:
             return await self._apply_batch(batch, slot, isolated=True)
         return out
+
+    @staticmethod
+    def _single(w: Write) -> Callable[..., Any] | None:
+        """The one-statement form of a write, if it has one: a start, fired timers, a signal."""
+        if _plain_start(w):
+            return _start
+        if _plain_fire(w):
+            return _fire
+        if _plain_signal(w):
+            return _signal
+        return None
+
+    async def _one_statement(self, conn: asyncpg.Connection, w: Write, now: datetime) -> tuple[Any, BaseException | None]:
+        """A write in its one-statement form. A refusal (the status a signal checks) changes
+        nothing, so it is this write's answer and the transaction around it goes on."""
+        form = self._single(w)
+        try:
+            if form is _start:
+                return (await _start(conn, w, now, self.origin), None)
+            if form is _fire:
+                return (await _fire(conn, w, self.origin), None)
+            return (await _signal(conn, w, self.origin), None)
+        except (ExecutionStateError, UnknownExecutionError) as refused:
+            return (None, refused)
 
     async def _apply_alone(self, item: Any, slot: int) -> tuple[Any, BaseException | None]:
         for attempt in range(5):
