@@ -29,7 +29,7 @@ from flowli.domain import (
     task_id,
 )
 from flowli.log import Attempt, attempt_scope
-from flowli.store import Fence, StatusChange, Write
+from flowli.store import Acquired, Fence, StatusChange, Write
 
 from ._replay import (
     Activation,
@@ -138,9 +138,11 @@ class Worker:
                 continue
             rt.work.clear()
             tasks = await rt.store.dequeue(self.queues, _KINDS, rt.owner, free, rt.options.task_ttl, rt.clock.now())
+            # the executions of the tasks dequeued together are acquired together (one store call)
+            acquisitions = self._acquire_all([t for t in tasks if t.kind is not TaskKind.RUN_STEP])
             for task in tasks:
                 key = task.id
-                work = self._run_step(task) if task.kind is TaskKind.RUN_STEP else self._activate(task)
+                work = self._run_step(task) if task.kind is TaskKind.RUN_STEP else self._activate(acquisitions[key])
                 self.running[key] = asyncio.create_task(self._handle(key, work), name=f"flowli-task-{key}")
             if tasks:
                 idle = 0.0
@@ -166,10 +168,42 @@ class Worker:
             self.running.pop(key, None)
             self._slot.set()
 
-    async def _activate(self, task: Task) -> None:
+    def _acquire_all(self, tasks: list[Task]) -> dict[str, asyncio.Future[Acquired]]:
+        """Acquire the executions of START and RESUME tasks in one store call, acking the tasks;
+        the answer of each task id is a future."""
+        loop = asyncio.get_running_loop()
+        answers: dict[str, asyncio.Future[Acquired]] = {t.id: loop.create_future() for t in tasks}
+        if not tasks:
+            return answers
         rt = self.rt
-        assert task.eid is not None
-        acquired = await store_call(rt.store.acquire(task.eid, rt.owner, rt.options.lease_ttl, rt.clock.now(), ack=task.id))
+
+        async def acquire() -> None:
+            try:
+                wanted = [(t.eid or "", t.id) for t in tasks]
+                got = await rt.store.acquire_many(wanted, rt.owner, rt.options.lease_ttl, rt.clock.now())
+            except BaseException as exc:
+                for fut in answers.values():
+                    if not fut.done():
+                        fut.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            for t, acquired in zip(tasks, got):
+                fut = answers[t.id]
+                if not fut.done():
+                    fut.set_result(acquired)
+                elif fut.cancelled() and acquired.record is not None and acquired.epoch is not None:
+                    # its activation was stopped (the worker stops) while this was in flight
+                    with contextlib.suppress(Exception):
+                        await self._hand_back(acquired.record, acquired.epoch, None)
+
+        task = asyncio.ensure_future(acquire())
+        # the activations await the answers; retrieve a failure here so that it is not reported twice
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return answers
+
+    async def _activate(self, answer: asyncio.Future[Acquired]) -> None:
+        acquired = await store_call(answer)
         if acquired.epoch is None or acquired.record is None:
             return  # terminal, unknown, or owned by a live worker whose suspension will check its waits
         await self._run(acquired.record, acquired.epoch, acquired.journal)

@@ -209,6 +209,13 @@ class Store(Protocol):
         expired): the epoch increases by one. Returns the record and journal. Acks ``ack``
         in the same transaction, whether acquired or not."""
 
+    async def acquire_many(
+        self, wanted: Sequence[tuple[str, str]], owner: str, ttl: timedelta, now: datetime
+    ) -> list[Acquired]:
+        """``acquire`` of several executions at once: ``wanted`` holds (eid, task id to ack) pairs;
+        the answer has one Acquired per pair, in order. An execution not acquired (and a repeat
+        of an eid already in ``wanted``) answers Acquired(None, None, [])."""
+
     async def renew(
         self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime
     ) -> Renewal:

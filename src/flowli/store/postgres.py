@@ -119,7 +119,7 @@ class _Connection(asyncpg.Connection):  # type: ignore[misc]
 
 
 _WRITE_FIELDS = tuple(f.name for f in dataclasses.fields(Write))
-_APPEND_FIELDS = frozenset({"fence", "entries", "status", "release"})
+_APPEND_FIELDS = frozenset({"fence", "entries", "status", "release", "clear_timers", "clear_waiters"})
 _START_FIELDS = frozenset({"executions"})
 _MIRROR_FIELDS = frozenset({"announcements"})
 
@@ -136,7 +136,8 @@ def _plain_append(w: Write) -> bool:
     eid = w.fence.eid if w.fence is not None else None
     return (
         eid is not None and bool(w.entries) and all(e.eid == eid for e in w.entries)
-        and (w.status is None or w.status.eid == eid) and _only(w, _APPEND_FIELDS)
+        and (w.status is None or w.status.eid == eid) and all(x == eid for x in w.clear_timers)
+        and all(x == eid for x in w.clear_waiters) and _only(w, _APPEND_FIELDS)
     )
 
 
@@ -170,7 +171,10 @@ _MANY_APPENDS = (
     " SELECT v.eid, f.base + row_number() OVER (PARTITION BY v.eid ORDER BY v.ord) - 1, v.kind, v.fid, v.attempt,"
     " v.digest, v.value, v.error, v.provenance FROM v JOIN f ON f.eid = v.eid AND f.owner = v.owner"
     " AND f.epoch = v.epoch RETURNING eid, seq, kind),"
-    " u AS (INSERT INTO unmirrored (eid, seq, at) SELECT eid, seq, $21 FROM j WHERE kind = ANY($22::text[]))"
+    " u AS (INSERT INTO unmirrored (eid, seq, at) SELECT eid, seq, $21 FROM j WHERE kind = ANY($22::text[])),"
+    # the timers and waiters of an execution whose fence held, cleared (an end after a wait)
+    " ct AS (DELETE FROM timers t USING f WHERE t.eid = f.eid AND t.eid = ANY($23::text[])),"
+    " cw AS (DELETE FROM waiters w USING f WHERE w.eid = f.eid AND w.eid = ANY($24::text[]))"
     " SELECT j.eid, j.seq, f.owner, f.epoch FROM j JOIN f ON f.eid = j.eid"
 )
 
@@ -198,7 +202,9 @@ async def _many_appends(
                 st.version, w.release)
             for col, v in zip(status, values):
                 col.append(v)
-    rows = await conn.fetch(_MANY_APPENDS, *cols, *status, now.timestamp(), _LIFECYCLE)
+    clear_timers = [eid for w in writes for eid in w.clear_timers]
+    clear_waiters = [eid for w in writes for eid in w.clear_waiters]
+    rows = await conn.fetch(_MANY_APPENDS, *cols, *status, now.timestamp(), _LIFECYCLE, clear_timers, clear_waiters)
     # the seqs appended under each fence that held (one per execution at most), in order
     seqs: dict[tuple[str, str, int], list[int]] = {}
     for eid, seq, owner, epoch in rows:
@@ -399,6 +405,113 @@ async def _fire(conn: asyncpg.Connection, w: Write, origin: str) -> WriteResult:
             col.append(v)
     await conn.execute(_FIRE, *cols, origin)
     return WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[])
+
+
+# the rows locked in eid order first (as in every batch that locks several), then the leases,
+# then the acks (the subquery on x makes them wait for the leases)
+_ACQUIRE_MANY = (
+    "WITH l AS (SELECT eid FROM executions WHERE eid = ANY($4::text[]) ORDER BY eid FOR UPDATE),"
+    " x AS (UPDATE executions e SET lease_owner = $1, lease_epoch = e.lease_epoch + 1, lease_expires_at = $2,"
+    " status = 'running', updated_at = $3 FROM l WHERE e.eid = l.eid"
+    " AND e.status NOT IN ('completed', 'failed', 'cancelled')"
+    " AND (e.lease_owner IS NULL OR e.lease_expires_at IS NULL OR e.lease_expires_at <= $3)"
+    f" RETURNING {', '.join('e.' + col.strip() for col in c.EXECUTION_COLUMNS.split(','))}),"
+    " a AS (UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ANY($5::text[])"
+    " AND (SELECT count(*) FROM x) >= 0)"
+    f" SELECT {c.EXECUTION_COLUMNS} FROM x"
+)
+
+
+_FENCED_FIELDS = frozenset({"fence", "entries", "status", "release", "clear_timers", "clear_waiters", "timers", "wake"})
+
+
+def _plain_fenced(w: Write) -> bool:
+    """A write of one execution under its fence that one statement applies: its entries, a
+    status change, the release, its timers cleared and set, its waiters cleared, and a wake check
+    that looks only at a due timer and a cancel request (an end, a suspension on timers)."""
+    f = w.fence
+    if f is None or not _only(w, _FENCED_FIELDS):
+        return False
+    eid = f.eid
+    wake = w.wake
+    return (
+        all(e.eid == eid for e in w.entries) and (w.status is None or w.status.eid == eid)
+        and all(x == eid for x in w.clear_timers) and all(x == eid for x in w.clear_waiters)
+        and all(t.eid == eid for t in w.timers)
+        and (wake is None or not (wake.channels or wake.children or wake.journal_after is not None))
+    )
+
+
+async def _fenced(conn: asyncpg.Connection, w: Write, now: datetime, origin: str) -> WriteResult:
+    """A plain fenced write in one statement. The fence UPDATE returns the row as it is once
+    locked, so its cancel request is seen whatever committed before; a cancel request made later
+    waits for the lock and enqueues its own RESUME."""
+    f = w.fence
+    assert f is not None
+    t = now.timestamp()
+    params: list[Any] = []
+
+    def p(value: Any) -> str:
+        params.append(value)
+        return f"${len(params)}"
+
+    n = len(w.entries)
+    sets = [f"next_seq = next_seq + {p(n)}::bigint", f"updated_at = {p(t)}::double precision"]
+    if w.status is not None:
+        st = w.status
+        sets += [f"status = {p(st.status.value)}::text", f"result = {p(c.js(st.result))}::text",
+                 f"error = {p(c.js(st.error))}::text", f"blocked = {p(c.js(st.blocked))}::text",
+                 f"version = COALESCE({p(st.version)}::text, version)"]
+    if w.release:
+        sets += ["lease_owner = NULL", "lease_expires_at = NULL"]
+    ctes = [
+        f"f AS (UPDATE executions SET {', '.join(sets)} WHERE eid = {p(f.eid)}::text AND lease_owner = {p(f.owner)}::text"
+        f" AND lease_epoch = {p(f.epoch)}::bigint RETURNING next_seq - {p(n)}::bigint AS base,"
+        " cancel_requested IS NOT NULL AS cancel)"
+    ]
+    if w.entries:
+        rows = [c.entry_row(e, 0) for e in w.entries]
+        cols = [list(col) for col in zip(*(r[2:] for r in rows))]
+        ctes.append(
+            f"v AS (SELECT * FROM unnest({p(list(range(n)))}::int[], {p(cols[0])}::text[], {p(cols[1])}::text[],"
+            f" {p(cols[2])}::bigint[], {p(cols[3])}::text[], {p(cols[4])}::text[], {p(cols[5])}::text[],"
+            f" {p(cols[6])}::text[]) AS v(ord, kind, fid, attempt, digest, value, error, provenance))"
+        )
+        ctes.append(
+            f"j AS (INSERT INTO journal ({c.ENTRY_COLUMNS}) SELECT {p(f.eid)}::text, f.base + v.ord, v.kind, v.fid,"
+            " v.attempt, v.digest, v.value, v.error, v.provenance FROM f, v RETURNING seq, kind)"
+        )
+        ctes.append(f"u AS (INSERT INTO unmirrored (eid, seq, at) SELECT {p(f.eid)}::text, seq, {p(t)}::double precision"
+                     f" FROM j WHERE kind = ANY({p(_LIFECYCLE)}::text[]))")
+    if w.clear_timers:
+        keep = [tm.fid for tm in w.timers]
+        ctes.append(f"ct AS (DELETE FROM timers WHERE eid = {p(f.eid)}::text AND fid <> ALL({p(keep)}::text[])"
+                    " AND EXISTS (SELECT 1 FROM f))")
+    if w.timers:
+        ctes.append(
+            f"ti AS (INSERT INTO timers (eid, fid, at) SELECT {p(f.eid)}::text, x.fid, x.at FROM f,"
+            f" unnest({p([tm.fid for tm in w.timers])}::text[], {p([tm.at.timestamp() for tm in w.timers])}::double precision[])"
+            " AS x(fid, at) ON CONFLICT (eid, fid) DO UPDATE SET at = excluded.at)"
+        )
+    if w.clear_waiters:
+        ctes.append(f"cw AS (DELETE FROM waiters WHERE eid = {p(f.eid)}::text AND EXISTS (SELECT 1 FROM f))")
+    woke = "false"
+    if w.wake is not None:
+        due = w.wake.due_by is not None and w.wake.due_by.timestamp() <= t
+        cancel = "f.cancel" if w.wake.cancel else "false"
+        task = c.task_row(w.wake.task)
+        values = ", ".join(f"{p(v)}::{ty}" for v, ty in zip(task, ("text", "text", "text", "text", "text", "text",
+                                                                       "double precision", "bigint", "text")))
+        woke = f"({cancel} OR {p(due)}::bool)"  # the condition held (its task may exist already)
+        ctes.append(f"wk AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT {values} FROM f WHERE {woke}"
+                    " ON CONFLICT (id) DO NOTHING)")
+    notify = f", pg_notify('{_CHANNEL}', {p(origin)}::text)" if (w.timers or w.wake is not None) else ""
+    row = await conn.fetchrow(f"WITH {', '.join(ctes)} SELECT f.base, {woke}{notify} FROM f", *params)
+    if row is None:
+        raise LeaseLost(f.eid, f.epoch)
+    base = int(row[0])
+    return WriteResult(entry_seqs=list(range(base, base + n)), entry_values=[e.value for e in w.entries],
+                       message_seqs=[], created=[], woke=bool(row[1]))
 
 
 def _shard_key(w: Write) -> str | None:
@@ -679,13 +792,16 @@ class PostgresStore:
 
     @staticmethod
     def _single(w: Write) -> Callable[..., Any] | None:
-        """The one-statement form of a write, if it has one: a start, fired timers, a signal."""
+        """The one-statement form of a write, if it has one: a start, fired timers, a signal, a
+        plain fenced write that is not a plain append (those go together in runs)."""
         if _plain_start(w):
             return _start
         if _plain_fire(w):
             return _fire
         if _plain_signal(w):
             return _signal
+        if _plain_fenced(w) and not _plain_append(w):
+            return _fenced
         return None
 
     async def _one_statement(self, conn: asyncpg.Connection, w: Write, now: datetime) -> tuple[Any, BaseException | None]:
@@ -697,8 +813,10 @@ class PostgresStore:
                 return (await _start(conn, w, now, self.origin), None)
             if form is _fire:
                 return (await _fire(conn, w, self.origin), None)
+            if form is _fenced:
+                return (await _fenced(conn, w, now, self.origin), None)
             return (await _signal(conn, w, self.origin), None)
-        except (ExecutionStateError, UnknownExecutionError) as refused:
+        except (ExecutionStateError, UnknownExecutionError, LeaseLost) as refused:
             return (None, refused)
 
     async def _apply_alone(self, item: Any, slot: int) -> tuple[Any, BaseException | None]:
@@ -742,6 +860,36 @@ class PostgresStore:
         # the journal, read under the lease just taken
         rows = await self._pool.fetch(f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = $1 ORDER BY seq", eid)
         return Acquired(record, record.lease_epoch, [c.entry_record(r) for r in rows])
+
+    async def acquire_many(
+        self, wanted: Sequence[tuple[str, str]], owner: str, ttl: timedelta, now: datetime
+    ) -> list[Acquired]:
+        assert self._pool is not None
+        eids = sorted({eid for eid, _ in wanted})
+        for attempt in range(5):
+            try:
+                rows = await self._pool.fetch(
+                    _ACQUIRE_MANY, owner, (now + ttl).timestamp(), now.timestamp(), eids, [ack for _, ack in wanted]
+                )
+                break
+            except asyncpg.PostgresError as exc:
+                if getattr(exc, "sqlstate", None) not in _RETRYABLE or attempt == 4:
+                    raise
+                await asyncio.sleep(0.01 * (attempt + 1))
+        records = {r.eid: r for r in (c.execution_record(row) for row in rows)}
+        journals: dict[str, list[Entry]] = {eid: [] for eid in records}
+        if records:
+            # the journals, read under the leases just taken (a statement of its own: it sees what
+            # the previous holders committed before they let go)
+            for row in await self._pool.fetch(
+                f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = ANY($1::text[]) ORDER BY eid, seq", list(records)
+            ):
+                journals[row[0]].append(c.entry_record(row))
+        out = []
+        for eid, _ in wanted:
+            record = records.pop(eid, None)
+            out.append(Acquired(None, None, []) if record is None else Acquired(record, record.lease_epoch, journals[eid]))
+        return out
 
     async def renew(
         self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime

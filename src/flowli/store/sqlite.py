@@ -309,6 +309,25 @@ class SQLiteStore:
 
         return await self._w(run)
 
+    async def acquire_many(
+        self, wanted: Sequence[tuple[str, str]], owner: str, ttl: timedelta, now: datetime
+    ) -> list[Acquired]:
+        params = (owner, (now + ttl).timestamp(), now.timestamp())
+
+        def run(conn: sqlite3.Connection) -> list[Acquired]:
+            out = []
+            for eid, ack in wanted:
+                conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (ack,))
+                row = conn.execute(_ACQUIRE + c.EXECUTION_COLUMNS, (*params, eid, now.timestamp())).fetchone()
+                if row is None:
+                    out.append(Acquired(None, None, []))
+                else:
+                    record = c.execution_record(row)
+                    out.append(Acquired(record, record.lease_epoch, _journal(conn, eid)))
+            return out
+
+        return await self._w(run)
+
     async def renew(
         self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime
     ) -> Renewal:
