@@ -137,7 +137,7 @@ class Worker:
                 await self._slot.wait()
                 continue
             rt.work.clear()
-            tasks = await rt.store.dequeue(self.queues, _KINDS, rt.owner, free, rt.options.task_ttl, rt.clock.now())
+            tasks = await self._dequeue(free)
             # the executions of the tasks dequeued together are acquired together (one store call)
             acquisitions = self._acquire_all([t for t in tasks if t.kind is not TaskKind.RUN_STEP])
             for task in tasks:
@@ -167,6 +167,21 @@ class Worker:
         finally:
             self.running.pop(key, None)
             self._slot.set()
+
+    async def _dequeue(self, limit: int) -> list[Task]:
+        """Dequeue up to ``limit`` tasks. A stop that comes while the store dequeues gives the
+        tasks back at once (else they would stay leased to this stopped worker for task_ttl)."""
+        rt = self.rt
+        fetch = asyncio.ensure_future(
+            rt.store.dequeue(self.queues, _KINDS, rt.owner, limit, rt.options.task_ttl, rt.clock.now())
+        )
+        try:
+            return await asyncio.shield(fetch)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                for task in await fetch:
+                    await rt.store.nack(task.id, rt.owner, timedelta(0), rt.clock.now())
+            raise
 
     def _acquire_all(self, tasks: list[Task]) -> dict[str, asyncio.Future[Acquired]]:
         """Acquire the executions of START and RESUME tasks in one store call, acking the tasks;

@@ -173,8 +173,10 @@ _MANY_APPENDS = (
     " AND f.epoch = v.epoch RETURNING eid, seq, kind),"
     " u AS (INSERT INTO unmirrored (eid, seq, at) SELECT eid, seq, $21 FROM j WHERE kind = ANY($22::text[])),"
     # the timers and waiters of an execution whose fence held, cleared (an end after a wait)
-    " ct AS (DELETE FROM timers t USING f WHERE t.eid = f.eid AND t.eid = ANY($23::text[])),"
-    " cw AS (DELETE FROM waiters w USING f WHERE w.eid = f.eid AND w.eid = ANY($24::text[]))"
+    " ct AS (DELETE FROM timers t USING f, unnest($23::text[], $24::text[], $25::bigint[]) AS x(eid, owner, epoch)"
+    " WHERE t.eid = x.eid AND f.eid = x.eid AND f.owner = x.owner AND f.epoch = x.epoch),"
+    " cw AS (DELETE FROM waiters w USING f, unnest($26::text[], $27::text[], $28::bigint[]) AS x(eid, owner, epoch)"
+    " WHERE w.eid = x.eid AND f.eid = x.eid AND f.owner = x.owner AND f.epoch = x.epoch)"
     " SELECT j.eid, j.seq, f.owner, f.epoch FROM j JOIN f ON f.eid = j.eid"
 )
 
@@ -202,9 +204,16 @@ async def _many_appends(
                 st.version, w.release)
             for col, v in zip(status, values):
                 col.append(v)
-    clear_timers = [eid for w in writes for eid in w.clear_timers]
-    clear_waiters = [eid for w in writes for eid in w.clear_waiters]
-    rows = await conn.fetch(_MANY_APPENDS, *cols, *status, now.timestamp(), _LIFECYCLE, clear_timers, clear_waiters)
+    # the clears of a write apply only if its own fence held (owner and epoch, not the eid alone)
+    clears: list[list[Any]] = [[] for _ in range(6)]
+    for w in writes:
+        assert w.fence is not None
+        for at, eids in ((0, w.clear_timers), (3, w.clear_waiters)):
+            for eid in eids:
+                clears[at].append(eid)
+                clears[at + 1].append(w.fence.owner)
+                clears[at + 2].append(w.fence.epoch)
+    rows = await conn.fetch(_MANY_APPENDS, *cols, *status, now.timestamp(), _LIFECYCLE, *clears)
     # the seqs appended under each fence that held (one per execution at most), in order
     seqs: dict[tuple[str, str, int], list[int]] = {}
     for eid, seq, owner, epoch in rows:
@@ -558,6 +567,9 @@ class PostgresStore:
         """Starts of executions and signals: a lane of their own, so a client's write does not wait
         behind the batches of a busy worker in the same process."""
         self._writers: list[asyncio.Task[None]] = []
+        self._locks = [asyncio.Lock() for _ in range(writers + 1)]
+        """One per writer connection: its writer's batches, and a client's write applied in place
+        while the lane of clients is idle, never use it at once."""
         self._subscribers: list[Callable[[str], None]] = []
         self._relisten: asyncio.Future[None] | None = None
         self._closing = False
@@ -569,7 +581,10 @@ class PostgresStore:
     async def _connect_pool(self) -> Any:
         try:
             return await asyncpg.create_pool(
-                self.dsn, min_size=2, max_size=self.pool_size, statement_cache_size=512, connection_class=_Connection,
+                # open at once: one per writer (and the lane of clients) and two for reads and
+                # acquisitions, so that no first request waits for a connection to be made
+                self.dsn, min_size=min(self.pool_size, self.writers + 3), max_size=self.pool_size,
+                statement_cache_size=512, connection_class=_Connection,
                 # a startup parameter, not a SET: it holds on every connection of the pool
                 server_settings={"search_path": f'"{self.schema}"'},
             )
@@ -671,6 +686,14 @@ class PostgresStore:
         fut: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
         if write.fence is None and (write.executions or _plain_signal(write)):
             lane = self._starts  # a client's write: never behind the batches of a busy worker
+            lock = self._locks[self.writers]
+            if not lock.locked() and lane.empty() and self._single(write) is not None:
+                # the lane is idle: apply it here and now, without the hand-offs to its writer
+                async with lock:
+                    ((result, exc),) = await self._outcomes([(write, now, fut)], self.writers)
+                if exc is not None:
+                    raise exc
+                return result  # type: ignore[no-any-return]
         else:
             key = _shard_key(write)
             if key is None:
@@ -696,12 +719,8 @@ class PostgresStore:
             # process's batch); the sort is stable, so a mirror still follows what it mirrors
             batch.sort(key=lambda item: bool(item[0].announcements))
             try:
-                outcomes = await self._apply_batch(batch, slot)
-            except (asyncpg.PostgresError, OSError) as exc:
-                if getattr(exc, "sqlstate", None) in _RETRYABLE or len(batch) > 1:
-                    outcomes = [await self._apply_alone(item, slot) for item in batch]
-                else:
-                    outcomes = [(None, exc)]
+                async with self._locks[slot]:
+                    outcomes = await self._outcomes(batch, slot)
             except BaseException as exc:
                 for _, _, fut in batch:
                     if not fut.done():
@@ -714,6 +733,15 @@ class PostgresStore:
                     fut.set_exception(exc)
                 else:
                     fut.set_result(result)
+
+    async def _outcomes(self, batch: list[Any], slot: int) -> list[tuple[Any, BaseException | None]]:
+        """Apply a batch on the connection of ``slot``; a broken batch runs again write by write."""
+        try:
+            return await self._apply_batch(batch, slot)
+        except (asyncpg.PostgresError, OSError) as exc:
+            if getattr(exc, "sqlstate", None) in _RETRYABLE or len(batch) > 1:
+                return [await self._apply_alone(item, slot) for item in batch]
+            return [(None, exc)]
 
     async def _writer_conn(self, slot: int) -> asyncpg.Connection:
         """A writer's own connection, held across batches (no pool reset per batch)."""
