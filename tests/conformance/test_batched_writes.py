@@ -376,3 +376,17 @@ async def test_gathered_starts_each_apply(store):
         assert [t.id for t in await store.read_tasks(eid=eid, include_acked=True)] == expected, i
     assert sorted(e.eid for e in await store.unmirrored(at(1), 100)) == sorted(n.record.eid for n in news)
 
+
+
+async def test_an_ended_execution_is_retained_only_once_its_lifecycle_is_on_the_control_log(store):
+    """Retention deletes the unmirrored marks with the live state: an execution whose second append
+    is still pending is not offered for retention until it is done."""
+    eid, fence = await started(store)
+    (first,) = await store.read_journal(eid)
+    await store.write(end(fence, "r"), at(1))
+    journal = await store.read_journal(eid)
+    assert await store.finished_before(at(100), 10) == []  # execution.started and .completed pending
+    await store.write(Write(announcements=[mirror_of(first)]), at(2))
+    assert await store.finished_before(at(100), 10) == []  # .completed still pending
+    await store.write(Write(announcements=[mirror_of(journal[-1])]), at(3))
+    assert await store.finished_before(at(100), 10) == [eid]

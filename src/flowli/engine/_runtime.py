@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from ._worker import Worker
 
 
+MIRROR_DELAY = 0.005
+"""Seconds that lifecycle entries wait to go to the control log together (the second append)."""
+
+
 @dataclass(frozen=True)
 class Options:
     """Tuning of an engine. The defaults suit production; tests shorten them."""
@@ -69,6 +73,8 @@ class Runtime:
         store.subscribe(self._notified)
         self.activations: dict[str, Activation] = {}
         self.mirrors: set[asyncio.Future[None]] = set()
+        self._unsent: list[Entry] = []
+        self._flush: asyncio.TimerHandle | None = None
         self.workers: list[Worker] = []
         """The workers running in this process (a start here may hand its execution to one)."""
 
@@ -109,15 +115,24 @@ class Runtime:
         )
 
     def mirror_soon(self, entries: Iterable[Entry]) -> None:
-        """The second append, off the caller's path: the write queues behind the first one (the
-        store applies writes in order), and the caller does not wait for its commit. A crash
-        before it commits is what the sweeper repairs. ``drain`` waits for those in flight."""
+        """The second append, off the caller's path: the entries of the next MIRROR_DELAY seconds
+        go to the control log together, in one write queued after theirs (a store applies the
+        writes of one execution in order), and the caller does not wait for its commit. A crash
+        before it commits is what the sweeper repairs. ``drain`` flushes and waits."""
         entries = [e for e in entries if e.kind.lifecycle]
         if not entries:
             return
-        task = asyncio.ensure_future(self.mirror(entries))
-        self.mirrors.add(task)
-        task.add_done_callback(self._mirrored)
+        self._unsent.extend(entries)
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().call_later(MIRROR_DELAY, self._send_mirrors)
+
+    def _send_mirrors(self) -> None:
+        self._flush = None
+        entries, self._unsent = self._unsent, []
+        if entries:
+            task = asyncio.ensure_future(self.mirror(entries))
+            self.mirrors.add(task)
+            task.add_done_callback(self._mirrored)
 
     def _mirrored(self, task: asyncio.Future[None]) -> None:
         self.mirrors.discard(task)
@@ -126,6 +141,9 @@ class Runtime:
 
     async def drain(self) -> None:
         """Wait until the control-log appends of this process are done."""
+        if self._flush is not None:
+            self._flush.cancel()
+            self._send_mirrors()
         while self.mirrors:
             await asyncio.wait(list(self.mirrors))
 

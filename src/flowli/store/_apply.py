@@ -42,8 +42,10 @@ def insert_task(task: Task) -> Plan:
 
 
 def append(entry: Entry, now: float) -> Plan:
-    row = yield ("one", "UPDATE executions SET next_seq = next_seq + 1, updated_at = ? WHERE eid = ? RETURNING next_seq - 1",
-                 (now, entry.eid))
+    # updated_at moves with the status and the lease, not with every entry: an append changes no
+    # indexed column, so PostgreSQL updates the row in place (a HOT update, no index entry)
+    row = yield ("one", "UPDATE executions SET next_seq = next_seq + 1 WHERE eid = ? RETURNING next_seq - 1",
+                 (entry.eid,))
     if row is None:
         raise UnknownExecutionError(entry.eid)
     return (yield from insert_entry(entry, int(row[0]), now))
@@ -96,7 +98,10 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         # statement; in PostgreSQL the UPDATE also locks the row until commit
         f = w.fence
         n = sum(1 for e in w.entries if e.eid == f.eid)
-        sets, params = "next_seq = next_seq + ?, updated_at = ?", [n, now]
+        sets, params = "next_seq = next_seq + ?", [n]
+        if (w.status is not None and w.status.eid == f.eid) or w.release:
+            sets += ", updated_at = ?"
+            params.append(now)
         # the status change and the release of the fenced execution ride on the same statement
         # (unless the write also checks that execution's status, which must see the old one)
         if w.status is not None and w.status.eid == f.eid and (w.expect is None or w.expect[0] != f.eid):

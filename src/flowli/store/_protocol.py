@@ -264,7 +264,8 @@ class Store(Protocol):
     async def waiters(self, channel: str) -> list[str]: ...
 
     async def finished_before(self, before: datetime, limit: int) -> list[str]:
-        """Eids of terminal executions last changed at or before ``before`` (for retention)."""
+        """Eids of terminal executions last changed at or before ``before`` whose lifecycle
+        entries are all on the control log (for retention)."""
 
     async def read_scoped_messages(self, eid: str) -> list[Message]:
         """Every message of the execution-scoped channels of ``eid`` (``{eid}.*``)."""

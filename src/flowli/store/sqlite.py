@@ -478,7 +478,10 @@ class SQLiteStore:
     async def finished_before(self, before: datetime, limit: int) -> list[str]:
         def run(conn: sqlite3.Connection) -> list[str]:
             rows = conn.execute(
-                "SELECT eid FROM executions WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at <= ?"
+                "SELECT eid FROM executions e WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at <= ?"
+                # not before its lifecycle entries reached the control log (the archive keeps no
+                # unmirrored mark): a pending second append, or the sweeper's repair, comes first
+                " AND NOT EXISTS (SELECT 1 FROM unmirrored u WHERE u.eid = e.eid)"
                 " ORDER BY updated_at LIMIT ?",
                 (before.timestamp(), limit),
             )
