@@ -528,6 +528,14 @@ async def _fenced(conn: asyncpg.Connection, w: Write, now: datetime, origin: str
                        message_seqs=[], created=[], woke=bool(row[1]))
 
 
+_READ_MESSAGES = (
+    "SELECT q.i, m.channel, m.seq, m.payload, m.provenance"
+    " FROM unnest($1::text[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(channel, after, lim, i)"
+    " CROSS JOIN LATERAL (SELECT channel, seq, payload, provenance FROM messages"
+    " WHERE channel = q.channel AND seq > q.after ORDER BY seq LIMIT q.lim) m ORDER BY q.i, m.seq"
+)
+
+
 def _shard_key(w: Write) -> str | None:
     """The execution a write belongs to, if any: its writes share one writer."""
     if w.fence is not None:
@@ -572,6 +580,8 @@ class PostgresStore:
         """Starts of executions and signals: a lane of their own, so a client's write does not wait
         behind the batches of a busy worker in the same process."""
         self._writers: list[asyncio.Task[None]] = []
+        self._message_reads: list[tuple[str, int, int, asyncio.Future[list[Message]]]] = []
+        self._reading: set[asyncio.Future[None]] = set()
         self._locks = [asyncio.Lock() for _ in range(writers + 1)]
         """One per writer connection: its writer's batches, and a client's write applied in place
         while the lane of clients is idle, never use it at once."""
@@ -1009,12 +1019,38 @@ class PostgresStore:
         return [c.entry_record(r) for r in rows]
 
     async def read_messages(self, channel: str, after: int = 0, limit: int = 100) -> list[Message]:
-        assert self._pool is not None
-        rows = await self._pool.fetch(
-            "SELECT channel, seq, payload, provenance FROM messages WHERE channel = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-            channel, after, limit,
-        )
-        return [c.message_record(r) for r in rows]
+        # the reads asked for in one turn of the loop (the receives of many resumed executions)
+        # go in one statement
+        fut: asyncio.Future[list[Message]] = asyncio.get_running_loop().create_future()
+        self._message_reads.append((channel, after, limit, fut))
+        if len(self._message_reads) == 1:
+            asyncio.get_running_loop().call_soon(self._read_messages_now)
+        return await fut
+
+    def _read_messages_now(self) -> None:
+        reads, self._message_reads = self._message_reads, []
+        task = asyncio.ensure_future(self._read_many_messages(reads))
+        self._reading.add(task)
+        task.add_done_callback(self._reading.discard)
+
+    async def _read_many_messages(self, reads: list[tuple[str, int, int, asyncio.Future[list[Message]]]]) -> None:
+        try:
+            assert self._pool is not None
+            rows = await self._pool.fetch(_READ_MESSAGES, [r[0] for r in reads], [r[1] for r in reads],
+                                          [r[2] for r in reads])
+        except BaseException as exc:
+            for *_, fut in reads:
+                if not fut.done():
+                    fut.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        found: list[list[Message]] = [[] for _ in reads]
+        for row in rows:
+            found[row[0] - 1].append(c.message_record(row[1:]))
+        for (*_, fut), messages in zip(reads, found):
+            if not fut.done():
+                fut.set_result(messages)
 
     async def read_control_log(self, after: int = 0, limit: int = 1000) -> list[Entry]:
         assert self._pool is not None
