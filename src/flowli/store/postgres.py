@@ -788,9 +788,10 @@ class PostgresStore:
         conn = await self._writer_conn(slot)
         writes = [w for w, _, _ in batch]
         now = batch[0][1]
-        if not isolated and len(batch) == 1 and self._single(writes[0]) is not None:
+        form = self._single(writes[0]) if not isolated and len(batch) == 1 else None
+        if form is not None:
             # one statement, atomic on its own: no BEGIN and COMMIT round trips
-            return [await self._one_statement(conn, writes[0], now)]
+            return [await self._one_statement(conn, writes[0], now, form)]
         if not isolated and all(_plain_append(w) for w in writes) and len(_append_runs(writes)) == 1:
             return await _many_appends(conn, writes, now)
         if not isolated and all(_mirror_only(w) for w in writes):
@@ -817,8 +818,9 @@ class PostgresStore:
                         continue
                     w, now, _ = batch[i]
                     i += 1
-                    if not isolated and self._single(w) is not None:
-                        out.append(await self._one_statement(conn, w, now))  # notifies in its statement
+                    form = None if isolated else self._single(w)
+                    if form is not None:
+                        out.append(await self._one_statement(conn, w, now, form))  # notifies in its statement
                         continue
                     try:
                         if isolated:
@@ -855,10 +857,12 @@ class PostgresStore:
             return _fenced
         return None
 
-    async def _one_statement(self, conn: asyncpg.Connection, w: Write, now: datetime) -> tuple[Any, BaseException | None]:
-        """A write in its one-statement form. A refusal (the status a signal checks) changes
-        nothing, so it is this write's answer and the transaction around it goes on."""
-        form = self._single(w)
+    async def _one_statement(
+        self, conn: asyncpg.Connection, w: Write, now: datetime, form: Callable[..., Any]
+    ) -> tuple[Any, BaseException | None]:
+        """A write in its one-statement ``form`` (see ``_single``). A refusal (a lost fence, the
+        status a signal checks) changes nothing, so it is this write's answer and the transaction
+        around it goes on."""
         try:
             if form is _start:
                 return (await _start(conn, w, now, self.origin), None)

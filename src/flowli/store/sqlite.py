@@ -222,6 +222,19 @@ _ACQUIRE = (
 )
 
 
+def _acquire(conn: sqlite3.Connection, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None) -> Acquired:
+    """Ack ``ack``, then take the lease of ``eid`` if it is free: the record at its new epoch and
+    the journal, or Acquired(None, None, [])."""
+    if ack is not None:
+        conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (ack,))
+    row = conn.execute(_ACQUIRE + c.EXECUTION_COLUMNS,
+                       (owner, (now + ttl).timestamp(), now.timestamp(), eid, now.timestamp())).fetchone()
+    if row is None:
+        return Acquired(None, None, [])
+    record = c.execution_record(row)
+    return Acquired(record, record.lease_epoch, _journal(conn, eid))
+
+
 def _drive(conn: sqlite3.Connection, plan: Plan) -> Any:
     """Run a plan of ``_apply`` on this connection (SQLite serializes write transactions, so
     ``{lock}`` needs no SQL)."""
@@ -298,35 +311,17 @@ class SQLiteStore:
         self, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None = None
     ) -> Acquired:
         def run(conn: sqlite3.Connection) -> Acquired:
-            if ack is not None:
-                conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (ack,))
-            row = conn.execute(_ACQUIRE + c.EXECUTION_COLUMNS, (owner, (now + ttl).timestamp(), now.timestamp(), eid,
-                                                               now.timestamp())).fetchone()
-            if row is None:  # terminal, unknown, or leased by a live worker
+            acquired = _acquire(conn, eid, owner, ttl, now, ack)
+            if acquired.epoch is None:  # terminal, unknown, or leased by a live worker
                 return Acquired(_execution(conn, eid), None, [])
-            record = c.execution_record(row)
-            return Acquired(record, record.lease_epoch, _journal(conn, eid))
+            return acquired
 
         return await self._w(run)
 
     async def acquire_many(
         self, wanted: Sequence[tuple[str, str]], owner: str, ttl: timedelta, now: datetime
     ) -> list[Acquired]:
-        params = (owner, (now + ttl).timestamp(), now.timestamp())
-
-        def run(conn: sqlite3.Connection) -> list[Acquired]:
-            out = []
-            for eid, ack in wanted:
-                conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (ack,))
-                row = conn.execute(_ACQUIRE + c.EXECUTION_COLUMNS, (*params, eid, now.timestamp())).fetchone()
-                if row is None:
-                    out.append(Acquired(None, None, []))
-                else:
-                    record = c.execution_record(row)
-                    out.append(Acquired(record, record.lease_epoch, _journal(conn, eid)))
-            return out
-
-        return await self._w(run)
+        return await self._w(lambda conn: [_acquire(conn, eid, owner, ttl, now, ack) for eid, ack in wanted])
 
     async def renew(
         self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime
