@@ -154,8 +154,11 @@ def test_start_then_a_worker_runs_it_and_show_and_ls_read_it(flowli, worker):
     done = line_index(shown.splitlines(), "frame.completed", "root/double#0", "42")
     line_index(shown.splitlines(), "execution.completed", "42", after=done)
     assert "status" in shown and "completed" in shown.split("status", 1)[1]
-    listed = flowli("ls", "--workflow", "double", "--status", "completed")
-    assert eid in listed.stdout
+    # the list reads the projection of the control log, the second append: it follows the journal
+    deadline = time.monotonic() + 30
+    while eid not in (listed := flowli("ls", "--workflow", "double", "--status", "completed")).stdout:
+        assert time.monotonic() < deadline, f"{eid} not listed as completed within 30 s:\n{listed.stdout}"
+        time.sleep(0.2)
     assert eid not in flowli("ls", "--status", "failed").stdout
 
     worker.send_signal(signal.SIGTERM)

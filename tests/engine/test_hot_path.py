@@ -304,3 +304,35 @@ async def test_a_fast_failing_step_writes_started_and_failed_in_one_write(open_e
         consecutive(journal, "root/flaky#0", EntryKind.FRAME_STARTED, EntryKind.FRAME_FAILED, attempt=1)
         consecutive(journal, "root/flaky#0", EntryKind.FRAME_STARTED, EntryKind.FRAME_COMPLETED, attempt=2)
         assert calls == [1, 1]
+
+
+async def test_a_direct_start_whose_worker_stops_meanwhile_is_handed_back(open_engine):
+    """The worker stops while the start of an execution leased to it is being written: the
+    execution is handed back (released at epoch 1, a RESUME on its queue), and runs later."""
+    registry = Registry()
+
+    @registry.workflow("handed")
+    async def handed(ctx: Context, x: int) -> int:
+        return x + 1
+
+    async with open_engine(registry, worker=False) as engine:
+        write = engine.store.write
+        async with engine.worker(concurrency=4) as worker:
+            await accepting(worker)
+
+            async def stop_first(w, now):  # wraps the real write: the worker stops, then the start lands
+                if w.executions:
+                    await worker.retire()
+                return await write(w, now)
+
+            engine.store.write = stop_first  # type: ignore[method-assign]
+            eid = await engine.start("handed", 41)
+            engine.store.write = write  # type: ignore[method-assign]
+        async with engine.worker(concurrency=4):
+            assert await engine.result(eid, timeout=10) == 42
+        # not run by the stopped worker under the lease of its start: handed back, then acquired again
+        record = await engine.status(eid)
+        assert record.lease_epoch >= 2
+        suspended = [e for e in await engine.journal(eid) if e.kind is EntryKind.EXECUTION_SUSPENDED]
+        assert suspended and suspended[0].value == {"reason": "worker stopped"}
+        assert suspended[0].provenance.site.epoch == 1

@@ -67,6 +67,8 @@ class Worker:
         self.reserved = 0
         """Slots promised to direct starts whose write has not committed yet."""
         self.accepting = False
+        self.retired = False
+        """Stopped for good: it takes no direct start any more."""
 
     async def run(self) -> None:
         side = [asyncio.create_task(self._renew_loop(), name="flowli-renewer")]
@@ -91,7 +93,7 @@ class Worker:
     def accept(self) -> None:
         """Take direct starts from now on (``run`` does it; ``Engine.worker`` earlier, so that a
         start made as soon as its block opens runs here)."""
-        if not self.accepting:
+        if not self.accepting and not self.retired:
             self.accepting = True
             self.rt.workers.append(self)
 
@@ -106,6 +108,7 @@ class Worker:
         """Take no more direct starts; stop what still runs here (``run`` may never have started:
         a worker cancelled at once). Each activation stopped hands its execution back."""
         self.accepting = False
+        self.retired = True
         if self in self.rt.workers:
             self.rt.workers.remove(self)
         await cancel_and_wait(list(self.running.values()))
@@ -118,9 +121,11 @@ class Worker:
         """Run an execution created leased to this process (epoch 1), in a reserved slot."""
         self.reserved -= 1
         key = task_id(TaskKind.START, record.eid)
-        self.running[key] = asyncio.create_task(
-            self._handle(key, self._run(record, record.lease_epoch, journal)), name=f"flowli-task-{key}"
-        )
+        # a worker that stopped while the start was written hands the execution back (a RESUME
+        # on its queue) instead of running it unsupervised
+        work = self._run(record, record.lease_epoch, journal) if self.accepting else \
+            asyncio.shield(self._hand_back(record, record.lease_epoch, None))
+        self.running[key] = asyncio.create_task(self._handle(key, work), name=f"flowli-task-{key}")
 
     def _free(self) -> int:
         return self.concurrency - len(self.running) - self.reserved
