@@ -78,9 +78,7 @@ class Worker:
         try:
             await self._dequeue_loop()
         finally:
-            self.accepting = False
-            if self in self.rt.workers:
-                self.rt.workers.remove(self)
+            self._leave()
             await cancel_and_wait(side)
             # let running activations reach a clean end for a grace period; then stop them,
             # and each hands its execution back (no other worker waits out its lease)
@@ -107,11 +105,15 @@ class Worker:
     async def retire(self) -> None:
         """Take no more direct starts; stop what still runs here (``run`` may never have started:
         a worker cancelled at once). Each activation stopped hands its execution back."""
+        self._leave()
+        await cancel_and_wait(list(self.running.values()))
+
+    def _leave(self) -> None:
+        """Take no direct start any more, for good."""
         self.accepting = False
         self.retired = True
         if self in self.rt.workers:
             self.rt.workers.remove(self)
-        await cancel_and_wait(list(self.running.values()))
 
     def unreserve(self) -> None:
         self.reserved -= 1

@@ -333,18 +333,18 @@ async def _start(conn: asyncpg.Connection, w: Write, now: datetime, origin: str)
     return WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[bool(created)])
 
 
-_ACQUIRE = (
+_LEASE = (
     "WITH x AS (UPDATE executions SET lease_owner = $1, lease_epoch = lease_epoch + 1, lease_expires_at = $2,"
     " status = 'running', updated_at = $3 WHERE eid = $4 AND status NOT IN ('completed', 'failed', 'cancelled')"
     " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $3)"
     f" RETURNING {c.EXECUTION_COLUMNS})"
 )
+_ACQUIRE = _LEASE + f" SELECT {c.EXECUTION_COLUMNS} FROM x"
 _ACQUIRE_ACK = (
-    _ACQUIRE + ", a AS (UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = $5"
+    _LEASE + ", a AS (UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = $5"
     " AND (SELECT count(*) FROM x) >= 0)"
     f" SELECT {c.EXECUTION_COLUMNS} FROM x"
 )
-_ACQUIRE += f" SELECT {c.EXECUTION_COLUMNS} FROM x"
 
 
 _SIGNAL_FIELDS = frozenset({"expect", "messages", "resumes"})
