@@ -4,9 +4,10 @@ The client process opens an engine on the schema (which creates it), spawns ``pr
 processes (``python -m bench.w5_worker``: ``engine.run_worker()``, concurrency 64 each, the
 engine's options as shipped) and waits until each has opened its engine. Then, timed: it starts
 the ``n`` workflows back to back (as W1) and waits for all of them, running no worker itself. It
-waits by reading the executions not yet ended (one ``read_executions`` of those every
-``POLL`` seconds) rather than ``engine.result`` per execution, whose fallback poll (every 0.5 s
-per execution, 2 000 of them) would load the server it measures; the end is seen within ``POLL``.
+waits by reading the executions not yet ended (``read_executions`` of the first ``CHUNK`` of them
+in start order, see :func:`wait_all`) rather than ``engine.result`` per execution, whose fallback
+poll (every 0.5 s per execution, 2 000 of them) would load the server it measures; the end is
+seen within ``POLL``.
 
 The kill variant (``kill=True``) sends SIGKILL to worker 0 as soon as half the executions have
 completed. The others recover its executions once their leases expire (``lease_ttl``, 30 s as
@@ -37,6 +38,7 @@ from .workloads import RESULT_TIMEOUT, BenchError, registry, sequential
 
 REPO = Path(__file__).resolve().parent.parent
 POLL = 0.05
+CHUNK = 100
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
 
@@ -120,20 +122,30 @@ class WorkerProcesses:
 async def wait_all(
     engine: flowli.Engine, eids: list[str], n: int, *, on_progress: Any = None, timeout: float = RESULT_TIMEOUT
 ) -> dict[str, Any]:
-    """Wait until ``n`` executions have ended, reading those of ``eids`` not yet ended every POLL
-    seconds; ``eids`` grows while the client starts them (this runs beside the starts, so that the
-    kill variant sees the halfway mark even when it comes before the last start).
+    """Wait until ``n`` executions have ended; ``eids`` grows while the client starts them (this
+    runs beside the starts, so that the kill variant sees the halfway mark even when it comes
+    before the last start). Executions end about in the order they were started, so each read
+    asks for the first ``CHUNK`` of ``eids`` not yet ended, and the next read follows at once
+    when they all had, else after POLL seconds: the client reads each record about once, not
+    every open one at every poll (which would load the server it measures).
     ``on_progress(completed)`` is awaited after each read. Returns the records by eid."""
     ended: dict[str, Any] = {}
+    seen = 0  # eids[:seen] are in ``open_`` or ended
+    open_: list[str] = []
     deadline = time.monotonic() + timeout
     while len(ended) < n:
-        remaining = [eid for eid in eids if eid not in ended]
-        if remaining:
-            for record in await engine.store.read_executions(remaining):
+        open_ += eids[seen:]
+        seen = len(eids)
+        ask = open_[:CHUNK]
+        if ask:
+            for record in await engine.store.read_executions(ask):
                 if record.terminal:
                     ended[record.eid] = record
+            open_ = [eid for eid in open_ if eid not in ended]
             if on_progress is not None:
                 await on_progress(sum(1 for r in ended.values() if r.status is Status.COMPLETED))
+            if all(eid in ended for eid in ask) and len(ask) == CHUNK:
+                continue
         if len(ended) < n:
             if time.monotonic() > deadline:
                 raise BenchError(f"{n - len(ended)} of {n} executions not ended after {timeout} s")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ._worker import Worker
 
 
-MIRROR_DELAY = 0.005
+MIRROR_DELAY = 0.05
 """Seconds that lifecycle entries wait to go to the control log together (the second append)."""
 
 
