@@ -19,7 +19,7 @@ async def test_a_fresh_store_is_empty(store):
     assert await store.read_control_log() == []
     assert await store.read_tasks(include_acked=True) == []
     assert await store.read_timers() == []
-    assert await store.next_wake() is None
+    assert await store.next_wake(T0) is None
     assert await store.read_execution("nope") is None
     assert await store.read_journal("nope") == []
 

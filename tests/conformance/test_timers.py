@@ -85,24 +85,35 @@ async def test_clear_then_set_in_one_write_replaces_the_timers(store):
 
 
 async def test_next_wake_is_the_earliest_timer_or_delayed_task(store):
-    assert await store.next_wake() is None
+    assert await store.next_wake(T0) is None
     eid = await create(store, now=at(-100))
     await store.write(Write(acks=[(f"START:{eid}", None)]), at(-100))
-    assert await store.next_wake() is None  # an acked task wakes nothing
+    assert await store.next_wake(T0) is None  # an acked task wakes nothing
 
     await set_timers(store, Timer(eid, "root/sleep#0", at(50)), Timer(eid, "root/sleep#1", at(70)))
-    assert await store.next_wake() == at(50)
+    assert await store.next_wake(T0) == at(50)
     await store.write(Write(tasks=[task("later", visible_at=at(30)), task("gone", visible_at=at(20))]), T0)
-    assert await store.next_wake() == at(20)
+    assert await store.next_wake(T0) == at(20)
     await store.write(Write(withdrawals=[Withdrawal("gone")]), T0)
-    assert await store.next_wake() == at(30)
+    assert await store.next_wake(T0) == at(30)
     await store.write(Write(acks=[("later", None)]), T0)
-    assert await store.next_wake() == at(50)
+    assert await store.next_wake(T0) == at(50)
     await store.write(Write(clear_timers=[eid]), T0)
-    assert await store.next_wake() is None
+    assert await store.next_wake(T0) is None
+
+
+async def test_next_wake_leaves_out_the_tasks_visible_already_and_keeps_an_overdue_timer(store):
+    # a task visible now is the workers' to dequeue: a sweeper that woke for it would wake at once, again and again
+    await store.write(Write(tasks=[task("now", visible_at=T0), task("soon", visible_at=at(5))]), T0)
+    assert await store.next_wake(T0) == at(5)
+    assert await store.next_wake(at(5)) is None
+    eid = await create(store, now=T0)
+    await set_timers(store, Timer(eid, "root/sleep#0", at(2)))
+    assert await store.next_wake(at(10)) == at(2)  # due, not fired yet: it is still the next thing to do
 
 
 async def test_next_wake_counts_a_dequeued_task_at_the_end_of_its_ttl(store):
     await store.write(Write(tasks=[task("t", visible_at=T0)]), T0)
+    assert await store.next_wake(T0) is None
     await store.dequeue(["default"], [TaskKind.RESUME], "w1", 1, TTL, at(1))
-    assert await store.next_wake() == at(1) + TTL
+    assert await store.next_wake(at(1)) == at(1) + TTL

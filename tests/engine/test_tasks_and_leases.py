@@ -243,3 +243,40 @@ async def test_a_store_failure_under_a_frame_is_not_the_workflows_failure(open_e
         assert failed == [1]
         handed = [e for e in await engine.journal(eid) if e.kind is EntryKind.EXECUTION_SUSPENDED]
         assert handed and handed[0].error["type"] == "ConnectionResetError"
+
+
+
+async def test_the_sweeper_wakes_the_workers_when_a_task_held_by_a_dead_worker_is_visible_again(open_engine):
+    """A START task dequeued by a worker that died becomes visible again at the end of its lease:
+    the sweeper plans its wake for that instant (and does not spin meanwhile), then sends the
+    workers to dequeue instead of leaving it to their slow poll (an hour here)."""
+    registry = Registry()
+
+    @registry.workflow("late")
+    async def late(ctx: Context, n: int) -> int:
+        return n + 1
+
+    clock = Clock()
+    store_calls: list[str] = []
+    async with open_engine(registry, clock=clock, worker=False, poll_interval=3600.0, sweep_interval=3600.0) as engine:
+        eid = await engine.start("late", 1)
+        [held] = await engine.store.dequeue(["default"], [TaskKind.START], "gone", 1, timedelta(seconds=10), clock.now())
+        due_timers = engine.store.due_timers
+
+        async def counted(now, limit):  # a spy: the real store answers
+            store_calls.append("due_timers")
+            return await due_timers(now, limit)
+
+        engine.store.due_timers = counted  # type: ignore[method-assign]
+        # a worker on another queue: this test's own wait sees the sweeper's wake, not a dequeue
+        async with engine.worker(queues=["elsewhere"], concurrency=1):
+            await asyncio.sleep(0.3)
+            assert len(store_calls) <= 2, f"the sweeper swept {len(store_calls)} times before anything was due"
+            assert not engine.rt.work.is_set()
+            woken = asyncio.ensure_future(engine.rt.work.wait())
+            await clock.advance(timedelta(seconds=10))
+            await asyncio.wait_for(woken, 10)  # bounded: without the sweeper's wake it never comes
+        async with engine.worker(concurrency=4):
+            assert await engine.result(eid, timeout=30) == 2
+        [entry] = [e for e in await engine.journal(eid) if e.kind is EntryKind.EXECUTION_STARTED]
+        assert entry.eid == eid and held.eid == eid

@@ -86,9 +86,10 @@ class Runtime:
         return None
 
     def _notified(self, what: str) -> None:
-        """Another process enqueued a task or set a timer."""
+        """Another process enqueued a task ("work") or set a timer ("timer")."""
         self.work.set()
-        self.timers.set()
+        if what == "timer":
+            self.timers.set()
 
     def timer_set(self, at: datetime) -> None:
         """A timer was set for ``at``: poke the sweeper if it would wake later than that."""

@@ -46,8 +46,8 @@ class Sweeper:
             except Exception:
                 log.exception("sweep failed")
             rt.timers.clear()
-            wake = await rt.store.next_wake()
             now = rt.clock.now()
+            wake = await rt.store.next_wake(now)
             until = now + timedelta(seconds=rt.options.sweep_interval)
             if wake is not None and wake < until:
                 until = max(wake, now)
@@ -61,6 +61,11 @@ class Sweeper:
                 )
             finally:
                 await cancel_and_wait((sleeper, poke))
+            if not poke.cancelled() and poke.done():
+                continue
+            # the planned instant: a delayed task may be visible now, and the workers wait for
+            # an enqueue or their slow poll
+            rt.work.set()
 
     async def sweep(self) -> int:
         """One pass; returns the number of tasks enqueued and entries repaired."""

@@ -270,13 +270,16 @@ class Store(Protocol):
     async def read_scoped_messages(self, eid: str) -> list[Message]:
         """Every message of the execution-scoped channels of ``eid`` (``{eid}.*``)."""
 
-    async def next_wake(self) -> datetime | None:
-        """The earliest instant at which a timer is due or a delayed task becomes visible."""
+    async def next_wake(self, now: datetime) -> datetime | None:
+        """The earliest instant at which a timer is due (perhaps already) or a task becomes
+        visible after ``now`` (a delayed one, or a dequeued one at the end of its lease). A task
+        visible already is not counted: the workers dequeue it, nobody needs to wake for it."""
 
     async def claim(self, key: str, owner: str, now: datetime) -> bool:
         """Put-if-absent: exactly one caller for ``key`` wins."""
 
     def subscribe(self, callback: Callable[[str], None]) -> None:
-        """Call ``callback("work")`` when another process enqueued a task or set a timer
+        """Call ``callback("work")`` when another process enqueued a task, ``callback("timer")``
+        when it set a timer (or when the backend may have missed either)
         (PostgreSQL: LISTEN/NOTIFY). A backend that cannot tell never calls it; workers then
         find such work by their slow poll."""

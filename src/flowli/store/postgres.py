@@ -519,7 +519,7 @@ async def _fenced(conn: asyncpg.Connection, w: Write, now: datetime, origin: str
         woke = f"({cancel} OR {p(due)}::bool)"  # the condition held (its task may exist already)
         ctes.append(f"wk AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT {values} FROM f WHERE {woke}"
                     " ON CONFLICT (id) DO NOTHING)")
-    notify = f", pg_notify('{_CHANNEL}', {p(origin)}::text)" if (w.timers or w.wake is not None) else ""
+    notify = f", pg_notify('{_CHANNEL}', {p(_payload(origin, w.timers))}::text)" if (w.timers or w.wake is not None) else ""
     row = await conn.fetchrow(f"WITH {', '.join(ctes)} SELECT f.base, {woke}{notify} FROM f", *params)
     if row is None:
         raise LeaseLost(f.eid, f.epoch)
@@ -551,6 +551,12 @@ def _shard_key(w: Write) -> str | None:
 
 class _Optimism(Exception):
     """A write of an optimistic batch raised: roll the batch back and isolate its writes."""
+
+
+def _payload(origin: str, timers: object) -> str:
+    """A notification's payload: the writing store's origin, and ``:timer`` when the write set
+    timers (which poke other processes' sweepers; a task only wakes their workers)."""
+    return f"{origin}:timer" if timers else origin
 
 
 def _wakes(w: Write, result: WriteResult) -> bool:
@@ -653,7 +659,7 @@ class PostgresStore:
             await asyncio.sleep(1.0)
             if not self._closing and self._listener is None:
                 await self._listen()
-                self._on_notify(None, 0, _CHANNEL, "work")
+                self._on_notify(None, 0, _CHANNEL, ":timer")  # what it may have missed: anything
 
         self._relisten = asyncio.ensure_future(again())
 
@@ -702,10 +708,11 @@ class PostgresStore:
         self._subscribers.append(callback)
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
-        if payload == self.origin:
+        origin, _, what = payload.partition(":")
+        if origin == self.origin:
             return  # this store's own write: its process woke its workers and sweeper itself
         for callback in self._subscribers:
-            callback(payload)
+            callback(what or "work")
 
     # ---- writes -------------------------------------------------------------------------
 
@@ -809,7 +816,7 @@ class PostgresStore:
         if not isolated and all(_mirror_only(w) for w in writes):
             return await _many_mirrors(conn, writes)
         out: list[tuple[Any, BaseException | None]] = []
-        notify = False
+        notify = timers = False
         try:
             async with conn.transaction():
                 i = 0
@@ -849,8 +856,9 @@ class PostgresStore:
                     else:
                         out.append((result, None))
                         notify = notify or _wakes(w, result)
+                        timers = timers or bool(w.timers)
                 if notify:
-                    await conn.execute(f"SELECT pg_notify('{_CHANNEL}', $1)", self.origin)
+                    await conn.execute(f"SELECT pg_notify('{_CHANNEL}', $1)", _payload(self.origin, timers))
         except _Optimism:
             return await self._apply_batch(batch, slot, isolated=True)
         return out
@@ -1144,10 +1152,12 @@ class PostgresStore:
         assert self._pool is not None
         return [r[0] for r in await self._pool.fetch("SELECT eid FROM waiters WHERE channel = $1", channel)]
 
-    async def next_wake(self) -> datetime | None:
+    async def next_wake(self, now: datetime) -> datetime | None:
         assert self._pool is not None
         value = await self._pool.fetchval(
-            "SELECT LEAST((SELECT MIN(at) FROM timers), (SELECT MIN(visible_at) FROM tasks WHERE state = 'ready'))"
+            "SELECT LEAST((SELECT MIN(at) FROM timers),"
+            " (SELECT MIN(visible_at) FROM tasks WHERE state = 'ready' AND visible_at > $1))",
+            now.timestamp(),
         )
         return c.dt(value)
 

@@ -501,11 +501,12 @@ class SQLiteStore:
 
         return await self._r(run)
 
-    async def next_wake(self) -> datetime | None:
+    async def next_wake(self, now: datetime) -> datetime | None:
         def run(conn: sqlite3.Connection) -> datetime | None:
             row = conn.execute(
                 "SELECT MIN(at) FROM (SELECT MIN(at) AS at FROM timers"
-                " UNION ALL SELECT MIN(visible_at) FROM tasks WHERE state = 'ready')"
+                " UNION ALL SELECT MIN(visible_at) FROM tasks WHERE state = 'ready' AND visible_at > ?)",
+                (now.timestamp(),),
             ).fetchone()
             return c.dt(row[0]) if row and row[0] is not None else None
 
