@@ -12,7 +12,8 @@ give a psycopg ``AsyncConnectionPool`` that surface:
   several statements, which psycopg sends only without parameters).
 - connections are in autocommit, as asyncpg's are: a statement alone commits, and
   ``transaction()`` is psycopg's, which issues BEGIN/COMMIT or, nested, a savepoint.
-- ``search_path`` is a startup option (``-c search_path=...``), as in the asyncpg store.
+- ``search_path`` and the store's ``SESSION_SETTINGS`` are startup options (``-c name=value``),
+  as in the asyncpg store.
 - psycopg's errors are raised as asyncpg's ``PostgresError`` of the same SQLSTATE (so that
   the writer retries serialization failures the same way), or ``ConnectionError`` without one.
 - prepared statements: psycopg prepares a statement on its 5th run (``prepare_threshold``)
@@ -41,7 +42,7 @@ from psycopg_pool import AsyncConnectionPool
 
 import flowli
 from flowli.domain import InvalidDatabaseURL
-from flowli.store.postgres import _CHANNEL, PostgresStore
+from flowli.store.postgres import _CHANNEL, SESSION_SETTINGS, PostgresStore
 
 DRIVERS = ("asyncpg", "psycopg")
 log = logging.getLogger("bench.drivers")
@@ -184,7 +185,9 @@ async def create_pool(dsn: str, *, schema: str, min_size: int = 2, max_size: int
 
     pool = AsyncConnectionPool(
         dsn, min_size=min_size, max_size=max_size, open=False, configure=configure,
-        kwargs={"autocommit": True, "options": f'-c search_path="{schema}"'},
+        kwargs={"autocommit": True, "options": " ".join(
+            [f'-c search_path="{schema}"', *(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())]
+        )},
     )
     await pool.open(wait=True, timeout=10)
     return Pool(pool)

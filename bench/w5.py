@@ -4,10 +4,10 @@ The client process opens an engine on the schema (which creates it), spawns ``pr
 processes (``python -m bench.w5_worker``: ``engine.run_worker()``, concurrency 64 each, the
 engine's options as shipped) and waits until each has opened its engine. Then, timed: it starts
 the ``n`` workflows back to back (as W1) and waits for all of them, running no worker itself. It
-waits by reading the executions not yet ended (``read_executions`` of the first ``CHUNK`` of them
-in start order, see :func:`wait_all`) rather than ``engine.result`` per execution, whose fallback
-poll (every 0.5 s per execution, 2 000 of them) would load the server it measures; the end is
-seen within ``POLL``.
+waits by reading the executions not yet ended (``read_executions`` of the first of them in start
+order, as many as the workers run at once, at least ``CHUNK``; see :func:`wait_all`) rather than
+``engine.result`` per execution, whose fallback poll (every 0.5 s per execution, 2 000 of them)
+would load the server it measures; the end is seen within ``POLL``.
 
 The kill variant (``kill=True``) sends SIGKILL to worker 0 as soon as half the executions have
 completed. The others recover its executions once their leases expire (``lease_ttl``, 30 s as
@@ -16,6 +16,11 @@ every journal: each of the ``steps`` step frames of each execution has exactly o
 ``frame.completed`` (memoized once), whatever ran twice; the line reports the steps that started
 again (``rerun_steps``: a ``frame.started`` more than once) and how the completed steps spread
 over the processes.
+
+While timed, the CPU seconds of every process of the machine are counted by part (``cpu_s``:
+``client``, ``workers``, ``postgresql``, ``other``; psutil, processes alive from start to end),
+with ``machine_busy``, the share of all cores they kept busy: on a machine whose cores also run
+the server and the client, it says how much room one more worker process has.
 """
 
 from __future__ import annotations
@@ -119,15 +124,56 @@ class WorkerProcesses:
         return counts
 
 
+def cpu_times(workers: WorkerProcesses) -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) so far of every process of the machine that psutil may read,
+    each with its part: ``client`` (this process), ``workers`` (the W5 worker processes),
+    ``postgresql`` (the server's processes: backends, WAL writer, ...) or ``other``."""
+    import psutil
+
+    mine = os.getpid()
+    worker_pids = {proc.pid for proc in workers.procs}
+    out: dict[int, tuple[str, float]] = {}
+    for proc in psutil.process_iter(["name"]):
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        if proc.pid == mine:
+            part = "client"
+        elif proc.pid in worker_pids:
+            part = "workers"
+        elif proc.info["name"] in ("postgres", "postmaster"):
+            part = "postgresql"
+        else:
+            part = "other"
+        out[proc.pid] = (part, t.user + t.system)
+    return out
+
+
+def cpu_parts(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], wall: float) -> dict[str, Any]:
+    """The CPU seconds each part used between two :func:`cpu_times` (processes alive at both), and
+    how busy that kept the machine's cores over ``wall`` (1.0: every core all the time)."""
+    parts: collections.Counter[str] = collections.Counter()
+    for pid, (part, t) in after.items():
+        if pid in before:
+            parts[part] += t - before[pid][1]
+    total = sum(parts.values())
+    return {"cpu_s": {k: round(v, 3) for k, v in sorted(parts.items())},
+            "machine_busy": round(total / ((os.cpu_count() or 1) * wall), 3)}
+
+
 async def wait_all(
-    engine: flowli.Engine, eids: list[str], n: int, *, on_progress: Any = None, timeout: float = RESULT_TIMEOUT
+    engine: flowli.Engine, eids: list[str], n: int, *, on_progress: Any = None, timeout: float = RESULT_TIMEOUT,
+    window: int = CHUNK,
 ) -> dict[str, Any]:
     """Wait until ``n`` executions have ended; ``eids`` grows while the client starts them (this
     runs beside the starts, so that the kill variant sees the halfway mark even when it comes
     before the last start). Executions end about in the order they were started, so each read
-    asks for the first ``CHUNK`` of ``eids`` not yet ended, and the next read follows at once
+    asks for the first ``window`` of ``eids`` not yet ended, and the next read follows at once
     when they all had, else after POLL seconds: the client reads each record about once, not
-    every open one at every poll (which would load the server it measures).
+    every open one at every poll (which would load the server it measures). A window at least
+    as wide as the executions running at once (processes x concurrency) sees every end soon,
+    stuck ones (a killed worker's) included.
     ``on_progress(completed)`` is awaited after each read. Returns the records by eid."""
     ended: dict[str, Any] = {}
     seen = 0  # eids[:seen] are in ``open_`` or ended
@@ -136,7 +182,7 @@ async def wait_all(
     while len(ended) < n:
         open_ += eids[seen:]
         seen = len(eids)
-        ask = open_[:CHUNK]
+        ask = open_[:window]
         if ask:
             for record in await engine.store.read_executions(ask):
                 if record.terminal:
@@ -144,7 +190,7 @@ async def wait_all(
             open_ = [eid for eid in open_ if eid not in ended]
             if on_progress is not None:
                 await on_progress(sum(1 for r in ended.values() if r.status is Status.COMPLETED))
-            if all(eid in ended for eid in ask) and len(ask) == CHUNK:
+            if all(eid in ended for eid in ask) and len(ask) == window:
                 continue
         if len(ended) < n:
             if time.monotonic() > deadline:
@@ -206,8 +252,10 @@ async def run_w5(
                     await workers.kill(0)
 
             eids: list[str] = []
+            cpu_before = cpu_times(workers)
             t0 = time.perf_counter()
-            waiting = asyncio.ensure_future(wait_all(engine, eids, n, on_progress=progress))
+            waiting = asyncio.ensure_future(wait_all(engine, eids, n, on_progress=progress,
+                                                  window=max(CHUNK, procs * concurrency)))
             try:
                 for _ in range(n):
                     eids.append(await engine.start(sequential, steps))
@@ -218,6 +266,7 @@ async def run_w5(
                     waiting.cancel()
                     await asyncio.wait([waiting])
             wall = time.perf_counter() - t0
+            cpu = cpu_parts(cpu_before, cpu_times(workers), wall)
             bad = [(eid, r.status.value, r.result) for eid, r in records.items()
                    if r.status is not Status.COMPLETED or r.result != sum(range(steps))]
             if bad:
@@ -236,7 +285,7 @@ async def run_w5(
         "engine": "flowli", "backend": "postgresql", "workload": "W5", "n": n, "wall_s": round(wall, 4),
         "rate": round(total / wall, 1), "unit": "steps/s", "steps": total, "procs": procs,
         "variant": "sigkill" if kill else "plain", "start_s": round(started - t0, 4), "concurrency": concurrency,
-        "ttl_s": ttl, **figures, "worker_exits": exits, "worker_log": logs,
+        "ttl_s": ttl, **figures, **cpu, "worker_exits": exits, "worker_log": logs,
     }
     if kill:
         line["killed_after"] = kill_info["killed_after"]

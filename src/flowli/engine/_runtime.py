@@ -64,9 +64,11 @@ class Runtime:
         self.pid = os.getpid()
         self.owner = f"{self.host}:{self.pid}:{new_eid()[-12:]}"
         self.work = asyncio.Event()
-        """Set when this process enqueued a task that is visible now."""
+        """Set when a task may be visible now: this process enqueued one, another one notified
+        (PostgreSQL), or the sweeper's planned instant came (a delayed task)."""
         self.timers = asyncio.Event()
-        """Set when this process set a timer due before the sweeper's next wake (it recomputes it)."""
+        """Set when this process set a timer or a delayed task due before the sweeper's next wake,
+        or another process notified a timer: the sweeper plans its wake again."""
         self.planned_wake: datetime | None = None
         """When the sweeper of this process wakes next; None while it sweeps."""
         self.ended: dict[str, list[asyncio.Future[None]]] = {}
@@ -92,7 +94,8 @@ class Runtime:
             self.timers.set()
 
     def timer_set(self, at: datetime) -> None:
-        """A timer was set for ``at``: poke the sweeper if it would wake later than that."""
+        """A timer was set for ``at``, or a task enqueued that becomes visible then: poke the sweeper if it
+        would wake later than that."""
         if self.planned_wake is None or at < self.planned_wake:
             self.timers.set()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from flowli.domain import Actor, Task, TaskKind, task_id
@@ -34,8 +34,14 @@ class Sweeper:
         rt = self.rt
         loop = asyncio.get_running_loop()
         next_full = 0.0
+        until: datetime | None = None  # the instant planned last
         while True:
             rt.planned_wake = None  # sweeping: a timer set now pokes the next wait at once
+            if until is not None and until <= rt.clock.now():
+                # the instant planned has come, whatever ended the wait: a task planned for may be
+                # visible now, and the workers wait for an enqueue or their slow poll (the next
+                # plan leaves out the tasks visible already)
+                rt.work.set()
             try:
                 if loop.time() >= next_full:
                     # the whole sweep once per interval; a wake for a due timer between two fires only
@@ -47,8 +53,12 @@ class Sweeper:
                 log.exception("sweep failed")
             rt.timers.clear()
             now = rt.clock.now()
-            wake = await rt.store.next_wake(now)
             until = now + timedelta(seconds=rt.options.sweep_interval)
+            try:
+                wake = await rt.store.next_wake(now)
+            except Exception:
+                log.exception("reading the next wake failed")
+                wake = None
             if wake is not None and wake < until:
                 until = max(wake, now)
             rt.planned_wake = until
@@ -61,11 +71,6 @@ class Sweeper:
                 )
             finally:
                 await cancel_and_wait((sleeper, poke))
-            if not poke.cancelled() and poke.done():
-                continue
-            # the planned instant: a delayed task may be visible now, and the workers wait for
-            # an enqueue or their slow poll
-            rt.work.set()
 
     async def sweep(self) -> int:
         """One pass; returns the number of tasks enqueued and entries repaired."""

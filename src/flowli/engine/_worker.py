@@ -284,6 +284,8 @@ class Worker:
                   status=StatusChange(record.eid, Status.SUSPENDED), tasks=[retry]),
             now,
         )
+        if retry.visible_at > now:
+            rt.timer_set(retry.visible_at)  # the sweeper wakes the workers then
         rt.mirror_soon(entries_with_seqs([entry], result.entry_seqs))
 
     async def _run_step(self, task: Task) -> None:

@@ -279,7 +279,7 @@ class Store(Protocol):
         """Put-if-absent: exactly one caller for ``key`` wins."""
 
     def subscribe(self, callback: Callable[[str], None]) -> None:
-        """Call ``callback("work")`` when another process enqueued a task, ``callback("timer")``
-        when it set a timer (or when the backend may have missed either)
-        (PostgreSQL: LISTEN/NOTIFY). A backend that cannot tell never calls it; workers then
-        find such work by their slow poll."""
+        """Call ``callback("work")`` when another process enqueued a task visible now, and
+        ``callback("timer")`` when it set a timer or enqueued a task visible later, or when the
+        backend may have missed notifications (PostgreSQL: LISTEN/NOTIFY). A backend that cannot
+        tell never calls it; workers then find such work by their slow poll."""

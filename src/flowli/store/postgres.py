@@ -555,8 +555,14 @@ class _Optimism(Exception):
 
 def _payload(origin: str, timers: object) -> str:
     """A notification's payload: the writing store's origin, and ``:timer`` when the write set
-    timers (which poke other processes' sweepers; a task only wakes their workers)."""
+    timers or enqueued a task visible later (which poke other processes' sweepers: they plan
+    their wake again); a task visible now only wakes their workers."""
     return f"{origin}:timer" if timers else origin
+
+
+def _later(w: Write, now: datetime) -> bool:
+    """Whether a write sets a timer or enqueues a task visible only after ``now``."""
+    return bool(w.timers) or any(t.visible_at > now for t in w.tasks)
 
 
 def _wakes(w: Write, result: WriteResult) -> bool:
@@ -856,7 +862,7 @@ class PostgresStore:
                     else:
                         out.append((result, None))
                         notify = notify or _wakes(w, result)
-                        timers = timers or bool(w.timers)
+                        timers = timers or _later(w, now)
                 if notify:
                     await conn.execute(f"SELECT pg_notify('{_CHANNEL}', $1)", _payload(self.origin, timers))
         except _Optimism:

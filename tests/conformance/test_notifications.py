@@ -1,0 +1,43 @@
+"""Notifications between processes, seen by two stores on one database: a task visible now wakes
+the other process's workers ("work"); a timer set, or a task visible only later, also pokes its
+sweeper, which plans its wake again ("timer"); a store does not hear its own writes (its process
+woke itself). SQLite has no notifications: the callback is never called, and the workers poll."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from flowli._connect import open_store
+from flowli.domain import Timer
+from flowli.store import Write
+
+from .conftest import started, task
+
+
+async def test_a_notification_says_work_or_timer_and_never_reaches_its_writer(shared_url):
+    a, b = open_store(shared_url), open_store(shared_url)
+    await a.open()
+    await b.open()
+    heard_a: list[str] = []
+    heard_b: list[str] = []
+    a.subscribe(heard_a.append)
+    b.subscribe(heard_b.append)
+    try:
+        now = datetime.now(UTC)
+        hour = timedelta(hours=1)
+        await a.write(Write(tasks=[task("now", visible_at=now)]), now)
+        await a.write(Write(tasks=[task("later", visible_at=now + hour)]), now)
+        eid, fence = await started(a, now=now)  # a start: its START task is visible now
+        await a.write(Write(fence=fence, timers=[Timer(eid, "root/sleep#0", now + hour)]), now)
+        expected = ["work", "timer", "work", "timer"] if shared_url.startswith("postgresql") else []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while len(heard_b) < len(expected) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # room for one notification too many
+        assert heard_b == expected
+        assert heard_a == []
+    finally:
+        await a.close()
+        await b.close()
