@@ -222,8 +222,13 @@ class Listener:
 
 
 class PsycopgPostgresStore(PostgresStore):
-    """The PostgreSQL store of ``src/`` on psycopg 3: only ``_connect_pool`` and ``_listen``
-    (the LISTEN connection, without the store's reconnection) differ."""
+    """The PostgreSQL store of ``src/`` on psycopg 3: only ``_connect_pool``, ``_listen`` (the
+    LISTEN connection, without the store's reconnection) and ``_warm`` differ."""
+
+    async def _warm(self) -> None:
+        """Nothing: psycopg prepares a statement on the server at its ``prepare_threshold``-th
+        run on a connection, not on request as asyncpg does (the first runs of each are parsed
+        and planned each time, as with asyncpg before its statement is prepared)."""
 
     async def _connect_pool(self) -> Any:
         try:

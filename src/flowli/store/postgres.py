@@ -528,12 +528,24 @@ async def _fenced(conn: asyncpg.Connection, w: Write, now: datetime, origin: str
                        message_seqs=[], created=[], woke=bool(row[1]))
 
 
+_READ_JOURNALS = f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = ANY($1::text[]) ORDER BY eid, seq"
+_DEQUEUE = (
+    "UPDATE tasks SET lease_owner = $1, visible_at = $2, deliveries = deliveries + 1"
+    " WHERE id IN (SELECT id FROM tasks WHERE state = 'ready' AND queue = ANY($3::text[])"
+    " AND kind = ANY($4::text[]) AND visible_at <= $5 ORDER BY visible_at LIMIT $6 FOR UPDATE SKIP LOCKED)"
+    f" RETURNING {c.TASK_COLUMNS}"
+)
+
 _READ_MESSAGES = (
     "SELECT q.i, m.channel, m.seq, m.payload, m.provenance"
     " FROM unnest($1::text[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(channel, after, lim, i)"
     " CROSS JOIN LATERAL (SELECT channel, seq, payload, provenance FROM messages"
     " WHERE channel = q.channel AND seq > q.after ORDER BY seq LIMIT q.lim) m ORDER BY q.i, m.seq"
 )
+
+# the statements of the hot path, prepared on each connection when the store opens (``_warm``)
+_WARM_WRITES = (_MANY_APPENDS, _MIRRORS, _START_LEASED, _START_QUEUED, _SIGNAL, _FIRE)
+_WARM_READS = (_ACQUIRE_MANY, _READ_JOURNALS, _DEQUEUE, _READ_MESSAGES)
 
 
 def _shard_key(w: Write) -> str | None:
@@ -617,12 +629,16 @@ class PostgresStore:
         """The payload of this store's notifications: its own come back to its listener, which
         ignores them (the engine of this process wakes its workers and sweeper in process)."""
 
+    @property
+    def _min_size(self) -> int:
+        """The connections opened at once: one per writer (and the lane of clients) and two for
+        reads and acquisitions, so that no first request waits for a connection to be made."""
+        return min(self.pool_size, self.writers + 3)
+
     async def _connect_pool(self) -> Any:
         try:
             return await asyncpg.create_pool(
-                # open at once: one per writer (and the lane of clients) and two for reads and
-                # acquisitions, so that no first request waits for a connection to be made
-                self.dsn, min_size=min(self.pool_size, self.writers + 3), max_size=self.pool_size,
+                self.dsn, min_size=self._min_size, max_size=self.pool_size,
                 statement_cache_size=512, connection_class=_Connection,
                 # startup parameters, not SETs: they hold on every connection of the pool
                 server_settings=SESSION_SETTINGS | {"search_path": f'"{self.schema}"'},
@@ -634,6 +650,7 @@ class PostgresStore:
         self._pool = await self._connect_pool()
         async with self._pool.acquire() as conn:
             await self._migrate(conn)
+        await self._warm()
         # a few writers, each group-committing on its own connection: PostgreSQL runs their
         # transactions side by side, and a start does not queue behind one long batch
         self._writers = [
@@ -641,6 +658,27 @@ class PostgresStore:
             for slot in range(self.writers + 1)  # the last one serves the lane of starts
         ]
         await self._listen()
+
+    async def _warm(self) -> None:
+        """Prepare the statements of the hot path on the writers' connections and on the pool's
+        others, once, at open. The first use of a statement on a new connection parses and plans
+        it on a server process whose catalog caches are cold, and asyncpg looks up the array types
+        it binds: 10–20 ms, which the first executions of an engine just opened would wait for.
+        (A statement prepared here is planned again on its first use, with the caches warm.)"""
+        assert self._pool is not None
+        writers = [await self._writer_conn(slot) for slot in range(self.writers + 1)]
+        readers = [await self._pool.acquire() for _ in range(max(0, self._min_size - len(writers)))]
+
+        async def prepare(conn: asyncpg.Connection, statements: tuple[str, ...]) -> None:
+            for sql in statements:
+                await conn.prepare(sql)
+
+        try:
+            await asyncio.gather(*(prepare(conn, _WARM_WRITES) for conn in writers),
+                                 *(prepare(conn, _WARM_READS) for conn in readers))
+        finally:
+            for conn in readers:
+                await self._pool.release(conn)
 
     async def _listen(self) -> None:
         """LISTEN on a connection of its own; when it drops, listen again (meanwhile workers
@@ -962,9 +1000,7 @@ class PostgresStore:
         if records:
             # the journals, read under the leases just taken (a statement of its own: it sees what
             # the previous holders committed before they let go)
-            for row in await self._pool.fetch(
-                f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = ANY($1::text[]) ORDER BY eid, seq", list(records)
-            ):
+            for row in await self._pool.fetch(_READ_JOURNALS, list(records)):
                 journals[row[0]].append(c.entry_record(row))
         out = []
         for eid, _ in wanted:
@@ -1012,11 +1048,7 @@ class PostgresStore:
         assert self._pool is not None
         t = now.timestamp()
         rows = await self._pool.fetch(
-            "UPDATE tasks SET lease_owner = $1, visible_at = $2, deliveries = deliveries + 1"
-            " WHERE id IN (SELECT id FROM tasks WHERE state = 'ready' AND queue = ANY($3::text[])"
-            " AND kind = ANY($4::text[]) AND visible_at <= $5 ORDER BY visible_at LIMIT $6 FOR UPDATE SKIP LOCKED)"
-            f" RETURNING {c.TASK_COLUMNS}",
-            owner, t + ttl.total_seconds(), list(queues), [k.value for k in kinds], t, limit,
+            _DEQUEUE, owner, t + ttl.total_seconds(), list(queues), [k.value for k in kinds], t, limit,
         )
         return sorted((c.task_record(r) for r in rows), key=lambda task: task.visible_at)
 

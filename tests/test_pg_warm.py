@@ -1,0 +1,48 @@
+"""PostgreSQL: the store prepares the statements of the hot path on its connections when it
+opens, so the first executions of an engine just opened do not wait for it. Observable through
+asyncpg's query log: a new connection's first use of a statement that binds arrays of integers,
+floats or booleans makes asyncpg look the types up (its ``typeinfo_tree`` query) before the
+statement runs; after the warm-up, the first executions make none."""
+
+from __future__ import annotations
+
+import asyncio
+
+import flowli
+from flowli import Context, Registry
+
+from .pg import fresh_schema
+
+
+def one(x: int) -> int:
+    return x + 1
+
+
+registry = Registry()
+
+
+@registry.workflow("warm.one")
+async def one_step(ctx: Context, x: int) -> int:
+    return await ctx.step(one, x)
+
+
+async def test_the_first_executions_after_open_prepare_nothing_and_look_up_no_type() -> None:
+    async with fresh_schema() as url:
+        engine = await flowli.connect(url, registry)
+        queries: list[str] = []
+        async with engine:
+            store = engine.store
+            pool = store._pool  # type: ignore[attr-defined]
+            conns = [*store._wconns.values()]  # type: ignore[attr-defined]
+            held = [await pool.acquire() for _ in range(pool.get_size() - len(conns))]
+            for conn in conns + held:
+                conn.add_query_logger(lambda record: queries.append(record.query))
+            for conn in held:
+                await pool.release(conn)
+            async with engine.worker(concurrency=4):
+                eids = [await engine.start(one_step, i) for i in range(3)]
+                assert [await engine.result(eid, timeout=30) for eid in eids] == [1, 2, 3]
+                await asyncio.sleep(0.1)  # the control log's bunch
+        assert queries, "the query logger saw nothing: the test watches the wrong connections"
+        lookups = [q for q in queries if "typeinfo_tree" in q]
+        assert lookups == [], f"{len(lookups)} type lookups during the first executions"
