@@ -519,7 +519,7 @@ async def _fenced(conn: asyncpg.Connection, w: Write, now: datetime, origin: str
         woke = f"({cancel} OR {p(due)}::bool)"  # the condition held (its task may exist already)
         ctes.append(f"wk AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT {values} FROM f WHERE {woke}"
                     " ON CONFLICT (id) DO NOTHING)")
-    notify = f", pg_notify('{_CHANNEL}', {p(_payload(origin, w.timers))}::text)" if (w.timers or w.wake is not None) else ""
+    notify = f", pg_notify('{_CHANNEL}', {p(_payload(origin, bool(w.timers)))}::text)" if (w.timers or w.wake is not None) else ""
     row = await conn.fetchrow(f"WITH {', '.join(ctes)} SELECT f.base, {woke}{notify} FROM f", *params)
     if row is None:
         raise LeaseLost(f.eid, f.epoch)
@@ -565,7 +565,7 @@ class _Optimism(Exception):
     """A write of an optimistic batch raised: roll the batch back and isolate its writes."""
 
 
-def _payload(origin: str, timers: object) -> str:
+def _payload(origin: str, timers: bool) -> str:
     """A notification's payload: the writing store's origin, and ``:timer`` when the write set
     timers or enqueued a task visible later (which poke other processes' sweepers: they plan
     their wake again); a task visible now only wakes their workers."""
