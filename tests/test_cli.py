@@ -188,7 +188,9 @@ def test_signal_resumes_a_suspended_execution(flowli, worker):
 
 
 def test_cancel_of_a_suspended_execution_shows_execution_cancelled(flowli, worker):
-    eid = flowli("start", "waiter", "--app", APP).stdout.strip()
+    started = flowli("start", "waiter", "--app", APP)
+    assert started.returncode == 0, started.stderr
+    eid = started.stdout.strip()
     wait_for_show(flowli, eid, "execution.suspended")
     cancelled = flowli("cancel", eid, "--by", "dana@example.com")
     assert cancelled.returncode == 0, cancelled.stderr

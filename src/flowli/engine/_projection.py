@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from flowli.domain import ENTRY_STATUS, EntryKind, Status
-from flowli.store import Store
+from flowli.store import Store, connect_wal
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cursor (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL);
@@ -68,11 +68,8 @@ class Projection:
         self.store = store
         self._lock = asyncio.Lock()
         self._db_lock = threading.Lock()
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-        if path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode = WAL")
         # derived state: a lost tail is rebuilt from the control log, so no fsync per apply
-        self._conn.execute("PRAGMA synchronous = OFF")
+        self._conn = connect_wal(path, synchronous="OFF")
         self._conn.executescript(_SCHEMA)
 
     def close(self) -> None:

@@ -14,7 +14,6 @@ import contextlib
 import queue
 import sqlite3
 import threading
-import time
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any, Callable, Sequence, TypeVar
@@ -33,6 +32,7 @@ from flowli.domain import (
 from . import _codec as c
 from ._apply import Plan, apply_write
 from ._protocol import Acquired, Renewal, Write, WriteResult
+from ._sqlite_file import connect_wal
 
 T = TypeVar("T")
 _BATCH = 512  # writes per transaction at most
@@ -67,22 +67,8 @@ def _migrations() -> list[tuple[int, str]]:
 
 
 def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-    conn.execute("PRAGMA busy_timeout = 30000")
-    if path != ":memory:":
-        # switching to WAL takes a lock; a file in WAL mode already (another process uses it) needs none
-        for attempt in range(100):
-            try:
-                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                    conn.execute("PRAGMA journal_mode = WAL")
-                break
-            except sqlite3.OperationalError as exc:
-                if getattr(exc, "sqlite_errorname", "") != "SQLITE_BUSY" or attempt == 99:
-                    raise
-                time.sleep(0.05)
     # FULL: a commit reported done survives a power cut, in WAL mode too.
-    conn.execute("PRAGMA synchronous = FULL")
-    return conn
+    return connect_wal(path, synchronous="FULL")
 
 
 class _Thread:
