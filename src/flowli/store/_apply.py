@@ -11,6 +11,7 @@ transactions serialize on the rows they check (SQLite serializes whole write tra
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Generator
 from dataclasses import replace
 from datetime import datetime
@@ -248,3 +249,14 @@ def wake_holds(w: Write, now: float) -> Plan:
         if row is not None and Status(row[0]) in TERMINAL:
             return True
     return False
+
+
+def settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    """Hand a write's answer (its result, or the exception it raised) to its caller, unless the
+    caller stopped waiting."""
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)

@@ -42,7 +42,7 @@ from flowli.domain import (
 )
 
 from . import _codec as c
-from ._apply import Plan, apply_write
+from ._apply import Plan, apply_write, settle
 from ._protocol import Acquired, Renewal, Write, WriteResult
 
 log = logging.getLogger("flowli.store.postgres")
@@ -813,12 +813,7 @@ class PostgresStore:
                         fut.set_exception(exc)
                 raise
             for (_, _, fut), (result, exc) in zip(batch, outcomes):
-                if fut.done():
-                    continue
-                if exc is not None:
-                    fut.set_exception(exc)
-                else:
-                    fut.set_result(result)
+                settle(fut, result, exc)
 
     async def _outcomes(self, batch: list[Any], slot: int) -> list[tuple[Any, BaseException | None]]:
         """Apply a batch on the connection of ``slot``; a broken batch runs again write by write."""

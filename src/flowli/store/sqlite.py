@@ -30,7 +30,7 @@ from flowli.domain import (
 )
 
 from . import _codec as c
-from ._apply import Plan, apply_write
+from ._apply import Plan, apply_write, settle
 from ._protocol import Acquired, Renewal, Write, WriteResult
 from ._sqlite_file import connect_wal
 
@@ -176,16 +176,9 @@ class _Thread:
 
 def _settle_all(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
     for fut, result, exc in settled:
-        _settle(fut, result, exc)
+        settle(fut, result, exc)
 
 
-def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
-    if fut.done():
-        return
-    if exc is not None:
-        fut.set_exception(exc)
-    else:
-        fut.set_result(result)
 
 
 def _journal(conn: sqlite3.Connection, eid: str, after: int = 0) -> list[Entry]:
@@ -509,5 +502,3 @@ class SQLiteStore:
             return cur.rowcount > 0
 
         return await self._w(run)
-
-
