@@ -99,7 +99,7 @@ async def test_unmirrored_lists_the_lifecycle_entries_not_yet_mirrored(store):
     )
     assert suspended.entry_seqs == [4]
 
-    missing = await store.unmirrored(at(10), 100)
+    missing = await store.unannounced(at(10), 100)
     assert [(e.eid, e.seq, e.kind) for e in missing] == [
         (eid, 1, EntryKind.EXECUTION_STARTED),
         (eid, 4, EntryKind.EXECUTION_SUSPENDED),
@@ -108,22 +108,22 @@ async def test_unmirrored_lists_the_lifecycle_entries_not_yet_mirrored(store):
     assert [dataclasses.replace(e, journal_seq=None) for e in missing] == [journal[0], journal[3]]
 
     await store.write(Write(announcements=[mirror_of(journal[0])]), at(11))
-    assert [e.seq for e in await store.unmirrored(at(12), 100)] == [4]
+    assert [e.seq for e in await store.unannounced(at(12), 100)] == [4]
     await store.write(Write(announcements=[mirror_of(journal[3])]), at(12))
-    assert await store.unmirrored(at(13), 100) == []
+    assert await store.unannounced(at(13), 100) == []
 
 
 async def test_unmirrored_waits_until_the_execution_is_older_than_before(store):
     eid = await create(store, now=at(5))
-    assert await store.unmirrored(at(4), 100) == []  # changed after `before`: a worker may still mirror it
-    assert [e.eid for e in await store.unmirrored(at(6), 100)] == [eid]
+    assert await store.unannounced(at(4), 100) == []  # changed after `before`: a worker may still mirror it
+    assert [e.eid for e in await store.unannounced(at(6), 100)] == [eid]
 
 
 async def test_unmirrored_respects_the_limit(store):
     for _ in range(3):
         await create(store)
-    assert len(await store.unmirrored(at(1), 2)) == 2
-    assert len(await store.unmirrored(at(1), 100)) == 3
+    assert len(await store.unannounced(at(1), 2)) == 2
+    assert len(await store.unannounced(at(1), 100)) == 3
 
 
 async def test_unmirrored_lists_an_entry_that_a_later_mirror_skipped(store):
@@ -138,5 +138,5 @@ async def test_unmirrored_lists_an_entry_that_a_later_mirror_skipped(store):
     await store.write(Write(announcements=[mirror_of(resumed)]), at(3))
 
     assert [e.journal_seq for e in await store.read_control_log()] == [1, 3]
-    missing = await store.unmirrored(at(10), 100)
+    missing = await store.unannounced(at(10), 100)
     assert [(e.seq, e.kind) for e in missing] == [(2, EntryKind.EXECUTION_SUSPENDED)]

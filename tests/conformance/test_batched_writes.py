@@ -40,7 +40,7 @@ def stale(fence: Fence) -> Fence:
 
 
 async def lifecycle_unmirrored(store, kind: EntryKind) -> list[tuple[str, int]]:
-    return sorted((e.eid, e.seq) for e in await store.unmirrored(at(1000), 1000) if e.kind is kind)
+    return sorted((e.eid, e.seq) for e in await store.unannounced(at(1000), 1000) if e.kind is kind)
 
 
 # ---- (1) plain appends -----------------------------------------------------------------------
@@ -159,12 +159,12 @@ async def test_gathered_frames_and_ends_of_many_executions(store):
     # the ends wait for their mirror; the frames never do
     ends = await lifecycle_unmirrored(store, EntryKind.EXECUTION_COMPLETED)
     assert ends == sorted((f.eid, 4) for f in fences)
-    assert not [e for e in await store.unmirrored(at(1000), 1000) if e.kind.value.startswith("frame.")]
-    (missing,) = [e for e in await store.unmirrored(at(1000), 1000)
+    assert not [e for e in await store.unannounced(at(1000), 1000) if e.kind.value.startswith("frame.")]
+    (missing,) = [e for e in await store.unannounced(at(1000), 1000)
                   if e.eid == fences[0].eid and e.kind is EntryKind.EXECUTION_COMPLETED]
     assert dataclasses.replace(missing, journal_seq=None) == (await store.read_journal(fences[0].eid))[3]
     # an unmirrored entry waits until `before` passes the instant of its write
-    assert [e for e in await store.unmirrored(at(1), 1000) if e.kind is EntryKind.EXECUTION_COMPLETED] == []
+    assert [e for e in await store.unannounced(at(1), 1000) if e.kind is EntryKind.EXECUTION_COMPLETED] == []
 
     for f in fences[:3]:
         (done,) = await store.read_journal(f.eid, after=3)
@@ -249,7 +249,7 @@ async def test_gathered_mirrors_append_each_entry_once_in_increasing_seqs(store)
     # the mirrors of one execution keep the order of its journal
     for f in fences:
         assert [e.journal_seq for e in log if e.eid == f.eid] == [1, 2]
-    assert await store.unmirrored(at(1000), 1000) == []
+    assert await store.unannounced(at(1000), 1000) == []
 
     again = await asyncio.gather(*(store.write(w, at(3)) for w in writes), return_exceptions=True)
     assert not any(isinstance(o, BaseException) for o in again), again
@@ -277,7 +277,7 @@ async def test_a_mirror_repeated_in_one_gather_takes_the_place_of_its_first_writ
     for f in fences:
         got = [(e.seq, e.journal_seq) for e in log if e.eid == f.eid]
         assert [js for _, js in got] == [1, 2], f"{f.eid}: control log (seq, journal_seq) {got}"
-    assert await store.unmirrored(at(1000), 1000) == []
+    assert await store.unannounced(at(1000), 1000) == []
 
 
 async def test_a_mirror_gathered_with_the_write_that_appends_its_entry(store):
@@ -296,7 +296,7 @@ async def test_a_mirror_gathered_with_the_write_that_appends_its_entry(store):
     assert not any(isinstance(o, BaseException) for o in outcomes), outcomes
     log = await store.read_control_log()
     assert [(e.journal_seq, e.kind) for e in log] == [(1, EntryKind.EXECUTION_STARTED), (2, EntryKind.EXECUTION_COMPLETED)]
-    assert await store.unmirrored(at(1000), 1000) == []
+    assert await store.unannounced(at(1000), 1000) == []
 
 
 # ---- (4) starts ----------------------------------------------------------------------------------
@@ -319,7 +319,7 @@ async def test_a_start_created_leased_has_no_task(store):
     assert await store.read_journal(eid) == [dataclasses.replace(new.entry, seq=1)]
     assert await store.read_tasks(eid=eid, include_acked=True) == []
     assert await store.dequeue(["default"], list(TaskKind), "w2", 10, TTL, at(100)) == []
-    assert [(e.eid, e.seq) for e in await store.unmirrored(at(1), 10)] == [(eid, 1)]
+    assert [(e.eid, e.seq) for e in await store.unannounced(at(1), 10)] == [(eid, 1)]
 
     # the holder writes under epoch 1 at once; no one else acquires it before the lease expires
     fence = Fence(eid, "w1", 1)
@@ -349,7 +349,7 @@ async def test_a_start_of_an_existing_eid_changes_nothing(store):
         assert (await store.write(Write(executions=[new]), T0)).created == [True]
     eids = [queued.record.eid, direct.record.eid]
     before = await snapshot(store, eids)
-    unmirrored = await store.unmirrored(at(1000), 100)
+    unmirrored = await store.unannounced(at(1000), 100)
 
     # again, each in the other's form: leased over queued, queued over leased
     again = [
@@ -359,7 +359,7 @@ async def test_a_start_of_an_existing_eid_changes_nothing(store):
     for new in again:
         assert (await store.write(Write(executions=[new]), at(5))).created == [False]
     assert await snapshot(store, eids) == before
-    assert await store.unmirrored(at(1000), 100) == unmirrored
+    assert await store.unannounced(at(1000), 100) == unmirrored
 
 
 async def test_gathered_starts_each_apply(store):
@@ -374,7 +374,7 @@ async def test_gathered_starts_each_apply(store):
         assert await store.read_journal(eid) == [dataclasses.replace(new.entry, seq=1)]
         expected = [] if new.task is None else [new.task.id]
         assert [t.id for t in await store.read_tasks(eid=eid, include_acked=True)] == expected, i
-    assert sorted(e.eid for e in await store.unmirrored(at(1), 100)) == sorted(n.record.eid for n in news)
+    assert sorted(e.eid for e in await store.unannounced(at(1), 100)) == sorted(n.record.eid for n in news)
 
 
 

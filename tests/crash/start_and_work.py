@@ -52,7 +52,7 @@ async def run(args: argparse.Namespace) -> None:
     async with engine:
         worker = asyncio.create_task(engine.run_worker(concurrency=8), name="start-and-work-worker")
         # the worker registers itself with the runtime when it starts running: then a start is direct
-        while not engine.rt.workers:
+        while not any(w.accepting for w in engine._running):
             if worker.done():
                 await worker  # it failed: raise its error
             await asyncio.sleep(0.01)

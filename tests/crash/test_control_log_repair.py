@@ -47,7 +47,7 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
             await until(lambda b=batch, k=kill_after: sum(line[0] in b for line in lines(tmp_path / EFFECTS)) >= k,
                         20, f"{kill_after} steps in worker a{burst}")
             workers.kill(f"a{burst}")
-            missing = await engine.store.unmirrored(datetime.now(UTC), 10 * len(eids))
+            missing = await engine.store.unannounced(datetime.now(UTC), 10 * len(eids))
             if any(e.kind is EntryKind.EXECUTION_COMPLETED for e in missing):
                 break
         pids.add(workers.spawn("b", *NO_REPAIR).pid)
@@ -61,7 +61,7 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
         assert set(records.values()) == {Status.COMPLETED}
         listed = {s.eid: s.status for s in await fresh.list(limit=2 * len(eids))}
         stale = {eid for eid in eids if listed.get(eid) != records[eid]}
-        unmirrored = await fresh.store.unmirrored(datetime.now(UTC), 10 * len(eids))
+        unmirrored = await fresh.store.unannounced(datetime.now(UTC), 10 * len(eids))
         ends = sum(e.kind is EntryKind.EXECUTION_COMPLETED for e in unmirrored)
         report = (f"seed {seed}, {burst + 1} burst(s): {len(unmirrored)} lifecycle entries missing from the control"
                   f" log ({ends} execution.completed), {len(stale)} executions listed with a stale status before"
@@ -76,7 +76,7 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
                 break
         listed = {s.eid: s.status for s in await fresh.list(limit=2 * len(eids))}
         assert listed == records, report
-        assert await fresh.store.unmirrored(datetime.now(UTC), 10 * len(eids)) == []
+        assert await fresh.store.unannounced(datetime.now(UTC), 10 * len(eids)) == []
 
 
 async def test_sweep_appends_a_lifecycle_entry_that_a_worker_did_not_mirror(tmp_path: Path, db_url: str) -> None:
@@ -133,7 +133,7 @@ async def test_a_worker_that_does_not_crash_makes_both_appends(tmp_path: Path, d
         assert [k for k, _ in lifecycle] == [EntryKind.EXECUTION_STARTED, EntryKind.EXECUTION_SUSPENDED,
                                              EntryKind.EXECUTION_RESUMED, EntryKind.EXECUTION_COMPLETED]
         assert control == lifecycle
-        assert await engine.store.unmirrored(datetime.now(UTC), 100) == []
+        assert await engine.store.unannounced(datetime.now(UTC), 100) == []
 
 
 async def _status_is(engine: flowli.Engine, eid: str, status: Status) -> bool:

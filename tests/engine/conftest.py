@@ -70,7 +70,7 @@ async def wait_idle(engine: flowli.Engine, timeout: float = 10.0) -> None:
 
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
-    while engine.rt.activations and loop.time() < end:
+    while engine.running() and loop.time() < end:
         await asyncio.sleep(0.01)
 
 

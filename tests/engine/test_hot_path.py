@@ -11,7 +11,7 @@ from typing import Any
 import flowli
 from flowli import Context, Registry
 from flowli.domain import EntryKind, RetryPolicy, Status, TaskKind
-from flowli.engine._replay import STARTED_AFTER
+from flowli.engine._steps import STARTED_AFTER
 from flowli.engine._worker import Worker
 from flowli.store import Write
 

@@ -36,7 +36,7 @@ async def test_retry_delay_suspends_on_a_timer_and_frees_the_worker(open_engine)
         timers = await engine.timers(eid)
         assert [(t.fid, t.at - clock.now()) for t in timers] == [("root/flaky#0", timedelta(seconds=2))]
         await wait_idle(engine)
-        assert engine.rt.activations == {}  # no activation holds the waiting execution
+        assert engine.running() == []  # no activation holds the waiting execution
         await clock.advance(timedelta(seconds=2))
         await _until_failures(engine, eid, 2)
         await wait_status(engine, eid, "suspended")

@@ -103,7 +103,7 @@ async def test_a_stolen_lease_stops_the_worker_which_writes_nothing_more(open_en
             await asyncio.sleep(0.01)
         assert "lease of execution" in caplog.text
         assert await engine.journal(eid) == before  # the frame.completed was refused
-        assert engine.rt.activations == {}
+        assert engine.running() == []
         record = await engine.status(eid)
         assert record.lease_owner == "thief" and record.status is Status.RUNNING
 

@@ -146,7 +146,7 @@ async def test_a_waiting_execution_holds_no_worker(open_engine):
                 if not worker.running:
                     break
                 await asyncio.sleep(0.01)
-            assert worker.running == {} and worker.held == {} and engine.rt.activations == {}
+            assert worker.running == {} and worker.held == {} and engine.running() == []
             for eid in eids:
                 await engine.signal(eid, "go", eid[-4:])
             results = [await engine.result(eid, timeout=30) for eid in eids]

@@ -44,7 +44,7 @@ async def settle(engine: Engine, clock: Clock) -> None:
     queue, no due timer, and every execution suspended or completed (bounded)."""
 
     async def settled() -> bool:
-        if engine.rt.activations or await engine.tasks(queue="default"):
+        if engine.running() or await engine.tasks(queue="default"):
             return False
         if [t for t in await engine.timers() if t.at <= clock.now()]:
             return False

@@ -13,6 +13,7 @@ from ._errors import NonRetryableError as NonRetryableError
 from ._errors import NoOpenReviewError as NoOpenReviewError
 from ._errors import NotJSONCompatibleError as NotJSONCompatibleError
 from ._errors import RegistrationError as RegistrationError
+from ._errors import StaleAnswer as StaleAnswer
 from ._errors import StepFailed as StepFailed
 from ._errors import UnknownExecutionError as UnknownExecutionError
 from ._errors import UnknownTaskError as UnknownTaskError
@@ -28,9 +29,11 @@ from ._json import digest as digest
 from ._json import dumps as dumps
 from ._provenance import Actor as Actor
 from ._provenance import Code as Code
+from ._provenance import Principal as Principal
 from ._provenance import Provenance as Provenance
 from ._provenance import Site as Site
 from ._provenance import actor_for as actor_for
+from ._provenance import principal_for as principal_for
 from ._records import Entry as Entry
 from ._records import ExecutionRecord as ExecutionRecord
 from ._records import Message as Message

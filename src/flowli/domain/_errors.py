@@ -22,6 +22,7 @@ survive a user's ``except Exception:`` — cancellation and a lost lease — der
           ├── ExecutionTerminalError   the execution is completed, failed or cancelled
           ├── ExecutionStateError      the execution is not in a state that allows the call
           ├── UnknownTaskError         no open task with that id
+          ├── StaleAnswer              an answer or failure for an attempt that is not current
           ├── NoOpenReviewError        an execution with no review waiting for an answer
           └── InvalidDatabaseURL       a database URL that no backend understands
 """
@@ -132,6 +133,17 @@ class UnknownTaskError(FlowliError):
     def __init__(self, task_id: str):
         self.task_id = task_id
         super().__init__(f"no open task {task_id} (it was answered, acked or withdrawn, or never existed)")
+
+
+class StaleAnswer(FlowliError):
+    """An answer, a failure or a renewal for a DELEGATE attempt that is not the current one:
+    its lease expired or went to another consumer, a later attempt replaced it, it was answered
+    already, or its execution ended. Nothing changed."""
+
+    def __init__(self, task_id: str, reason: str):
+        self.task_id = task_id
+        self.reason = reason
+        super().__init__(f"task {task_id} is stale: {reason}")
 
 
 class NoOpenReviewError(FlowliError):

@@ -86,11 +86,54 @@ class Provenance:
         return replace(self, **changes)
 
 
-def actor_for(by: str | None, default: Actor) -> Actor:
-    """The actor for a ``by=`` argument: an email address is a human, ``kind:id`` is explicit."""
+_ACTOR_KINDS = ("worker", "human", "system", "schedule")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who asks for a change, and within which application: accepted wherever ``by=`` is.
+
+    ``kind`` is the kind of actor the journal records (``human`` for a person, whose id is the
+    email address; ``system`` for a service or an API key; ``worker``; ``schedule``); ``roles``
+    grant capabilities to the layers that authorize (the HTTP service, the MCP server);
+    ``application`` is the tenant: a principal of an application reads and changes only the
+    executions of that application. ``None`` is single-tenant use (a local database).
+    """
+
+    id: str
+    kind: str = "human"
+    roles: tuple[str, ...] = ()
+    application: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"Principal.id must be a non-empty string, got {self.id!r}")
+        if isinstance(self.roles, str):
+            raise ValueError(f"Principal.roles is a sequence of role names, got the string {self.roles!r}")
+        object.__setattr__(self, "roles", tuple(self.roles))
+
+    @property
+    def actor(self) -> Actor:
+        kind = self.kind if self.kind in _ACTOR_KINDS else "system"
+        return Actor(kind, self.id)  # type: ignore[arg-type]
+
+
+def actor_for(by: str | Principal | None, default: Actor) -> Actor:
+    """The actor for a ``by=`` argument: a Principal's own, an email address is a human,
+    ``kind:id`` is explicit, any other string a system."""
     if by is None:
         return default
+    if isinstance(by, Principal):
+        return by.actor
     kind, sep, ident = by.partition(":")
-    if sep and kind in ("worker", "human", "system", "schedule"):
+    if sep and kind in _ACTOR_KINDS:
         return Actor(kind, ident)  # type: ignore[arg-type]
     return Actor("human" if "@" in by else "system", by)
+
+
+def principal_for(by: str | Principal | None, default: Actor, application: str | None = None) -> Principal:
+    """The principal of a ``by=`` argument. A string names an actor of the application given."""
+    if isinstance(by, Principal):
+        return by
+    actor = actor_for(by, default)
+    return Principal(actor.id, actor.kind, (), application)

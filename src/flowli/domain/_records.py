@@ -54,6 +54,9 @@ class ExecutionRecord:
     cancel_requested: dict[str, Any] | None = None
     blocked: dict[str, Any] | None = None
     """Why a suspended execution waits for an operator (a nondeterminism), else None."""
+    application: str | None = None
+    """The tenant: a principal of another application never sees this execution. None is
+    single-tenant use."""
 
     @property
     def terminal(self) -> bool:
@@ -73,6 +76,10 @@ class Task:
     visible_at: datetime
     deliveries: int = 0
     lease_owner: str | None = None
+    application: str | None = None
+    """The tenant of the task's execution."""
+    attempt: int | None = None
+    """The attempt of the frame that the task runs (a RUN_STEP, a DELEGATE), else None."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,7 @@ class Message:
     seq: int
     payload: Any
     provenance: Provenance
+    application: str | None = None
 
 
 @dataclass(frozen=True)

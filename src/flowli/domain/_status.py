@@ -42,6 +42,7 @@ class FrameKind(enum.StrEnum):
     CHILD = "child"
     RECEIVE = "receive"
     SLEEP = "sleep"
+    DELEGATE = "delegate"
 
     def __str__(self) -> str:
         return self.value
@@ -57,6 +58,7 @@ class EntryKind(enum.StrEnum):
     EXECUTION_FAILED = "execution.failed"
     EXECUTION_CANCELLED = "execution.cancelled"
     EXECUTION_MIGRATED = "execution.migrated"
+    EXECUTION_RETRIED = "execution.retried"
     CANCEL_REQUESTED = "execution.cancel_requested"
     FRAME_STARTED = "frame.started"
     FRAME_COMPLETED = "frame.completed"
@@ -78,5 +80,6 @@ ENTRY_STATUS: dict[EntryKind, Status] = {
     EntryKind.EXECUTION_COMPLETED: Status.COMPLETED,
     EntryKind.EXECUTION_FAILED: Status.FAILED,
     EntryKind.EXECUTION_CANCELLED: Status.CANCELLED,
+    EntryKind.EXECUTION_RETRIED: Status.SUSPENDED,
 }
 """The status that a lifecycle entry moves an execution to (the projection derives it)."""

@@ -27,11 +27,13 @@ from flowli.domain import (
     TaskKind,
     actor_for,
     check_json,
+    principal_for,
     task_id,
 )
 from flowli.store import NewMessage, Write
 
 from ._runtime import Runtime
+from ._transitions import Transition, commit
 
 _LIVE = frozenset(Status) - TERMINAL
 
@@ -79,18 +81,17 @@ class Consumer:
             id=task_id(TaskKind.RESUME, task.eid, f"answer:{task.id}"), kind=TaskKind.RESUME,
             queue=record.queue if record else "default", eid=task.eid, payload=None, provenance=prov, visible_at=now,
         )
+        write = Write(
+            expect=(task.eid, _LIVE),
+            messages=[NewMessage(f"{task.eid}.{reply_channel(task.id)}", value, prov)],
+            acks=[(task.id, None)],
+            tasks=[resume],
+        )
         try:
-            result = await self.rt.store.write(
-                Write(
-                    expect=(task.eid, _LIVE),
-                    messages=[NewMessage(f"{task.eid}.{reply_channel(task.id)}", value, prov)],
-                    acks=[(task.id, None)],
-                    tasks=[resume],
-                ),
-                now,
-            )
+            result = await commit(self.rt, Transition("answer", write, task.eid, record.workflow if record else None,
+                                                      principal_for(by, actor), task.application,
+                                                      {"task": task.id, "value": value}))
         except ExecutionStateError as exc:
             await self.ack(task)  # nobody waits for it any more
             raise ExecutionTerminalError(task.eid, exc.status, f"answer task {task.id} of") from None
-        self.rt.work.set()
         return result.message_seqs[0]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import importlib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Sequence
@@ -17,14 +16,12 @@ from flowli.domain import (
     Code,
     Entry,
     EntryKind,
-    ExecutionFailed,
     ExecutionRecord,
     ExecutionStateError,
     ExecutionTerminalError,
     FrameKind,
     NoOpenReviewError,
     Status,
-    StepFailed,
     Task,
     TaskKind,
     Timer,
@@ -34,19 +31,23 @@ from flowli.domain import (
     check_json,
     keyed_eid,
     new_eid,
+    principal_for,
     task_id,
 )
 from flowli.log import Evidence
-from flowli.store import NewMessage, Resume, StatusChange, Store, WakeWaiters, Write
+from flowli.store import Intent, NewMessage, Resume, StatusChange, Store, WakeWaiters, Write
 
 from ._clock import Clock, SystemClock
 from ._consumer import Consumer
+from ._errors import rebuild_error
+from ._frames import ROOT
 from ._projection import ExecutionSummary, Projection, Review
 from ._registry import Registry
-from ._replay import ROOT, new_execution
 from ._retention import Archive, entry_from, record_from, retain
 from ._runtime import Options, Runtime, entries_with_seqs
 from ._tasks import cancel_and_wait
+from ._transitions import Middleware, Observer, Transition, commit
+from ._waits import new_execution
 from ._worker import Worker
 
 _NOT_TERMINAL = frozenset(Status) - TERMINAL
@@ -72,7 +73,44 @@ class Engine:
         self.projection = Projection(projection_path, store)
         self.archive = Archive(Path(self.options.bucket))
         self._workers: list[asyncio.Task[None]] = []
+        self._running: list[Worker] = []
+        """The workers of this engine: a start here may hand its execution to one."""
         self._closed = False
+
+    # ---- seams ----------------------------------------------------------------------------
+
+    def use(self, middleware: Middleware) -> None:
+        """Register ``async def middleware(transition, call_next)``: every transition of this
+        engine but the frame appends of a running activation passes it, in the order registered.
+        ``call_next()`` commits (and returns the store's answer); raising refuses the transition,
+        and nothing is written."""
+        if not callable(middleware):
+            raise TypeError(f"engine.use takes an async function (transition, call_next), got {middleware!r}")
+        self.rt.middleware.append(middleware)
+
+    def observe(self, observer: Observer) -> None:
+        """Register ``observer(transition, result)``, a plain function called after every commit of
+        this engine, the frame appends included (keep it cheap: it runs on the hot path)."""
+        self.rt.observers.append(observer)
+
+    def _direct_worker(self, queue: str) -> Worker | None:
+        """A worker of this engine on ``queue`` with a free slot, which it reserves."""
+        for worker in self._running:
+            if worker.reserve(queue):
+                return worker
+        return None
+
+    def running(self) -> builtins.list[str]:
+        """The eids whose activation runs in this engine's workers now."""
+        return [eid for worker in self._running for eid in worker.held]
+
+    def _held(self, eid: str) -> Any:
+        """The activation of ``eid`` running in this engine's workers, if any."""
+        for worker in self._running:
+            activation = worker.held.get(eid)
+            if activation is not None:
+                return activation
+        return None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -98,6 +136,7 @@ class Engine:
         """Run a worker (and the sweeper) in the background for the duration of the block."""
         w = Worker(self.rt, concurrency=concurrency, queues=queues, sweeper=sweeper)
         w.accept()
+        self._running.append(w)
         task = asyncio.create_task(w.run(), name="flowli-worker")
         self._workers.append(task)
         try:
@@ -106,10 +145,16 @@ class Engine:
             await cancel_and_wait([task])
             await w.retire()
             self._workers.remove(task)
+            self._running.remove(w)
 
     async def run_worker(self, concurrency: int = 64, queues: Sequence[str] = ("default",), *, sweeper: bool = True) -> None:
         """Run a worker in the foreground until cancelled."""
-        await Worker(self.rt, concurrency=concurrency, queues=queues, sweeper=sweeper).run()
+        w = Worker(self.rt, concurrency=concurrency, queues=queues, sweeper=sweeper)
+        self._running.append(w)
+        try:
+            await w.run()
+        finally:
+            self._running.remove(w)
 
     # ---- executions -----------------------------------------------------------------------
 
@@ -130,20 +175,19 @@ class Engine:
         actor = actor_for(by, Actor("system", "engine"))
         # a worker of this process with a free slot on the queue runs the execution at once: the
         # record is created with its first lease, so no START task goes through the queue
-        worker = self.rt.direct_worker(queue)
+        worker = self._direct_worker(queue)
         new = new_execution(self.rt, wf, eid, json_args, queue=queue, key=key, actor=actor, leased=worker is not None)
+        t = Transition("start", Write(intent=Intent.START, executions=[new]), eid, wf.name, principal_for(by, actor),
+                       None, {"args": json_args, "version": wf.version, "queue": queue, "key": key})
         try:
-            result = await self.store.write(Write(executions=[new]), self.clock.now())
+            result = await commit(self.rt, t)
         except BaseException:
             if worker is not None:
                 worker.unreserve()
             raise
         created = result.created[0]
-        if created:
-            self.rt.mirror_soon(entries_with_seqs([new.entry], [1]))
         if worker is None:
-            if created:
-                self.rt.work.set()
+            pass
         elif created:
             worker.adopt(new.record, entries_with_seqs([new.entry], [1]))
         else:
@@ -167,7 +211,7 @@ class Engine:
         error = record.error or {}
         if record.status is Status.CANCELLED:
             raise Cancelled(f"execution {eid} was cancelled")
-        raise rebuild_error(eid, error)
+        raise rebuild_error(eid, error, self.registry)
 
     async def _await_end(self, eid: str, timeout: float | None) -> ExecutionRecord:
         loop = asyncio.get_running_loop()
@@ -177,7 +221,7 @@ class Engine:
         fired = False
         while True:
             ended = self.rt.wait_end(eid)
-            if record is None or fired or eid not in self.rt.activations:
+            if record is None or fired or self._held(eid) is None:
                 # while an activation of this process holds the execution, its end wakes us: no read
                 record = await self.status(eid)
                 if record.terminal:
@@ -203,12 +247,11 @@ class Engine:
             id=task_id(TaskKind.RESUME, eid, f"signal:{new_eid()}"), eid=eid, payload={"channel": channel},
             provenance=prov, visible_at=now,
         )
+        write = Write(intent=Intent.SIGNAL, expect=(eid, _NOT_TERMINAL),
+                      messages=[NewMessage(f"{eid}.{channel}", payload, prov)], resumes=[resume])
         try:
-            result = await self.store.write(
-                Write(expect=(eid, _NOT_TERMINAL), messages=[NewMessage(f"{eid}.{channel}", payload, prov)],
-                      resumes=[resume]),
-                now,
-            )
+            result = await commit(self.rt, Transition("signal", write, eid, None, principal_for(by, actor), None,
+                                                      {"channel": channel, "payload": payload}))
         except ExecutionStateError as exc:
             raise ExecutionTerminalError(eid, exc.status, f"signal {channel!r} to") from None
         except UnknownExecutionError:
@@ -217,19 +260,17 @@ class Engine:
                 raise
             status = archived["record"]["status"]
             raise ExecutionTerminalError(eid, status, f"signal {channel!r} to") from None
-        self.rt.work.set()
         return result.message_seqs[0]
 
     async def broadcast(self, channel: str, payload: Any, by: str | None = None) -> int:
         """Send one message on a global channel and resume every waiter of it."""
         payload = check_json(payload, f"the payload of broadcast {channel!r}")
-        prov = self.rt.provenance(actor=actor_for(by, Actor("system", "engine")))
-        result = await self.store.write(
-            Write(messages=[NewMessage(channel, payload, prov)],
-                  wake_waiters=[WakeWaiters(channel, f"broadcast:{channel}:{new_eid()}", prov)]),
-            self.clock.now(),
-        )
-        self.rt.work.set()
+        actor = actor_for(by, Actor("system", "engine"))
+        prov = self.rt.provenance(actor=actor)
+        write = Write(messages=[NewMessage(channel, payload, prov)],
+                      wake_waiters=[WakeWaiters(channel, f"broadcast:{channel}:{new_eid()}", prov)])
+        result = await commit(self.rt, Transition("broadcast", write, None, None, principal_for(by, actor), None,
+                                                  {"channel": channel, "payload": payload}))
         return result.message_seqs[0]
 
     async def cancel(self, eid: str, by: str | None = None) -> None:
@@ -244,14 +285,15 @@ class Engine:
             id=task_id(TaskKind.RESUME, eid, "cancel"), kind=TaskKind.RESUME, queue=record.queue, eid=eid,
             payload={"cancel": True}, provenance=self.rt.provenance(actor=actor), visible_at=now,
         )
+        write = Write(expect=(eid, _NOT_TERMINAL), cancel_request=(eid, request), tasks=[resume])
         try:
-            await self.store.write(Write(expect=(eid, _NOT_TERMINAL), cancel_request=(eid, request), tasks=[resume]), now)
+            await commit(self.rt, Transition("cancel", write, eid, record.workflow, principal_for(by, actor),
+                                             record.application, request))
         except ExecutionStateError as exc:
             raise ExecutionTerminalError(eid, exc.status, "cancel") from None
-        activation = self.rt.activations.get(eid)
+        activation = self._held(eid)
         if activation is not None:
             activation.mark_cancel_requested()
-        self.rt.work.set()
 
     async def migrate(self, eid: str, version: str, by: str | None = None) -> None:
         """Point a suspended execution at another version of its workflow, and resume it."""
@@ -271,11 +313,10 @@ class Engine:
             status=StatusChange(eid, Status.SUSPENDED, version=wf.version), tasks=[resume],
         )
         try:
-            result = await self.store.write(write, now)
+            await commit(self.rt, Transition("migrate", write, eid, record.workflow, principal_for(by, actor),
+                                             record.application, entry.value))
         except ExecutionStateError as exc:
             raise ExecutionStateError(eid, exc.status, "migrate", "suspended") from None
-        self.rt.mirror_soon(entries_with_seqs([entry], result.entry_seqs))
-        self.rt.work.set()
 
     async def journal(self, eid: str) -> list[Entry]:
         """Every entry of the execution."""
@@ -348,26 +389,3 @@ class Engine:
         from ._sweeper import Sweeper
 
         return await Sweeper(self.rt).sweep()
-
-
-def rebuild_error(eid: str, error: dict[str, Any]) -> BaseException:
-    """The workflow's error, rebuilt from its data where the type is known; else ExecutionFailed."""
-    etype, module, message = error.get("type", "Error"), error.get("module", ""), error.get("message", "")
-    if etype == "StepFailed" and "fid" in error:
-        return StepFailed(error["fid"], error.get("cause", "Error"), error.get("cause_message", ""), error.get("attempts", 0))
-    cls: Any = None
-    if module == "builtins":
-        cls = getattr(builtins, etype, None)
-    elif module:
-        with contextlib.suppress(Exception):
-            cls = getattr(importlib.import_module(module), etype, None)
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        try:
-            return cls(message)  # type: ignore[no-any-return]
-        except Exception:  # a constructor with other arguments: keep the type and the message
-            exc = cls.__new__(cls)
-            Exception.__init__(exc, message)
-            return exc  # type: ignore[no-any-return]
-    return ExecutionFailed(eid, etype, message)
-
-

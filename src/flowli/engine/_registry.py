@@ -11,6 +11,7 @@ from typing import Any, Callable, TypeVar
 from flowli.domain import RegistrationError, UnknownWorkflowError, WorkflowArgumentsError
 
 F = TypeVar("F", bound=Callable[..., Any])
+E = TypeVar("E", bound=type)
 _ATTR = "__flowli_workflow__"
 
 
@@ -47,6 +48,20 @@ class Registry:
 
     def __init__(self) -> None:
         self._defs: dict[str, dict[str, WorkflowDef]] = {}
+        self._errors: dict[tuple[str, str], type[Exception]] = {}
+
+    def error(self, cls: E) -> E:
+        """Declare an exception type of the application's own, so that ``engine.result`` raises
+        it again as itself when an execution ends with it (use as a class decorator). Undeclared
+        types come back as ``ExecutionFailed`` with their name and message: stored error data
+        never makes flowli import a module."""
+        if not (isinstance(cls, type) and issubclass(cls, Exception)):
+            raise RegistrationError(f"registry.error takes an Exception subclass, got {cls!r}")
+        self._errors[(cls.__module__, cls.__name__)] = cls
+        return cls
+
+    def declared_error(self, module: str, name: str) -> type[Exception] | None:
+        return self._errors.get((module, name))
 
     def workflow(self, name: str | None = None, *, version: str = "1") -> Callable[[F], F]:
         def register(fn: F) -> F:

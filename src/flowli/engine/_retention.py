@@ -28,7 +28,8 @@ from flowli.domain import (
 )
 from flowli.store import Write
 
-from ._runtime import Runtime
+from ._runtime import SWEEPER, Runtime
+from ._transitions import Transition, commit
 
 log = logging.getLogger("flowli.retention")
 _BATCH = 200
@@ -120,7 +121,8 @@ async def fold(rt: Runtime, eid: str, archive: Archive) -> bool:
         "channels": channels,
     }
     await asyncio.to_thread(archive.write, eid, obj)
-    await rt.store.write(Write(expect=(eid, TERMINAL), delete_executions=[eid]), rt.clock.now())
+    write = Write(expect=(eid, TERMINAL), delete_executions=[eid])
+    await commit(rt, Transition("fold", write, eid, record.workflow, SWEEPER, record.application))
     return True
 
 

@@ -8,23 +8,22 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
-from flowli.domain import Actor, Code, Entry, Provenance, Site, new_eid
+from flowli.domain import Actor, Code, Entry, Principal, Provenance, Site, new_eid
 from flowli.log import Bucket
-from flowli.store import Announcement, Store, Write
+from flowli.store import Announcement, Intent, Store, Write
 
 from ._clock import Clock
 from ._registry import Registry
 
 log = logging.getLogger("flowli.engine")
 
-if TYPE_CHECKING:
-    from ._replay import Activation
-    from ._worker import Worker
 
+SWEEPER = Principal("sweeper", "system")
+"""The principal of the sweeper's transitions (fired timers, recoveries, retention)."""
 
-MIRROR_DELAY = 0.05
+ANNOUNCE_DELAY = 0.05
 """Seconds that lifecycle entries wait to go to the control log together (the second append)."""
 
 
@@ -73,19 +72,15 @@ class Runtime:
         """When the sweeper of this process wakes next; None while it sweeps."""
         self.ended: dict[str, list[asyncio.Future[None]]] = {}
         store.subscribe(self._notified)
-        self.activations: dict[str, Activation] = {}
-        self.mirrors: set[asyncio.Future[None]] = set()
+        self.announcing: set[asyncio.Future[None]] = set()
         self._unsent: list[Entry] = []
         self._flush: asyncio.TimerHandle | None = None
-        self.workers: list[Worker] = []
-        """The workers running in this process (a start here may hand its execution to one)."""
-
-    def direct_worker(self, queue: str) -> Worker | None:
-        """A worker of this process on ``queue`` with a free slot, which it reserves."""
-        for worker in self.workers:
-            if worker.reserve(queue):
-                return worker
-        return None
+        self.middleware: list[Any] = []
+        """``engine.use``: the chain every transition but the fast lane's appends passes."""
+        self.observers: list[Any] = []
+        """``engine.observe``: called after every commit, appends included."""
+        self.principal = Principal(self.owner, "worker")
+        """The principal of what this process's workers and sweeper do on their own."""
 
     def _notified(self, what: str) -> None:
         """Another process enqueued a task ("work") or set a timer ("timer")."""
@@ -118,8 +113,8 @@ class Runtime:
             on_behalf_of=on_behalf_of,
         )
 
-    def mirror_soon(self, entries: Iterable[Entry]) -> None:
-        """The second append, off the caller's path: the entries of the next MIRROR_DELAY seconds
+    def announce_soon(self, entries: Iterable[Entry]) -> None:
+        """The second append, off the caller's path: the entries of the next ANNOUNCE_DELAY seconds
         go to the control log together, in one write queued after theirs (a store applies the
         writes of one execution in order), and the caller does not wait for its commit. A crash
         before it commits is what the sweeper repairs. ``drain`` flushes and waits."""
@@ -128,18 +123,18 @@ class Runtime:
             return
         self._unsent.extend(entries)
         if self._flush is None:
-            self._flush = asyncio.get_running_loop().call_later(MIRROR_DELAY, self._send_mirrors)
+            self._flush = asyncio.get_running_loop().call_later(ANNOUNCE_DELAY, self._send_announcements)
 
-    def _send_mirrors(self) -> None:
+    def _send_announcements(self) -> None:
         self._flush = None
         entries, self._unsent = self._unsent, []
         if entries:
-            task = asyncio.ensure_future(self.mirror(entries))
-            self.mirrors.add(task)
-            task.add_done_callback(self._mirrored)
+            task = asyncio.ensure_future(self.announce(entries))
+            self.announcing.add(task)
+            task.add_done_callback(self._announced)
 
-    def _mirrored(self, task: asyncio.Future[None]) -> None:
-        self.mirrors.discard(task)
+    def _announced(self, task: asyncio.Future[None]) -> None:
+        self.announcing.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.warning("control-log append failed (the sweeper repairs it): %s", task.exception())
 
@@ -147,11 +142,11 @@ class Runtime:
         """Wait until the control-log appends of this process are done."""
         if self._flush is not None:
             self._flush.cancel()
-            self._send_mirrors()
-        while self.mirrors:
-            await asyncio.wait(list(self.mirrors))
+            self._send_announcements()
+        while self.announcing:
+            await asyncio.wait(list(self.announcing))
 
-    async def mirror(self, entries: Iterable[Entry]) -> None:
+    async def announce(self, entries: Iterable[Entry]) -> None:
         """The second append: lifecycle journal entries onto the control log. A crash before it
         is repaired by the sweeper; a repeat is ignored (the control log is keyed by journal seq)."""
         announcements = [
@@ -160,7 +155,7 @@ class Runtime:
             if e.kind.lifecycle and e.seq is not None
         ]
         if announcements:
-            await self.store.write(Write(announcements=announcements), self.clock.now())
+            await self.store.write(Write(intent=Intent.ANNOUNCE, announcements=announcements), self.clock.now())
 
     def ended_execution(self, eid: str) -> None:
         for fut in self.ended.pop(eid, []):
@@ -175,9 +170,3 @@ class Runtime:
 
 def entries_with_seqs(entries: list[Entry], seqs: list[int]) -> list[Entry]:
     return [Entry(**{**e.__dict__, "seq": s}) for e, s in zip(entries, seqs)]
-
-
-def error_data(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)}
-
-

@@ -12,12 +12,13 @@ import logging
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from flowli.domain import Actor, Task, TaskKind, task_id
-from flowli.store import Resume, Write
+from flowli.domain import Task, TaskKind, task_id
+from flowli.store import Intent, Resume, Write
 
 from ._retention import Archive, retain
-from ._runtime import Runtime
+from ._runtime import SWEEPER, Runtime
 from ._tasks import cancel_and_wait
+from ._transitions import Transition, commit
 
 log = logging.getLogger("flowli.sweeper")
 _BATCH = 500
@@ -26,7 +27,7 @@ _BATCH = 500
 class Sweeper:
     def __init__(self, rt: Runtime):
         self.rt = rt
-        self.actor = Actor("system", "sweeper")
+        self.actor = SWEEPER.actor
         self.archive = Archive(Path(rt.options.bucket))
         self.next_retention = 0.0
 
@@ -96,8 +97,8 @@ class Sweeper:
             )
             for t in timers
         ]
-        await rt.store.write(Write(resumes=resumes, fired=timers), now)
-        rt.work.set()
+        await commit(rt, Transition("fire", Write(intent=Intent.FIRE, resumes=resumes, fired=timers), principal=SWEEPER,
+                                    payload={"timers": [(t.eid, t.fid) for t in timers]}))
         return len(resumes)
 
     async def recover(self) -> int:
@@ -111,20 +112,21 @@ class Sweeper:
             Task(
                 id=task_id(TaskKind.RESUME, r.eid, f"recover:{r.lease_epoch}@{r.lease_expires_at.timestamp() if r.lease_expires_at else 0}"), kind=TaskKind.RESUME,
                 queue=r.queue, eid=r.eid, payload={"recover": r.lease_epoch}, provenance=prov, visible_at=now,
+                application=r.application,
             )
             for r in dead
         ]
-        await rt.store.write(Write(tasks=tasks), now)
-        rt.work.set()
+        await commit(rt, Transition("recover", Write(tasks=tasks), principal=SWEEPER,
+                                    payload={"executions": [r.eid for r in dead]}))
         return len(tasks)
 
     async def repair(self) -> int:
         rt = self.rt
         now = rt.clock.now()
-        missing = await rt.store.unmirrored(now - rt.options.repair_grace, _BATCH)
+        missing = await rt.store.unannounced(now - rt.options.repair_grace, _BATCH)
         if missing:
             log.warning("repairing %d control-log entries", len(missing))
-            await rt.mirror(missing)
+            await rt.announce(missing)
         return len(missing)
 
 

@@ -29,20 +29,16 @@ from flowli.domain import (
     task_id,
 )
 from flowli.log import Attempt, attempt_scope
-from flowli.store import Acquired, Fence, StatusChange, Write
+from flowli.store import Acquired, Fence, Resume, StatusChange, Write
 
-from ._replay import (
-    Activation,
-    StoreFailure,
-    failure_entry_value,
-    import_ref,
-    policy_from_json,
-    run_function,
-    store_call,
-)
-from ._runtime import Runtime, entries_with_seqs, error_data
+from ._activation import Activation
+from ._core import StoreFailure, store_call
+from ._errors import error_data
+from ._runtime import Runtime
+from ._steps import failure_entry_value, import_ref, policy_from_json, run_function
 from ._sweeper import Sweeper
 from ._tasks import cancel_and_wait
+from ._transitions import Transition, commit
 
 log = logging.getLogger("flowli.worker")
 _KINDS = (TaskKind.START, TaskKind.RESUME, TaskKind.RUN_STEP)
@@ -91,9 +87,8 @@ class Worker:
     def accept(self) -> None:
         """Take direct starts from now on (``run`` does it; ``Engine.worker`` earlier, so that a
         start made as soon as its block opens runs here)."""
-        if not self.accepting and not self.retired:
+        if not self.retired:
             self.accepting = True
-            self.rt.workers.append(self)
 
     def reserve(self, queue: str) -> bool:
         """Promise a slot to an execution being started in this process on ``queue``."""
@@ -112,8 +107,6 @@ class Worker:
         """Take no direct start any more, for good."""
         self.accepting = False
         self.retired = True
-        if self in self.rt.workers:
-            self.rt.workers.remove(self)
 
     def unreserve(self) -> None:
         self.reserved -= 1
@@ -243,7 +236,6 @@ class Worker:
             return
         activation = Activation(rt, wf, record, epoch, journal)
         self.held[record.eid] = activation
-        rt.activations[record.eid] = activation
         try:
             await activation.run()
         except asyncio.CancelledError:
@@ -259,9 +251,8 @@ class Worker:
             with contextlib.suppress(Exception):
                 await self._hand_back(record, epoch, cause if isinstance(cause, Exception) else None)
         finally:
-            self.held.pop(record.eid, None)
-            if rt.activations.get(record.eid) is activation:
-                del rt.activations[record.eid]
+            if self.held.get(record.eid) is activation:
+                del self.held[record.eid]
 
     async def _hand_back(self, record: Any, epoch: int, exc: Exception | None, delay: float = 1.0) -> None:
         """Append execution.suspended, release the lease and enqueue a RESUME: after an engine
@@ -277,16 +268,13 @@ class Worker:
         retry = Task(
             id=task_id(TaskKind.RESUME, record.eid, f"handed-back:{epoch}"), kind=TaskKind.RESUME, queue=record.queue,
             eid=record.eid, payload=None, provenance=entry.provenance,
-            visible_at=now + timedelta(seconds=delay if exc is not None else 0),
+            visible_at=now + timedelta(seconds=delay if exc is not None else 0), application=record.application,
         )
-        result = await rt.store.write(
-            Write(fence=Fence(record.eid, rt.owner, epoch), entries=[entry], release=True,
-                  status=StatusChange(record.eid, Status.SUSPENDED), tasks=[retry]),
-            now,
-        )
-        if retry.visible_at > now:
-            rt.timer_set(retry.visible_at)  # the sweeper wakes the workers then
-        rt.mirror_soon(entries_with_seqs([entry], result.entry_seqs))
+        write = Write(fence=Fence(record.eid, rt.owner, epoch), entries=[entry], release=True,
+                      status=StatusChange(record.eid, Status.SUSPENDED), tasks=[retry])
+        # a RESUME visible later (after an error) plans the sweeper's wake: it wakes the workers then
+        await commit(rt, Transition("hand_back", write, record.eid, record.workflow, rt.principal, record.application,
+                                    entry.value))
 
     async def _run_step(self, task: Task) -> None:
         """Run one step frame for an execution owned elsewhere; its outcome goes to the journal
@@ -307,23 +295,20 @@ class Worker:
             policy = policy_from_json(p["retry"])
             entry = Entry(
                 eid=task.eid, kind=EntryKind.FRAME_FAILED, provenance=prov, fid=fid, attempt=attempt,
-                value=failure_entry_value(policy, attempt, exc, rt.clock.now()), error=error_data(exc),
+                value=failure_entry_value(policy, p.get("tries", attempt), exc, rt.clock.now()), error=error_data(exc),
             )
-        record = await rt.store.read_execution(task.eid)
-        resume = Task(
-            id=task_id(TaskKind.RESUME, task.eid, f"step:{fid}@{attempt}"), kind=TaskKind.RESUME,
-            queue=record.queue if record else task.queue, eid=task.eid, payload=None, provenance=prov,
-            visible_at=rt.clock.now(),
+        resume = Resume(
+            id=task_id(TaskKind.RESUME, task.eid, f"step:{fid}@{attempt}"), eid=task.eid, payload=None,
+            provenance=prov, visible_at=rt.clock.now(),
         )
         write = Write(
-            expect=(task.eid, frozenset(Status) - TERMINAL), entries=[entry], acks=[(task.id, rt.owner)], tasks=[resume]
+            expect=(task.eid, frozenset(Status) - TERMINAL), entries=[entry], acks=[(task.id, rt.owner)], resumes=[resume]
         )
         try:
-            await rt.store.write(write, rt.clock.now())
+            await commit(rt, Transition("step_outcome", write, task.eid, p["workflow"], rt.principal, task.application,
+                                        {"fid": fid, "attempt": attempt}))
         except ExecutionStateError:
             await rt.store.write(Write(acks=[(task.id, rt.owner)]), rt.clock.now())
-            return
-        rt.work.set()
 
     async def _renew_loop(self) -> None:
         rt = self.rt

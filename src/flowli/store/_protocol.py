@@ -12,6 +12,7 @@ controls timers and leases.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable, Protocol, Sequence
@@ -57,6 +58,7 @@ class NewMessage:
     provenance: Any
     memo: int | None = None
     """Index of an entry of the same write whose value becomes the message's sequence number."""
+    application: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,10 +123,40 @@ class WakeWaiters:
     provenance: Any
 
 
+class Intent(enum.StrEnum):
+    """What a write is for, said by the engine that builds it. A backend may apply a write of a
+    known intent by a form of its own (PostgreSQL: one statement); a write without an intent, or
+    one that a backend has no form for, takes the generic path (``_apply.apply_write``). Both give
+    the same rows: the conformance suite runs each intent's fixtures through both paths.
+
+    The shapes each intent promises:
+
+    - ``START``: ``executions`` holds one new execution, and nothing else is set.
+    - ``SIGNAL``: ``expect`` on one execution, one message (no memo), one resume of that
+      execution, and nothing else.
+    - ``FIRE``: ``fired`` timers and one resume for each, in order, and nothing else.
+    - ``APPEND``: entries of the fenced execution under its ``fence``, at most a status change
+      of it, its release and its timers and waiters cleared, and nothing else.
+    - ``FENCED``: what ``APPEND`` allows, plus timers of the fenced execution and a wake check
+      that looks at a due timer and a cancel request only (no channels, children or journal).
+    - ``ANNOUNCE``: control-log appends of journal entries (``journal_seq`` set, no memo), and
+      nothing else.
+    """
+
+    START = "start"
+    SIGNAL = "signal"
+    FIRE = "fire"
+    APPEND = "append"
+    FENCED = "fenced"
+    ANNOUNCE = "announce"
+
+
 @dataclass
 class Write:
     """One unit of work, applied atomically by :meth:`Store.write`."""
 
+    intent: Intent | None = None
+    """What the write is for (see :class:`Intent`); None for any other shape."""
     fence: Fence | None = None
     expect: tuple[str, frozenset[Status]] | None = None
     """Refuse the write (ExecutionStateError) unless the execution has one of these statuses."""
@@ -257,7 +289,7 @@ class Store(Protocol):
     async def expired_leases(self, now: datetime, limit: int) -> list[ExecutionRecord]:
         """Running executions whose lease expired: their worker is presumed dead."""
 
-    async def unmirrored(self, before: datetime, limit: int) -> list[Entry]:
+    async def unannounced(self, before: datetime, limit: int) -> list[Entry]:
         """Lifecycle journal entries appended before ``before`` and not yet appended to the
         control log (a worker crashed between the two appends), each until it is mirrored."""
 

@@ -1150,7 +1150,7 @@ class PostgresStore:
         )
         return [c.execution_record(r) for r in rows]
 
-    async def unmirrored(self, before: datetime, limit: int) -> list[Entry]:
+    async def unannounced(self, before: datetime, limit: int) -> list[Entry]:
         assert self._pool is not None
         rows = await self._pool.fetch(
             f"SELECT {', '.join('j.' + x.strip() for x in c.ENTRY_COLUMNS.split(','))}"

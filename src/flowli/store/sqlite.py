@@ -437,7 +437,7 @@ class SQLiteStore:
 
         return await self._r(run)
 
-    async def unmirrored(self, before: datetime, limit: int) -> list[Entry]:
+    async def unannounced(self, before: datetime, limit: int) -> list[Entry]:
         def run(conn: sqlite3.Connection) -> list[Entry]:
             rows = conn.execute(
                 f"SELECT {', '.join('j.' + x.strip() for x in c.ENTRY_COLUMNS.split(','))}"

@@ -1,0 +1,192 @@
+"""An activation: one run of an execution's workflow function under one lease, from the lease
+to suspension or the end.
+
+The drive loop runs the workflow function from its first line (the frames return their memos)
+until it returns, raises, or every live frame waits. Then it writes the activation's last
+transition: ``end`` (completed, failed, cancelled), ``suspend`` (with what it waits for: its
+timers and waits set, and a wake check that closes the race with what would resume it), or
+``block`` (a nondeterminism: it waits for an operator).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from flowli.domain import (
+    Cancelled,
+    EntryKind,
+    FrameKind,
+    LeaseLost,
+    NotJSONCompatibleError,
+    Status,
+    StepFailed,
+    Task,
+    TaskKind,
+    Timer,
+    check_json,
+    task_id,
+)
+from flowli.store import Intent, StatusChange, WakeCheck, Write
+
+from ._core import StoreFailure
+from ._errors import error_data
+from ._frames import ROOT
+from ._tasks import cancel_and_wait
+from ._waits import Waits
+
+
+class Activation(Waits):
+    """The Context implementation: one run of the workflow function under one lease."""
+
+    async def run(self) -> Status:
+        """Run the workflow until it ends or suspends; returns the status it left."""
+        if self.record.blocked is not None and self.cancel_requested:
+            return await self._end(Status.CANCELLED, error={"type": "Cancelled", "message": "cancelled while blocked"})
+        wf_task: asyncio.Task[Any] = asyncio.create_task(self.wf.fn(self, *self.record.args))
+        try:
+            return await self._drive(wf_task)
+        except asyncio.CancelledError:
+            # the worker stops: end every task of this activation, write nothing
+            await self._close(wf_task)
+            raise
+
+    async def _drive(self, wf_task: asyncio.Task[Any]) -> Status:
+        wf_task.add_done_callback(lambda _: self.changed.set())
+        while True:
+            # clear before checking: a change during the checks (which yield) sets it again
+            self.changed.clear()
+            if wf_task.done():
+                break
+            if self.lost:
+                await self._close(wf_task)
+                raise LeaseLost(self.eid, self.epoch)
+            if self._quiescent() and await self._settled(wf_task):
+                await self._close(wf_task)
+                if self.nondeterminism is None:
+                    self._check_all_visited()
+                return await (self._block() if self.nondeterminism is not None else self._suspend())
+            await self.changed.wait()
+        await self._close(wf_task, finished=True)
+        exc = wf_task.exception() if not wf_task.cancelled() else Cancelled("the workflow task was cancelled")
+        if self.lost:
+            raise LeaseLost(self.eid, self.epoch)
+        if isinstance(exc, StoreFailure):
+            raise exc.cause  # the worker hands the execution back
+        if isinstance(exc, LeaseLost):
+            raise exc
+        if self.nondeterminism is None:
+            self._check_all_visited()
+        if self.nondeterminism is not None:
+            return await self._block()
+        if exc is None:
+            try:
+                value = check_json(wf_task.result(), f"the result of workflow {self.wf.name!r}")
+            except NotJSONCompatibleError as bad:
+                return await self._end(Status.FAILED, error=error_data(bad))
+            return await self._end(Status.COMPLETED, result=value)
+        if isinstance(exc, Cancelled):
+            return await self._end(Status.CANCELLED, error=error_data(exc) | {"by": self.record.cancel_requested})
+        if isinstance(exc, StepFailed):
+            return await self._end(Status.FAILED, error=error_data(exc) | {
+                "fid": exc.fid, "cause": exc.error_type, "cause_message": exc.message, "attempts": exc.attempts})
+        if isinstance(exc, Exception):
+            return await self._end(Status.FAILED, error=error_data(exc))
+        raise exc
+
+    def _quiescent(self) -> bool:
+        return self.live == 0 and bool(self.waits)
+
+    async def _settled(self, wf_task: asyncio.Task[Any]) -> bool:
+        """Whether every live frame waits, and stays so for a few turns of the loop (a frame
+        that just completed may be about to resume the workflow, which creates more)."""
+        for _ in range(4):
+            if not self._quiescent() or wf_task.done():
+                return False
+            await asyncio.sleep(0)
+        return self._quiescent() and not wf_task.done()
+
+    async def _close(self, wf_task: asyncio.Task[Any], finished: bool = False) -> None:
+        self.closing = True
+        await cancel_and_wait([*self.frame_tasks, *([] if finished else [wf_task])])
+
+    # ---- ends -----------------------------------------------------------------------------
+
+    async def _suspend(self) -> Status:
+        waits = list(self.waits.values())
+        timers = [Timer(self.eid, w.fid, w.at) for w in waits if w.at is not None]
+        channels: dict[str, int] = {}
+        for w in waits:
+            if w.channel is not None:
+                channels[w.channel] = min(channels.get(w.channel, w.after), w.after)
+        children = [w.child for w in waits if w.child is not None]
+        journal_after = self.last_seq if any(w.kind in ("step", "delegate") for w in waits) else None
+        entry = self._entry(EntryKind.EXECUTION_SUSPENDED, ROOT, FrameKind.ROOT, value={"waits": [w.describe() for w in waits]})
+        write = Write(
+            entries=[entry], status=StatusChange(self.eid, Status.SUSPENDED), release=True,
+            clear_timers=self._armed(self.memo.armed_timers), timers=timers,
+            clear_waiters=self._armed(self.memo.armed_waiters), waiters=[(ch, self.eid) for ch in channels],
+            wake=WakeCheck(
+                task=self._wake_task(), channels=channels, children=children,
+                due_by=min((t.at for t in timers), default=None), journal_after=journal_after, cancel=True,
+            ),
+        )
+        if not channels and not children and journal_after is None:
+            write.intent = Intent.FENCED  # a suspension on timers alone
+        await self._write(write, kind="suspend", final=True, payload={"waits": entry.value["waits"]})
+        return Status.SUSPENDED
+
+    def _armed(self, armed: bool) -> list[str]:
+        """Clear the timers (or waiters) of this execution only if its last suspension set some."""
+        return [self.eid] if armed else []
+
+    def _wake_task(self) -> Task:
+        """The RESUME that a suspension enqueues at once when its wait is over already."""
+        return Task(
+            id=task_id(TaskKind.RESUME, self.eid, f"wake:{self.epoch}"), kind=TaskKind.RESUME,
+            queue=self.record.queue, eid=self.eid, payload=None, provenance=self.rt.provenance(epoch=self.epoch),
+            visible_at=self.rt.clock.now(), application=self.record.application,
+        )
+
+    async def _block(self) -> Status:
+        assert self.nondeterminism is not None
+        nd = self.nondeterminism
+        blocked = {"reason": "nondeterminism", "fid": nd.fid, "detail": nd.detail, "version": self.wf.version}
+        entry = self._entry(EntryKind.EXECUTION_SUSPENDED, ROOT, FrameKind.ROOT, value=blocked, error=error_data(nd))
+        write = Write(
+            intent=Intent.FENCED, entries=[entry], status=StatusChange(self.eid, Status.SUSPENDED, blocked=blocked),
+            release=True, clear_timers=self._armed(self.memo.armed_timers),
+            clear_waiters=self._armed(self.memo.armed_waiters), wake=WakeCheck(task=self._wake_task(), cancel=True),
+        )
+        await self._write(write, kind="block", final=True, payload=blocked)
+        return Status.SUSPENDED
+
+    async def _end(self, status: Status, result: Any = None, error: dict[str, Any] | None = None) -> Status:
+        kind = {
+            Status.COMPLETED: EntryKind.EXECUTION_COMPLETED,
+            Status.FAILED: EntryKind.EXECUTION_FAILED,
+            Status.CANCELLED: EntryKind.EXECUTION_CANCELLED,
+        }[status]
+        entry = self._entry(kind, ROOT, FrameKind.ROOT, value=result, error=error)
+        if status is Status.CANCELLED and self.record.cancel_requested:
+            by = self.record.cancel_requested.get("by")
+            entry = entry.__class__(**{**entry.__dict__, "provenance": entry.provenance.with_(on_behalf_of=by)})
+        write = Write(
+            entries=[entry], status=StatusChange(self.eid, status, result=result, error=error), release=True,
+            clear_timers=self._armed(self.memo.armed_timers), clear_waiters=self._armed(self.memo.armed_waiters),
+        )
+        if status is Status.CANCELLED:
+            # a cancelled execution withdraws its open delegations: their consumers find nothing
+            write.withdraw_delegates = [self.eid]
+        if self.record.parent_eid is not None:
+            # a child runs on the queue of its parent
+            write.tasks.append(Task(
+                id=task_id(TaskKind.RESUME, self.record.parent_eid, f"child:{self.eid}"), kind=TaskKind.RESUME,
+                queue=self.record.queue, eid=self.record.parent_eid, payload=None,
+                provenance=self.rt.provenance(epoch=self.epoch), visible_at=self.rt.clock.now(),
+                application=self.record.application,
+            ))
+        if not write.tasks and not write.withdraw_delegates:
+            write.intent = Intent.APPEND  # an end goes with the plain appends of its batch
+        await self._write(write, kind="end", final=True, payload={"status": status.value, "result": result, "error": error})
+        return status

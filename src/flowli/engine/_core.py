@@ -1,0 +1,263 @@
+"""The core of an activation: its state and the primitives that every frame uses.
+
+An activation is one run of a workflow function under one lease. This class holds what the
+journal said (:class:`Memo`), the frame ids the code created (:class:`FrameIds`), the waits, and
+the writes: every write of a frame goes through :meth:`Core._write`, fenced by the lease, on the
+fast lane of the transition path. The frames themselves are in ``_steps`` and ``_waits``; the
+drive loop and the ends in ``_activation``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import defaultdict
+from typing import Any, Awaitable, TypeVar
+
+from flowli.domain import (
+    Cancelled,
+    Code,
+    Entry,
+    EntryKind,
+    ExecutionRecord,
+    FrameKind,
+    LeaseLost,
+    NondeterminismError,
+    StepFailed,
+)
+from flowli.domain import FlowliError as FlowliErrorBase
+from flowli.store import Fence, Intent, Write, WriteResult
+
+from ._context import Context, Scope
+from ._frames import ROOT, FrameIds, Memo, Wait, divergence, unvisited
+from ._registry import WorkflowDef
+from ._runtime import Runtime
+from ._transitions import Transition, commit
+
+T = TypeVar("T")
+
+
+class Closed(BaseException):
+    """The activation is ending: no frame may write any more."""
+
+
+class StoreFailure(BaseException):
+    """The store failed under a frame (a lost connection, too many clients): not the workflow's
+    failure, so the workflow cannot catch it; the activation ends and the worker hands the
+    execution back."""
+
+    def __init__(self, cause: BaseException):
+        self.cause = cause
+        super().__init__(f"the store failed: {type(cause).__name__}: {cause}")
+
+
+async def store_call(call: Awaitable[T]) -> T:
+    """Await a store call; a failure of the store itself becomes a StoreFailure."""
+    try:
+        return await call
+    except (LeaseLost, asyncio.CancelledError, FlowliErrorBase):
+        raise
+    except Exception as exc:
+        raise StoreFailure(exc) from exc
+
+
+def frame_failed(fid: str, entry: Entry, attempts: int) -> BaseException:
+    """What a frame's final failure raises in the workflow: StepFailed, or the built-in
+    TimeoutError when a wait with a timeout ran out."""
+    error = entry.error or {}
+    if error.get("timeout"):
+        return TimeoutError(error.get("message", ""))
+    return StepFailed(fid, error.get("type", "Error"), error.get("message", ""), attempts)
+
+
+class Core(Context):
+    """An activation's state and primitives (abstract: ``Activation`` is the one to run)."""
+
+    def __init__(self, rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, epoch: int, journal: list[Entry]):
+        self.rt = rt
+        self.wf = wf
+        self.record = record
+        self.epoch = epoch
+        self.fence = Fence(record.eid, rt.owner, epoch)
+        self.memo = Memo(journal)
+        self.last_seq = self.memo.last_seq
+        self.ids = FrameIds()
+        self.waits: dict[str, Wait] = {}
+        self.pending: list[Entry] = []
+        """Entries that go with the next write (an execution.resumed, the frame.started of a wait)."""
+        if self.memo.resumed:
+            self.pending.append(self._entry(EntryKind.EXECUTION_RESUMED, ROOT, FrameKind.ROOT, value={"epoch": epoch}))
+        self.live = 0
+        self.changed = asyncio.Event()
+        self.channel_locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.cancel_requested = record.cancel_requested is not None
+        self.nondeterminism: NondeterminismError | None = None
+        self.lost = False
+        self.closing = False
+        self.frame_tasks: set[asyncio.Task[Any]] = set()
+
+    # ---- identity -------------------------------------------------------------------------
+
+    @property
+    def eid(self) -> str:
+        return self.record.eid
+
+    @property
+    def workflow(self) -> str:
+        return self.wf.name
+
+    @property
+    def version(self) -> str:
+        return self.wf.version
+
+    def mark_lost(self) -> None:
+        self.lost = True
+        self.changed.set()
+
+    def mark_cancel_requested(self) -> None:
+        self.cancel_requested = True
+
+    # ---- writes ---------------------------------------------------------------------------
+
+    def _entry(
+        self,
+        kind: EntryKind,
+        fid: str,
+        frame_kind: FrameKind,
+        *,
+        name: str | None = None,
+        attempt: int | None = None,
+        dig: str | None = None,
+        value: Any = None,
+        error: dict[str, Any] | None = None,
+        ref: str | None = None,
+    ) -> Entry:
+        code = Code(self.wf.name, self.wf.version, frame_kind.value, name or fid.rsplit("/", 1)[-1], ref or self.wf.ref)
+        return Entry(
+            eid=self.eid, kind=kind, fid=fid, attempt=attempt, digest=dig, value=value, error=error,
+            provenance=self.rt.provenance(epoch=self.epoch, code=code, attempt=attempt),
+        )
+
+    async def _write(self, write: Write, *, kind: str = "append", final: bool = False, payload: Any = None) -> WriteResult:
+        """Commit a write of this execution under its fence. ``append`` (a frame's write) takes the
+        fast lane of the transition path. The caller sets the write's intent (``plain`` marks a
+        write of entries only); the entries pending are only entries of this execution, so they
+        keep it."""
+        if self.closing and not final:
+            raise Closed()
+        if self.lost:
+            raise LeaseLost(self.eid, self.epoch)
+        if self.pending:
+            shift = len(self.pending)
+            write.entries = self.pending + write.entries
+            # every effect whose memo points at an entry (a message, a withdrawal, a claim, an
+            # announcement) moves with it
+            for f in dataclasses.fields(write):
+                items = getattr(write, f.name)
+                if isinstance(items, list) and items and hasattr(items[0], "memo"):
+                    setattr(write, f.name, [_shift(item, shift) for item in items])
+            self.pending = []
+        write.fence = self.fence
+        t = Transition(kind, write, self.eid, self.wf.name, self.rt.principal, self.record.application, payload)
+        try:
+            result = await store_call(commit(self.rt, t))
+        except LeaseLost:
+            self.mark_lost()
+            raise
+        if result.entry_seqs:
+            self.last_seq = max(self.last_seq, *result.entry_seqs)
+        return result
+
+    # ---- frames ---------------------------------------------------------------------------
+
+    def _frame(self, name: str, key: str | None, kind: FrameKind, dig: str) -> tuple[str, Entry | None]:
+        """Assign the frame id (at call time) and check it against the journal.
+
+        Returns the fid and its outcome entry when the frame has one (its memo, or its final failure).
+        """
+        fid = self.ids.assign(name, key)
+        if self.nondeterminism is not None:
+            raise self.nondeterminism
+        detail = divergence(self.memo, fid, kind, dig)
+        if detail is not None:
+            self._nondeterministic(fid, detail)
+        outcome = self.memo.outcome.get(fid)
+        if outcome is None and self.cancel_requested and not self.closing:
+            raise Cancelled(f"execution {self.eid} was cancelled (seen at frame {fid})")
+        return fid, outcome
+
+    def _nondeterministic(self, fid: str, detail: str) -> None:
+        self.nondeterminism = NondeterminismError(self.eid, fid, detail)
+        raise self.nondeterminism
+
+    def _check_all_visited(self) -> None:
+        missed = unvisited(self.memo, self.ids.visited)
+        if missed:
+            self.nondeterminism = NondeterminismError(
+                self.eid, missed[0], f"the journal holds {len(missed)} frame(s) that this code never created: "
+                + ", ".join(missed[:5])
+            )
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        self.live += 1
+
+        async def run() -> Any:
+            try:
+                return await coro
+            finally:
+                self.live -= 1
+                self.changed.set()
+
+        task = asyncio.ensure_future(run())
+        self.frame_tasks.add(task)
+        task.add_done_callback(self.frame_tasks.discard)
+        return task
+
+    def _done(self, value: Any = None, exc: BaseException | None = None) -> asyncio.Future[Any]:
+        fut = asyncio.get_running_loop().create_future()
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(value)
+        return fut
+
+    async def _wait(self, wait: Wait) -> Any:
+        """The frame waits: the activation suspends once every live frame waits."""
+        self.waits[wait.fid] = wait
+        self.live -= 1
+        self.changed.set()
+        try:
+            await asyncio.get_running_loop().create_future()  # resolved by a later activation
+        finally:
+            self.live += 1
+
+    def _outcome_value(self, fid: str, outcome: Entry) -> asyncio.Future[Any]:
+        if outcome.kind is EntryKind.FRAME_FAILED:
+            return self._done(exc=frame_failed(fid, outcome, len(self.memo.failures[fid])))
+        return self._done(outcome.value)
+
+    def channel_name(self, channel: str, scope: Scope) -> str:
+        if scope == "execution":
+            return f"{self.eid}.{channel}"
+        if scope == "global":
+            return global_channel(channel, self.record.application)
+        raise ValueError(f"scope must be 'execution' or 'global', got {scope!r}")
+
+
+def global_channel(channel: str, application: str | None) -> str:
+    """The stored name of a global channel: an application's own global channels are apart from
+    every other application's (``{application}::{channel}``)."""
+    return channel if application is None else f"{application}::{channel}"
+
+
+def plain(write: Write) -> Write:
+    """Mark a write that holds only entries of one fenced execution as a plain append."""
+    if write.intent is None:
+        write.intent = Intent.APPEND
+    return write
+
+
+def _shift(item: Any, shift: int) -> Any:
+    if getattr(item, "memo", None) is None:
+        return item
+    return dataclasses.replace(item, memo=item.memo + shift)

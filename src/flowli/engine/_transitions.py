@@ -1,0 +1,105 @@
+"""The one transition path: every change to an execution is a named :class:`Transition` (an
+intent plus its write), committed by :func:`commit`.
+
+``commit`` runs the middleware chain (``engine.use``), the store write, and the reactions that
+the write itself calls for: wake the workers for a task visible now, plan the sweeper's wake for
+a timer or a task visible later, the second append of lifecycle entries onto the control log,
+and the in-process wake-ups of whoever waits for an execution (``engine.result``,
+``engine.watch``). Nothing else calls ``Store.write`` for a change to an execution.
+
+The frame writes of a running activation (kind ``append``: steps, effects, child starts) take a
+fast lane: no middleware, which sees the transitions that start, signal, decide, suspend, end or
+recover an execution, but the same reactions and the observers (``engine.observe``), which are
+plain callbacks called after every commit, appends included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flowli.domain import Entry, Principal
+from flowli.store import Write, WriteResult
+
+from ._runtime import Runtime
+
+KINDS = frozenset({
+    "start", "signal", "broadcast", "cancel", "migrate", "answer", "fail", "expire", "step_outcome",
+    "hand_back", "suspend", "block", "end", "fire", "recover", "fold", "retry", "terminate", "append",
+})
+"""Every transition kind. ``append`` is the fast lane of a running activation's frame writes."""
+
+
+@dataclass(slots=True)
+class Transition:
+    """One change to an execution (or, for ``fire`` and ``broadcast``, to several): what a
+    middleware sees. ``payload`` is the intent's own data (a signal's channel and payload, a
+    cancel's reason, an answer's value); ``write`` is what the store applies."""
+
+    kind: str
+    write: Write
+    eid: str | None = None
+    workflow: str | None = None
+    principal: Principal | None = None
+    application: str | None = None
+    payload: Any = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown transition kind {self.kind!r}")
+
+
+CallNext = Callable[[], Awaitable[WriteResult]]
+Middleware = Callable[[Transition, CallNext], Awaitable[WriteResult]]
+Observer = Callable[[Transition, WriteResult], None]
+
+
+async def commit(rt: Runtime, t: Transition) -> WriteResult:
+    """Commit one transition: the middleware chain (not for ``append``), the store write, the
+    reactions, the observers. A middleware that raises refuses it: nothing is written."""
+    if t.kind == "append" or not rt.middleware:
+        return await _apply(rt, t)
+    chain: list[Middleware] = list(rt.middleware)
+
+    async def call(i: int) -> WriteResult:
+        if i == len(chain):
+            return await _apply(rt, t)
+        called = False
+
+        async def call_next() -> WriteResult:
+            nonlocal called
+            if called:
+                raise RuntimeError(f"middleware {chain[i]!r} called call_next twice for one {t.kind} transition")
+            called = True
+            return await call(i + 1)
+
+        return await chain[i](t, call_next)
+
+    return await call(0)
+
+
+async def _apply(rt: Runtime, t: Transition) -> WriteResult:
+    now = rt.clock.now()
+    result = await rt.store.write(t.write, now)
+    react(rt, t.write, result, now)
+    for observer in rt.observers:
+        observer(t, result)
+    return result
+
+
+def react(rt: Runtime, w: Write, result: WriteResult, now: datetime) -> None:
+    """The reactions that a committed write calls for, derived from the write alone."""
+    created = [new for new, made in zip(w.executions, result.created) if made]
+    if w.tasks or w.resumes or w.wake_waiters or result.woke or any(new.task is not None for new in created):
+        rt.work.set()
+    later = [t.visible_at for t in w.tasks if t.visible_at > now] + [t.at for t in w.timers]
+    if later:
+        rt.timer_set(min(later))
+    lifecycle = [Entry(**{**e.__dict__, "seq": s}) for e, s in zip(w.entries, result.entry_seqs) if e.kind.lifecycle]
+    lifecycle += [Entry(**{**new.entry.__dict__, "seq": 1}) for new in created]
+    if lifecycle:
+        rt.announce_soon(lifecycle)
+    if w.status is not None and w.status.status.terminal:
+        rt.ended_execution(w.status.eid)
