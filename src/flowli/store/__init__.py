@@ -16,4 +16,5 @@ from ._protocol import WakeWaiters as WakeWaiters
 from ._protocol import Withdrawal as Withdrawal
 from ._protocol import Write as Write
 from ._protocol import WriteResult as WriteResult
+from ._protocol import fits as fits
 from ._sqlite_file import connect_wal as connect_wal

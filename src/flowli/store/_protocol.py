@@ -12,6 +12,7 @@ controls timers and leases.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -189,6 +190,44 @@ class Write:
     wake: WakeCheck | None = None
     wake_waiters: list[WakeWaiters] = field(default_factory=list)
     announcements: list[Announcement] = field(default_factory=list)
+
+
+_FIELDS: dict[Intent, frozenset[str]] = {
+    Intent.START: frozenset({"executions"}),
+    Intent.SIGNAL: frozenset({"expect", "messages", "resumes"}),
+    Intent.FIRE: frozenset({"fired", "resumes"}),
+    Intent.APPEND: frozenset({"fence", "entries", "status", "release", "clear_timers", "clear_waiters"}),
+    Intent.FENCED: frozenset({"fence", "entries", "status", "release", "clear_timers", "clear_waiters", "timers", "wake"}),
+    Intent.ANNOUNCE: frozenset({"announcements"}),
+}
+
+
+def fits(intent: Intent, w: Write) -> bool:
+    """Whether ``w`` has the shape that ``intent`` promises (see :class:`Intent`). For checks and
+    tests: the engine sets intents where it builds writes, and backends trust them."""
+    parts = {f.name for f in dataclasses.fields(w) if f.name != "intent" and getattr(w, f.name)}
+    if not parts <= _FIELDS[intent]:
+        return False
+    if intent is Intent.START:
+        return len(w.executions) == 1 and w.executions[0].entry.kind.lifecycle
+    if intent is Intent.SIGNAL:
+        return (w.expect is not None and len(w.messages) == 1 and w.messages[0].memo is None
+                and len(w.resumes) == 1 and w.resumes[0].eid == w.expect[0])
+    if intent is Intent.FIRE:
+        return bool(w.fired) and len(w.fired) == len(w.resumes)
+    if intent is Intent.ANNOUNCE:
+        return bool(w.announcements) and all(a.entry.journal_seq is not None and a.memo is None
+                                             for a in w.announcements)
+    f = w.fence
+    if f is None:
+        return False
+    one = (all(e.eid == f.eid for e in w.entries) and (w.status is None or w.status.eid == f.eid)
+           and all(x == f.eid for x in w.clear_timers) and all(x == f.eid for x in w.clear_waiters))
+    if intent is Intent.APPEND:
+        return one and bool(w.entries)
+    wake = w.wake
+    return one and all(t.eid == f.eid for t in w.timers) and (
+        wake is None or not (wake.channels or wake.children or wake.journal_after is not None))
 
 
 @dataclass(frozen=True)

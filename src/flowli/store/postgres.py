@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import re
@@ -43,7 +42,7 @@ from flowli.domain import (
 
 from . import _codec as c
 from ._apply import Plan, apply_write, settle
-from ._protocol import Acquired, Renewal, Write, WriteResult
+from ._protocol import Acquired, Intent, Renewal, Write, WriteResult
 
 log = logging.getLogger("flowli.store.postgres")
 _BATCH = 256
@@ -118,27 +117,19 @@ class _Connection(asyncpg.Connection):  # type: ignore[misc]
         return ""
 
 
-_WRITE_FIELDS = tuple(f.name for f in dataclasses.fields(Write))
-_APPEND_FIELDS = frozenset({"fence", "entries", "status", "release", "clear_timers", "clear_waiters"})
-_START_FIELDS = frozenset({"executions"})
-_MIRROR_FIELDS = frozenset({"announcements"})
+def _is(intent: Intent) -> Callable[[Write], bool]:
+    def check(w: Write) -> bool:
+        return w.intent is intent
+
+    return check
 
 
-def _only(w: Write, allowed: frozenset[str]) -> bool:
-    """Whether every part of ``w`` outside ``allowed`` is empty."""
-    return not any(getattr(w, name) for name in _WRITE_FIELDS if name not in allowed)
-
-
-def _plain_append(w: Write) -> bool:
-    """A write that appends entries under its fence and at most changes the status of the fenced
-    execution and releases its lease: a frame.started and its outcome, most writes of a running
-    execution, and its end."""
-    eid = w.fence.eid if w.fence is not None else None
-    return (
-        eid is not None and bool(w.entries) and all(e.eid == eid for e in w.entries)
-        and (w.status is None or w.status.eid == eid) and all(x == eid for x in w.clear_timers)
-        and all(x == eid for x in w.clear_waiters) and _only(w, _APPEND_FIELDS)
-    )
+_plain_append = _is(Intent.APPEND)
+"""A write of entries under its fence (with at most a status change of the fenced execution, its
+release and its timers and waiters cleared): a frame.started and its outcome, most writes of a
+running execution, and its end."""
+_mirror_only = _is(Intent.ANNOUNCE)
+"""A write of the second append: control-log appends of journal entries, nothing else."""
 
 
 def _changes_record(w: Write) -> bool:
@@ -259,12 +250,6 @@ def _append_runs(writes: list[Write]) -> list[list[Write]]:
     return runs
 
 
-def _mirror_only(w: Write) -> bool:
-    """A write of the second append: control-log appends of journal entries, nothing else."""
-    return bool(w.announcements) and all(a.entry.journal_seq is not None and a.memo is None for a in w.announcements) \
-        and _only(w, _MIRROR_FIELDS)
-
-
 _MIRRORS = (
     "WITH x AS (SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::bigint[],"
     " $7::text[], $8::text[], $9::text[], $10::text[]) AS x(ord, eid, journal_seq, kind, fid, attempt, digest, value,"
@@ -296,11 +281,6 @@ async def _many_mirrors(conn: asyncpg.Connection, writes: list[Write]) -> list[t
             i += 1
     await conn.execute(_MIRRORS, *cols)
     return [(WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[]), None) for _ in writes]
-
-
-def _plain_start(w: Write) -> bool:
-    """A write that only creates one execution (``Engine.start``)."""
-    return len(w.executions) == 1 and w.executions[0].entry.kind.lifecycle and _only(w, _START_FIELDS)
 
 
 _START_HEAD = (
@@ -347,18 +327,6 @@ _ACQUIRE_ACK = (
 )
 
 
-_SIGNAL_FIELDS = frozenset({"expect", "messages", "resumes"})
-
-
-def _plain_signal(w: Write) -> bool:
-    """A write that sends one message and resumes the one execution whose status it checks
-    (``Engine.signal``)."""
-    return (
-        w.expect is not None and len(w.messages) == 1 and w.messages[0].memo is None and len(w.resumes) == 1
-        and w.resumes[0].eid == w.expect[0] and _only(w, _SIGNAL_FIELDS)
-    )
-
-
 # the execution's row first (FOR UPDATE), then the channel's: the order a suspension locks them in
 _SIGNAL = (
     "WITH s AS (SELECT eid, queue FROM executions WHERE eid = $1 AND status = ANY($2::text[]) FOR UPDATE),"
@@ -388,14 +356,6 @@ async def _signal(conn: asyncpg.Connection, w: Write, origin: str) -> WriteResul
         need = " or ".join(sorted(s.value for s in statuses))
         raise ExecutionStateError(eid, status, "change", need)
     return WriteResult(entry_seqs=[], entry_values=[], message_seqs=[int(seq)], created=[])
-
-
-_FIRE_FIELDS = frozenset({"resumes", "fired"})
-
-
-def _plain_fire(w: Write) -> bool:
-    """A write of the sweeper that fires due timers: each timer deleted, a RESUME for its execution."""
-    return bool(w.fired) and len(w.fired) == len(w.resumes) and _only(w, _FIRE_FIELDS)
 
 
 _FIRE = (
@@ -432,26 +392,6 @@ _ACQUIRE_MANY = (
     " AND (SELECT count(*) FROM x) >= 0)"
     f" SELECT {c.EXECUTION_COLUMNS} FROM x"
 )
-
-
-_FENCED_FIELDS = frozenset({"fence", "entries", "status", "release", "clear_timers", "clear_waiters", "timers", "wake"})
-
-
-def _plain_fenced(w: Write) -> bool:
-    """A write of one execution under its fence that one statement applies: its entries, a
-    status change, the release, its timers cleared and set, its waiters cleared, and a wake check
-    that looks only at a due timer and a cancel request (an end, a suspension on timers)."""
-    f = w.fence
-    if f is None or not _only(w, _FENCED_FIELDS):
-        return False
-    eid = f.eid
-    wake = w.wake
-    return (
-        all(e.eid == eid for e in w.entries) and (w.status is None or w.status.eid == eid)
-        and all(x == eid for x in w.clear_timers) and all(x == eid for x in w.clear_waiters)
-        and all(t.eid == eid for t in w.timers)
-        and (wake is None or not (wake.channels or wake.children or wake.journal_after is not None))
-    )
 
 
 async def _fenced(conn: asyncpg.Connection, w: Write, now: datetime, origin: str) -> WriteResult:
@@ -527,6 +467,11 @@ async def _fenced(conn: asyncpg.Connection, w: Write, now: datetime, origin: str
     return WriteResult(entry_seqs=list(range(base, base + n)), entry_values=[e.value for e in w.entries],
                        message_seqs=[], created=[], woke=bool(row[1]))
 
+
+_SINGLE: dict[Intent, Callable[..., Any]] = {
+    Intent.START: _start, Intent.FIRE: _fire, Intent.SIGNAL: _signal, Intent.FENCED: _fenced,
+}
+"""The one-statement form of each intent that has one."""
 
 _READ_JOURNALS = f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = ANY($1::text[]) ORDER BY eid, seq"
 _DEQUEUE = (
@@ -762,7 +707,7 @@ class PostgresStore:
 
     async def write(self, write: Write, now: datetime) -> WriteResult:
         fut: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
-        if write.fence is None and (write.executions or _plain_signal(write)):
+        if write.intent in (Intent.START, Intent.SIGNAL):
             lane = self._starts  # a client's write: never behind the batches of a busy worker
             lock = self._locks[self.writers]
             if not lock.locked() and lane.empty() and self._single(write) is not None:
@@ -904,17 +849,9 @@ class PostgresStore:
 
     @staticmethod
     def _single(w: Write) -> Callable[..., Any] | None:
-        """The one-statement form of a write, if it has one: a start, fired timers, a signal, a
-        plain fenced write that is not a plain append (those go together in runs)."""
-        if _plain_start(w):
-            return _start
-        if _plain_fire(w):
-            return _fire
-        if _plain_signal(w):
-            return _signal
-        if _plain_fenced(w) and not _plain_append(w):
-            return _fenced
-        return None
+        """The one-statement form of a write's intent, if it has one: a start, fired timers, a
+        signal, a fenced write (plain appends go together in runs, see ``_many_appends``)."""
+        return _SINGLE.get(w.intent) if w.intent is not None else None
 
     async def _one_statement(
         self, conn: asyncpg.Connection, w: Write, now: datetime, form: Callable[..., Any]
