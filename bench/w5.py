@@ -184,7 +184,7 @@ async def wait_all(
         seen = len(eids)
         ask = open_[:window]
         if ask:
-            for record in await engine.store.read_executions(ask):
+            for record in await engine.statuses(ask):
                 if record.terminal:
                     ended[record.eid] = record
             open_ = [eid for eid in open_ if eid not in ended]

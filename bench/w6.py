@@ -68,7 +68,7 @@ async def wait_for(engine: flowli.Engine, eids: list[str], done: Any, what: str,
     while True:
         remaining = [eid for eid in eids if eid not in reached]
         for at in range(0, len(remaining), CHUNK):
-            for record in await engine.store.read_executions(remaining[at:at + CHUNK]):
+            for record in await engine.statuses(remaining[at:at + CHUNK]):
                 if done(record):
                     reached[record.eid] = record
                 elif record.terminal:

@@ -51,10 +51,10 @@ async def spawn_ready(workers: Workers, names: list[str], *options: str) -> list
 
 async def all_completed(engine: flowli.Engine, eids: list[str], timeout: float) -> None:
     async def ended() -> bool:
-        return all(r.terminal for r in await engine.store.read_executions(eids))
+        return all(r.terminal for r in await engine.statuses(eids))
 
     await until(ended, timeout, f"{len(eids)} executions to end")
-    statuses = Counter(r.status for r in await engine.store.read_executions(eids))
+    statuses = Counter(r.status for r in await engine.statuses(eids))
     assert statuses == {Status.COMPLETED: len(eids)}, statuses
 
 
@@ -141,7 +141,7 @@ async def test_sweepers_in_every_worker_fire_each_timer_once(tmp_path: Path, pg_
     async with engine:
         eids = await asyncio.gather(*(engine.start("crash.nap", str(tmp_path), 1.0) for _ in range(30)))
         await all_completed(engine, eids, 60)
-        tasks = await engine.store.read_tasks(include_acked=True)
+        tasks = await engine._store.read_tasks(include_acked=True)
         journals = {eid: await engine.journal(eid) for eid in eids}
 
     for eid in eids:
@@ -173,7 +173,7 @@ async def test_each_dead_execution_is_recovered_once(tmp_path: Path, pg_url: str
         (tmp_path / RELEASE).touch()  # the held steps of the next workers return at once
         await spawn_ready(workers, ["b", "c", "d"])
         await all_completed(engine, eids, 60)
-        tasks = await engine.store.read_tasks(include_acked=True)
+        tasks = await engine._store.read_tasks(include_acked=True)
         journals = {eid: await engine.journal(eid) for eid in eids}
 
     for eid in eids:

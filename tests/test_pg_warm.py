@@ -31,7 +31,7 @@ async def test_the_first_executions_after_open_prepare_nothing_and_look_up_no_ty
         engine = await flowli.connect(url, registry)
         queries: list[str] = []
         async with engine:
-            store = engine.store
+            store = engine._store
             pool = store._pool  # type: ignore[attr-defined]
             conns = [*store._wconns.values()]  # type: ignore[attr-defined]
             held = [await pool.acquire() for _ in range(pool.get_size() - len(conns))]

@@ -19,6 +19,7 @@ from flowli._connect import open_store
 from flowli.store import Intent, Write
 
 from ..pg import fresh_schema
+from ..rows import dump
 from . import (
     conftest,
     test_acquire_many,
@@ -52,22 +53,18 @@ def _cases() -> list[Any]:
 
 
 async def _dump(url: str) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table of flowli's schema, sorted. The control log without its seqs:
-    writes gathered on different writers take them in the order their commits come, which two
-    runs need not share (the order of each execution's entries is checked on its own)."""
+    """Every row of every table, sorted; the control log without its seqs (writes gathered on
+    different writers take them in the order their commits come, which two runs need not share),
+    and the order of each execution's entries in it on its own."""
+    found = await dump(url, control_log_seqs=False)
     base, _, schema = url.partition("?schema=")
     conn = await asyncpg.connect(base)
     try:
-        tables = [r[0] for r in await conn.fetch(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name", schema)]
-        dump = {t: sorted((tuple(r) for r in await conn.fetch(f'SELECT * FROM "{schema}"."{t}"')), key=repr)
-                for t in tables}
         rows = await conn.fetch(f'SELECT eid, journal_seq FROM "{schema}".control_log ORDER BY seq')
-        dump["control_log"] = sorted((row[1:] for row in dump["control_log"]), key=repr)
-        dump["control_log order"] = [tuple(r) for r in sorted(rows, key=lambda r: r["eid"])]
-        return dump
     finally:
         await conn.close()
+    found["control_log order"] = [tuple(r) for r in sorted(rows, key=lambda r: r["eid"])]
+    return found
 
 
 class _Counting(conftest.Intended):

@@ -45,11 +45,11 @@ async def pg_workers(tmp_path: Path) -> AsyncIterator[Workers]:
 
 async def stranded(engine: flowli.Engine, eids: list[str]) -> str:
     """The state of the executions that did not end (three at most): record, journal, tasks."""
-    left = [r for r in await engine.store.read_executions(eids) if not r.terminal]
+    left = [r for r in await engine.statuses(eids) if not r.terminal]
     told = [f"{len(left)} executions did not end"]
     for r in left[:3]:
-        ready = {t.id for t in await engine.store.read_tasks(eid=r.eid)}
-        tasks = await engine.store.read_tasks(eid=r.eid, include_acked=True)
+        ready = {t.id for t in await engine._store.read_tasks(eid=r.eid)}
+        tasks = await engine._store.read_tasks(eid=r.eid, include_acked=True)
         told += [
             f"-- {r.eid}: {r.status.value}, lease {r.lease_owner} epoch {r.lease_epoch} until {r.lease_expires_at}",
             summary(await engine.journal(r.eid)),
@@ -104,7 +104,7 @@ async def test_two_sigkills_and_a_restart_lose_no_execution(
         await kill_after(second_kill, victims[1])
 
         async def all_ended() -> bool:
-            return all(r.terminal for r in await engine.store.read_executions(eids))
+            return all(r.terminal for r in await engine.statuses(eids))
 
         remaining = COMPLETION_BOUND - (time.monotonic() - began)
         try:
@@ -112,7 +112,7 @@ async def test_two_sigkills_and_a_restart_lose_no_execution(
         except AssertionError as exc:
             raise AssertionError(f"{exc} ({plan})\n{await stranded(engine, eids)}") from None
         ran_for = time.monotonic() - began
-        records = {r.eid: r for r in await engine.store.read_executions(eids)}
+        records = {r.eid: r for r in await engine.statuses(eids)}
         journals = {eid: await engine.journal(eid) for eid in eids}
 
         async def no_task_left() -> bool:

@@ -47,7 +47,7 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
             await until(lambda b=batch, k=kill_after: sum(line[0] in b for line in lines(tmp_path / EFFECTS)) >= k,
                         20, f"{kill_after} steps in worker a{burst}")
             workers.kill(f"a{burst}")
-            missing = await engine.store.unannounced(datetime.now(UTC), 10 * len(eids))
+            missing = await engine._store.unannounced(datetime.now(UTC), 10 * len(eids))
             if any(e.kind is EntryKind.EXECUTION_COMPLETED for e in missing):
                 break
         pids.add(workers.spawn("b", *NO_REPAIR).pid)
@@ -61,7 +61,7 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
         assert set(records.values()) == {Status.COMPLETED}
         listed = {s.eid: s.status for s in await fresh.list(limit=2 * len(eids))}
         stale = {eid for eid in eids if listed.get(eid) != records[eid]}
-        unmirrored = await fresh.store.unannounced(datetime.now(UTC), 10 * len(eids))
+        unmirrored = await fresh._store.unannounced(datetime.now(UTC), 10 * len(eids))
         ends = sum(e.kind is EntryKind.EXECUTION_COMPLETED for e in unmirrored)
         report = (f"seed {seed}, {burst + 1} burst(s): {len(unmirrored)} lifecycle entries missing from the control"
                   f" log ({ends} execution.completed), {len(stale)} executions listed with a stale status before"
@@ -76,7 +76,7 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
                 break
         listed = {s.eid: s.status for s in await fresh.list(limit=2 * len(eids))}
         assert listed == records, report
-        assert await fresh.store.unannounced(datetime.now(UTC), 10 * len(eids)) == []
+        assert await fresh._store.unannounced(datetime.now(UTC), 10 * len(eids)) == []
 
 
 async def test_sweep_appends_a_lifecycle_entry_that_a_worker_did_not_mirror(tmp_path: Path, db_url: str) -> None:
@@ -87,12 +87,12 @@ async def test_sweep_appends_a_lifecycle_entry_that_a_worker_did_not_mirror(tmp_
     async with engine:
         eid = await engine.start("crash.steps", str(tmp_path), ["only"])
         owner, now = "crash-test:worker", datetime.now(UTC)
-        acquired = await engine.store.acquire(eid, owner, timedelta(seconds=30), now)
+        acquired = await engine._store.acquire(eid, owner, timedelta(seconds=30), now)
         assert acquired.epoch is not None
         prov = Provenance(Actor("worker", owner), Site(worker=owner, epoch=acquired.epoch),
                           Code("crash.steps", "1", "root", "root"), now)
         entry = Entry(eid=eid, kind=EntryKind.EXECUTION_COMPLETED, provenance=prov, fid="root", value=["done"])
-        written = await engine.store.write(
+        written = await engine._store.write(
             Write(fence=Fence(eid, owner, acquired.epoch), entries=[entry],
                   status=StatusChange(eid, Status.COMPLETED, result=["done"]), release=True),
             now,
@@ -106,7 +106,7 @@ async def test_sweep_appends_a_lifecycle_entry_that_a_worker_did_not_mirror(tmp_
     async with fresh:
         assert await fresh.sweep() == 1
         assert [(s.eid, s.status) for s in await fresh.list()] == [(eid, Status.COMPLETED)]
-        control = [(e.kind, e.journal_seq) for e in await fresh.store.read_control_log() if e.eid == eid]
+        control = [(e.kind, e.journal_seq) for e in await fresh._store.read_control_log() if e.eid == eid]
         assert control == [(EntryKind.EXECUTION_STARTED, 1), (EntryKind.EXECUTION_COMPLETED, written.entry_seqs[0])]
         assert await fresh.sweep() == 0  # repaired once
 
@@ -123,17 +123,17 @@ async def test_a_worker_that_does_not_crash_makes_both_appends(tmp_path: Path, d
             assert await engine.result(eid, timeout=10) == f"after:{os.getpid()}"
 
             async def mirrored_end() -> bool:  # the second append follows the last write
-                control = await engine.store.read_control_log()
+                control = await engine._store.read_control_log()
                 return any(e.eid == eid and e.kind is EntryKind.EXECUTION_COMPLETED for e in control)
 
             await until(mirrored_end, 10, "the end of the execution on the control log")
         journal = await engine.journal(eid)
         lifecycle = [(e.kind, e.seq) for e in journal if e.kind.lifecycle]
-        control = [(e.kind, e.journal_seq) for e in await engine.store.read_control_log() if e.eid == eid]
+        control = [(e.kind, e.journal_seq) for e in await engine._store.read_control_log() if e.eid == eid]
         assert [k for k, _ in lifecycle] == [EntryKind.EXECUTION_STARTED, EntryKind.EXECUTION_SUSPENDED,
                                              EntryKind.EXECUTION_RESUMED, EntryKind.EXECUTION_COMPLETED]
         assert control == lifecycle
-        assert await engine.store.unannounced(datetime.now(UTC), 100) == []
+        assert await engine._store.unannounced(datetime.now(UTC), 100) == []
 
 
 async def _status_is(engine: flowli.Engine, eid: str, status: Status) -> bool:

@@ -148,7 +148,7 @@ async def test_first_completed_entry_wins(open_engine, db_url):
             eid=eid, kind=EntryKind.FRAME_COMPLETED, fid="root/afetch#0", attempt=1, value=999,
             provenance=Provenance(Actor("worker", "other"), Site(), Code("first", "1", "step", "afetch"), engine.clock.now()),
         )
-        await engine.store.write(Write(entries=[late]), engine.clock.now())
+        await engine._store.write(Write(entries=[late]), engine.clock.now())
         await engine.signal(eid, "go", None)
         assert await engine.result(eid, timeout=30) == 10
 

@@ -66,13 +66,13 @@ async def test_a_start_with_a_free_worker_slot_is_created_leased_and_writes_no_s
             eid = await engine.start("direct", "a")
             record = await engine.status(eid)
             assert record.status is Status.RUNNING
-            assert record.lease_owner == engine.rt.owner
+            assert record.lease_owner == engine._rt.owner
             assert record.lease_epoch == 1
-            assert await engine.store.read_tasks(eid=eid, include_acked=True) == []
+            assert await engine._store.read_tasks(eid=eid, include_acked=True) == []
             release.set()
             assert await engine.result(eid, timeout=30) == "a"
             assert worker.reserved == 0
-        assert await engine.store.read_tasks(eid=eid, include_acked=True) == []
+        assert await engine._store.read_tasks(eid=eid, include_acked=True) == []
         final = await engine.status(eid)
         assert final.status is Status.COMPLETED and final.lease_epoch == 1  # never acquired again
         journal = await engine.journal(eid)
@@ -89,7 +89,7 @@ async def test_a_start_without_a_running_worker_writes_a_start_task(open_engine)
 
     async with open_engine(registry, worker=False) as engine:
         eid = await engine.start("queued", 1)
-        [task] = await engine.store.read_tasks(eid=eid, include_acked=True)
+        [task] = await engine._store.read_tasks(eid=eid, include_acked=True)
         assert task.kind is TaskKind.START and task.queue == "default"
         record = await engine.status(eid)
         assert record.status is Status.PENDING and record.lease_owner is None and record.lease_epoch == 0
@@ -110,7 +110,7 @@ async def test_a_worker_on_another_queue_does_not_take_a_start_directly(open_eng
             await accepting(other)
             eid = await engine.start("elsewhere")
             assert other.reserved == 0 and other.running == {}
-            [task] = await engine.store.read_tasks(eid=eid, include_acked=True)
+            [task] = await engine._store.read_tasks(eid=eid, include_acked=True)
             assert task.kind is TaskKind.START and task.queue == "default"
             record = await engine.status(eid)
             assert record.status is Status.PENDING and record.lease_owner is None
@@ -127,11 +127,11 @@ async def test_a_full_worker_sends_further_starts_through_start_tasks(open_engin
             first = await engine.start("busy", "1")
             second = await engine.start("busy", "2")
             third = await engine.start("busy", "3")
-            assert await engine.store.read_tasks(eid=first, include_acked=True) == []
+            assert await engine._store.read_tasks(eid=first, include_acked=True) == []
             record = await engine.status(first)
-            assert record.lease_owner == engine.rt.owner and record.lease_epoch == 1
+            assert record.lease_owner == engine._rt.owner and record.lease_epoch == 1
             for eid in (second, third):
-                [task] = await engine.store.read_tasks(eid=eid, include_acked=True)
+                [task] = await engine._store.read_tasks(eid=eid, include_acked=True)
                 assert task.kind is TaskKind.START
                 assert (await engine.status(eid)).status is Status.PENDING
             release.set()
@@ -175,7 +175,7 @@ async def test_a_keyed_start_twice_runs_once_and_gives_the_slot_back(open_engine
             await until(lambda: not worker.running, "idle")
             assert worker.reserved == 0
         assert ran == [1, 3]
-        assert await engine.store.read_tasks(eid=first, include_acked=True) == []
+        assert await engine._store.read_tasks(eid=first, include_acked=True) == []
         assert len(await engine.list(workflow="keyed")) == 2
 
 
@@ -207,13 +207,13 @@ Writes = list[list[tuple[str, str, str | None, int | None]]]
 def record_writes(engine: flowli.Engine) -> Writes:
     """Wrap the store's write (the real one still runs): each write's entries as (eid, kind, fid, attempt)."""
     writes: Writes = []
-    orig = engine.store.write
+    orig = engine._store.write
 
     async def recorder(write: Write, now: Any) -> Any:
         writes.append([(e.eid, str(e.kind), e.fid, e.attempt) for e in write.entries])
         return await orig(write, now)
 
-    engine.store.write = recorder  # type: ignore[method-assign]
+    engine._store.write = recorder  # type: ignore[method-assign]
     return writes
 
 
@@ -316,7 +316,7 @@ async def test_a_direct_start_whose_worker_stops_meanwhile_is_handed_back(open_e
         return x + 1
 
     async with open_engine(registry, worker=False) as engine:
-        write = engine.store.write
+        write = engine._store.write
         async with engine.worker(concurrency=4) as worker:
             await accepting(worker)
 
@@ -325,9 +325,9 @@ async def test_a_direct_start_whose_worker_stops_meanwhile_is_handed_back(open_e
                     await worker.retire()
                 return await write(w, now)
 
-            engine.store.write = stop_first  # type: ignore[method-assign]
+            engine._store.write = stop_first  # type: ignore[method-assign]
             eid = await engine.start("handed", 41)
-            engine.store.write = write  # type: ignore[method-assign]
+            engine._store.write = write  # type: ignore[method-assign]
         async with engine.worker(concurrency=4):
             assert await engine.result(eid, timeout=10) == 42
         # not run by the stopped worker under the lease of its start: handed back, then acquired again

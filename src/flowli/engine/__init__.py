@@ -14,3 +14,17 @@ from ._projection import Review as Review
 from ._registry import Registry as Registry
 from ._registry import WorkflowDef as WorkflowDef
 from ._runtime import Options as Options
+
+__all__ = [
+    "Clock",
+    "Consumer",
+    "Context",
+    "Engine",
+    "ExecutionSummary",
+    "Options",
+    "Registry",
+    "Review",
+    "SystemClock",
+    "WorkflowDef",
+    "reply_channel",
+]

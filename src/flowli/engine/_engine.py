@@ -10,47 +10,36 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Sequence
 
 from flowli.domain import (
-    TERMINAL,
-    Actor,
     Cancelled,
-    Code,
     Entry,
-    EntryKind,
     ExecutionRecord,
-    ExecutionStateError,
-    ExecutionTerminalError,
-    FrameKind,
     NoOpenReviewError,
     Status,
     Task,
-    TaskKind,
     Timer,
-    UnknownExecutionError,
     UnknownTaskError,
-    actor_for,
     check_json,
     keyed_eid,
     new_eid,
     principal_for,
-    task_id,
 )
 from flowli.log import Evidence
-from flowli.store import Intent, NewMessage, Resume, StatusChange, Store, WakeWaiters, Write
+from flowli.store import Intent, Store, Write
 
+from . import _operations as ops
+from ._archive import Archive
 from ._clock import Clock, SystemClock
 from ._consumer import Consumer
 from ._errors import rebuild_error
-from ._frames import ROOT
+from ._operations import ENGINE_ACTOR, By, read_journal, read_record, scope_of
 from ._projection import ExecutionSummary, Projection, Review
 from ._registry import Registry
-from ._retention import Archive, entry_from, record_from, retain
+from ._retention import retain
 from ._runtime import Options, Runtime, entries_with_seqs
 from ._tasks import cancel_and_wait
 from ._transitions import Middleware, Observer, Transition, commit
 from ._waits import new_execution
 from ._worker import Worker
-
-_NOT_TERMINAL = frozenset(Status) - TERMINAL
 
 
 class Engine:
@@ -65,13 +54,13 @@ class Engine:
         options: Options | None = None,
         projection_path: str = ":memory:",
     ):
-        self.store = store
+        self._store = store
         self.registry = registry
         self.clock: Clock = clock or SystemClock()
         self.options = options or Options()
-        self.rt = Runtime(store, registry, self.clock, self.options)
-        self.projection = Projection(projection_path, store)
-        self.archive = Archive(Path(self.options.bucket))
+        self._rt = Runtime(store, registry, self.clock, self.options)
+        self._projection = Projection(projection_path, store)
+        self._archive = Archive(Path(self.options.bucket))
         self._workers: list[asyncio.Task[None]] = []
         self._running: list[Worker] = []
         """The workers of this engine: a start here may hand its execution to one."""
@@ -86,12 +75,12 @@ class Engine:
         and nothing is written."""
         if not callable(middleware):
             raise TypeError(f"engine.use takes an async function (transition, call_next), got {middleware!r}")
-        self.rt.middleware.append(middleware)
+        self._rt.middleware.append(middleware)
 
     def observe(self, observer: Observer) -> None:
         """Register ``observer(transition, result)``, a plain function called after every commit of
         this engine, the frame appends included (keep it cheap: it runs on the hot path)."""
-        self.rt.observers.append(observer)
+        self._rt.observers.append(observer)
 
     def _direct_worker(self, queue: str) -> Worker | None:
         """A worker of this engine on ``queue`` with a free slot, which it reserves."""
@@ -125,16 +114,16 @@ class Engine:
             return
         self._closed = True
         await cancel_and_wait(self._workers)
-        await self.rt.drain()
-        await self.store.close()
-        self.projection.close()
+        await self._rt.drain()
+        await self._store.close()
+        self._projection.close()
 
     @contextlib.asynccontextmanager
     async def worker(
         self, concurrency: int = 64, queues: Sequence[str] = ("default",), *, sweeper: bool = True
     ) -> AsyncIterator[Worker]:
         """Run a worker (and the sweeper) in the background for the duration of the block."""
-        w = Worker(self.rt, concurrency=concurrency, queues=queues, sweeper=sweeper)
+        w = Worker(self._rt, concurrency=concurrency, queues=queues, sweeper=sweeper)
         w.accept()
         self._running.append(w)
         task = asyncio.create_task(w.run(), name="flowli-worker")
@@ -149,7 +138,7 @@ class Engine:
 
     async def run_worker(self, concurrency: int = 64, queues: Sequence[str] = ("default",), *, sweeper: bool = True) -> None:
         """Run a worker in the foreground until cancelled."""
-        w = Worker(self.rt, concurrency=concurrency, queues=queues, sweeper=sweeper)
+        w = Worker(self._rt, concurrency=concurrency, queues=queues, sweeper=sweeper)
         self._running.append(w)
         try:
             await w.run()
@@ -162,50 +151,54 @@ class Engine:
         self,
         workflow: str | Callable[..., Any],
         *args: Any,
-        by: str | None = None,
+        by: By = None,
         key: str | None = None,
         version: str | None = None,
         queue: str = "default",
+        application: str | None = None,
     ) -> str:
-        """Start an execution; returns its eid. With ``key``, a second start returns the first eid."""
+        """Start an execution; returns its eid. With ``key``, a second start (of the same
+        application) returns the first eid. ``by`` is a string or a Principal; the execution
+        belongs to ``application``, else to the principal's (None: single-tenant)."""
+        app = scope_of(by, application)
         wf = self.registry.get(workflow, version)
         wf.bind(args)
         json_args = check_json(list(args), f"the arguments of workflow {wf.name!r}")
-        eid = keyed_eid(wf.name, key) if key is not None else new_eid()
-        actor = actor_for(by, Actor("system", "engine"))
+        eid = keyed_eid(wf.name, key if app is None else f"{app}/{key}") if key is not None else new_eid()
+        principal = principal_for(by, ENGINE_ACTOR, app)
         # a worker of this process with a free slot on the queue runs the execution at once: the
         # record is created with its first lease, so no START task goes through the queue
         worker = self._direct_worker(queue)
-        new = new_execution(self.rt, wf, eid, json_args, queue=queue, key=key, actor=actor, leased=worker is not None)
-        t = Transition("start", Write(intent=Intent.START, executions=[new]), eid, wf.name, principal_for(by, actor),
-                       None, {"args": json_args, "version": wf.version, "queue": queue, "key": key})
+        new = new_execution(self._rt, wf, eid, json_args, queue=queue, key=key, actor=principal.actor,
+                            leased=worker is not None, application=app)
+        t = Transition("start", Write(intent=Intent.START, executions=[new]), eid, wf.name, principal, app,
+                       {"args": json_args, "version": wf.version, "queue": queue, "key": key})
         try:
-            result = await commit(self.rt, t)
+            result = await commit(self._rt, t)
         except BaseException:
             if worker is not None:
                 worker.unreserve()
             raise
-        created = result.created[0]
-        if worker is None:
-            pass
-        elif created:
-            worker.adopt(new.record, entries_with_seqs([new.entry], [1]))
-        else:
-            worker.unreserve()
+        if worker is not None:
+            if result.created[0]:
+                worker.adopt(new.record, entries_with_seqs([new.entry], [1]))
+            else:
+                worker.unreserve()
         return eid
 
-    async def status(self, eid: str) -> ExecutionRecord:
-        record = await self.store.read_execution(eid)
-        if record is None:
-            archived = await asyncio.to_thread(self.archive.read, eid)
-            if archived is None:
-                raise UnknownExecutionError(eid)
-            return record_from(archived["record"])
-        return record
+    async def status(self, eid: str, *, application: str | None = None) -> ExecutionRecord:
+        """The execution record: status, result or error, version, lease state (live or archived)."""
+        return await read_record(self._rt, self._archive, eid, application)
 
-    async def result(self, eid: str, timeout: float | None = None) -> Any:
+    async def statuses(self, eids: Sequence[str], *, application: str | None = None) -> builtins.list[ExecutionRecord]:
+        """The live records of many executions at once (in no set order); unknown ones, archived
+        ones and another application's are left out."""
+        records = await self._store.read_executions(list(eids))
+        return [r for r in records if application is None or r.application == application]
+
+    async def result(self, eid: str, timeout: float | None = None, *, application: str | None = None) -> Any:
         """Wait for a terminal status; return the value, or raise the execution's error."""
-        record = await self._await_end(eid, timeout)
+        record = await self._await_end(eid, timeout, application)
         if record.status is Status.COMPLETED:
             return record.result
         error = record.error or {}
@@ -213,17 +206,17 @@ class Engine:
             raise Cancelled(f"execution {eid} was cancelled")
         raise rebuild_error(eid, error, self.registry)
 
-    async def _await_end(self, eid: str, timeout: float | None) -> ExecutionRecord:
+    async def _await_end(self, eid: str, timeout: float | None, application: str | None) -> ExecutionRecord:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         delay = 0.01
         record: ExecutionRecord | None = None
         fired = False
         while True:
-            ended = self.rt.wait_end(eid)
+            ended = self._rt.wait_end(eid)
             if record is None or fired or self._held(eid) is None:
                 # while an activation of this process holds the execution, its end wakes us: no read
-                record = await self.status(eid)
+                record = await self.status(eid, application=application)
                 if record.terminal:
                     return record
             wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
@@ -235,127 +228,58 @@ class Engine:
             fired = ended.done()
             delay = min(delay * 2, 0.5)  # the poll finds ends in other processes
 
-    async def signal(self, eid: str, channel: str, payload: Any, by: str | None = None) -> int:
+    async def signal(self, eid: str, channel: str, payload: Any, by: By = None, *,
+                     application: str | None = None) -> int:
         """Send one message to ``{eid}.{channel}`` and enqueue a RESUME; returns its sequence."""
-        payload = check_json(payload, f"the payload of signal {channel!r} to execution {eid}")
-        actor = actor_for(by, Actor("system", "engine"))
-        prov = self.rt.provenance(actor=actor)
-        now = self.clock.now()
-        # one write: the store checks the status, appends the message and enqueues the RESUME on
-        # the execution's queue
-        resume = Resume(
-            id=task_id(TaskKind.RESUME, eid, f"signal:{new_eid()}"), eid=eid, payload={"channel": channel},
-            provenance=prov, visible_at=now,
-        )
-        write = Write(intent=Intent.SIGNAL, expect=(eid, _NOT_TERMINAL),
-                      messages=[NewMessage(f"{eid}.{channel}", payload, prov)], resumes=[resume])
-        try:
-            result = await commit(self.rt, Transition("signal", write, eid, None, principal_for(by, actor), None,
-                                                      {"channel": channel, "payload": payload}))
-        except ExecutionStateError as exc:
-            raise ExecutionTerminalError(eid, exc.status, f"signal {channel!r} to") from None
-        except UnknownExecutionError:
-            archived = await asyncio.to_thread(self.archive.read, eid)
-            if archived is None:
-                raise
-            status = archived["record"]["status"]
-            raise ExecutionTerminalError(eid, status, f"signal {channel!r} to") from None
-        return result.message_seqs[0]
+        return await ops.signal(self._rt, self._archive, eid, channel, payload, by, scope_of(by, application))
 
-    async def broadcast(self, channel: str, payload: Any, by: str | None = None) -> int:
+    async def broadcast(self, channel: str, payload: Any, by: By = None, *, application: str | None = None) -> int:
         """Send one message on a global channel and resume every waiter of it."""
-        payload = check_json(payload, f"the payload of broadcast {channel!r}")
-        actor = actor_for(by, Actor("system", "engine"))
-        prov = self.rt.provenance(actor=actor)
-        write = Write(messages=[NewMessage(channel, payload, prov)],
-                      wake_waiters=[WakeWaiters(channel, f"broadcast:{channel}:{new_eid()}", prov)])
-        result = await commit(self.rt, Transition("broadcast", write, None, None, principal_for(by, actor), None,
-                                                  {"channel": channel, "payload": payload}))
-        return result.message_seqs[0]
+        return await ops.broadcast(self._rt, channel, payload, by, scope_of(by, application))
 
-    async def cancel(self, eid: str, by: str | None = None) -> None:
+    async def cancel(self, eid: str, by: By = None, *, application: str | None = None) -> None:
         """Request cancellation: a request in the lease state plus a RESUME. Kills nothing."""
-        record = await self.status(eid)
-        if record.terminal:
-            raise ExecutionTerminalError(eid, record.status.value, "cancel")
-        actor = actor_for(by, Actor("system", "engine"))
-        now = self.clock.now()
-        request = {"by": actor.id, "actor": str(actor), "at": now.isoformat()}
-        resume = Task(
-            id=task_id(TaskKind.RESUME, eid, "cancel"), kind=TaskKind.RESUME, queue=record.queue, eid=eid,
-            payload={"cancel": True}, provenance=self.rt.provenance(actor=actor), visible_at=now,
-        )
-        write = Write(expect=(eid, _NOT_TERMINAL), cancel_request=(eid, request), tasks=[resume])
-        try:
-            await commit(self.rt, Transition("cancel", write, eid, record.workflow, principal_for(by, actor),
-                                             record.application, request))
-        except ExecutionStateError as exc:
-            raise ExecutionTerminalError(eid, exc.status, "cancel") from None
+        await ops.cancel(self._rt, self._archive, eid, by, scope_of(by, application))
         activation = self._held(eid)
         if activation is not None:
             activation.mark_cancel_requested()
 
-    async def migrate(self, eid: str, version: str, by: str | None = None) -> None:
+    async def migrate(self, eid: str, version: str, by: By = None, *, application: str | None = None) -> None:
         """Point a suspended execution at another version of its workflow, and resume it."""
-        record = await self.status(eid)
-        wf = self.registry.get(record.workflow, version)
-        actor = actor_for(by, Actor("system", "engine"))
-        now = self.clock.now()
-        prov = self.rt.provenance(actor=actor, code=Code(wf.name, wf.version, FrameKind.ROOT.value, ROOT, wf.ref))
-        entry = Entry(eid=eid, kind=EntryKind.EXECUTION_MIGRATED, provenance=prov, fid=ROOT,
-                      value={"from": record.version, "to": wf.version, "blocked": record.blocked})
-        resume = Task(
-            id=task_id(TaskKind.RESUME, eid, f"migrate:{new_eid()}"), kind=TaskKind.RESUME, queue=record.queue,
-            eid=eid, payload=None, provenance=prov, visible_at=now,
-        )
-        write = Write(
-            expect=(eid, frozenset({Status.SUSPENDED})), entries=[entry],
-            status=StatusChange(eid, Status.SUSPENDED, version=wf.version), tasks=[resume],
-        )
-        try:
-            await commit(self.rt, Transition("migrate", write, eid, record.workflow, principal_for(by, actor),
-                                             record.application, entry.value))
-        except ExecutionStateError as exc:
-            raise ExecutionStateError(eid, exc.status, "migrate", "suspended") from None
+        await ops.migrate(self._rt, self._archive, self.registry, eid, version, by, scope_of(by, application))
 
-    async def journal(self, eid: str) -> list[Entry]:
-        """Every entry of the execution."""
-        entries = await self.store.read_journal(eid)
-        if not entries and await self.store.read_execution(eid) is None:
-            archived = await asyncio.to_thread(self.archive.read, eid)
-            if archived is None:
-                raise UnknownExecutionError(eid)
-            return [entry_from(e) for e in archived["journal"]]
-        return entries
+    async def journal(self, eid: str, *, application: str | None = None) -> builtins.list[Entry]:
+        """Every entry of the execution, live or archived."""
+        return await read_journal(self._rt, self._archive, eid, application)
 
     async def retain(self) -> int:
         """Run one retention pass now (the sweeper runs them every ``retention_interval``):
         archive each execution finished more than ``retention`` ago; returns how many."""
-        return await retain(self.rt, self.archive)
+        return await retain(self._rt, self._archive)
 
     async def archived(self, eid: str) -> dict[str, Any] | None:
         """The archive object of an execution, or None while it is live."""
-        return await asyncio.to_thread(self.archive.read, eid)
+        return await asyncio.to_thread(self._archive.read, eid)
 
     async def list(
         self, status: Status | str | None = None, workflow: str | None = None, limit: int = 100
     ) -> list[ExecutionSummary]:
         """Executions from the projection, newest first."""
-        await self.rt.drain()  # read your own writes: this process's control-log appends first
-        return await self.projection.list(status, workflow, limit)
+        await self._rt.drain()  # read your own writes: this process's control-log appends first
+        return await self._projection.list(status, workflow, limit)
 
     async def inbox(self, open_only: bool = True, limit: int = 100) -> builtins.list[Review]:
         """The review inbox: reviews that ``flowli.patterns.review`` opened, from the projection."""
-        await self.rt.drain()
-        return await self.projection.reviews(open_only, limit)
+        await self._rt.drain()
+        return await self._projection.reviews(open_only, limit)
 
     async def answer(self, task_id: str, value: Any, by: str | None = None) -> int:
         """Answer a DELEGATE task (a review, a delegate) as ``by``; resumes its execution."""
         eid = task_id.split(":", 2)[1] if task_id.count(":") >= 2 else None
-        tasks = [t for t in await self.store.read_tasks(eid=eid) if t.id == task_id] if eid else []
+        tasks = [t for t in await self._store.read_tasks(eid=eid) if t.id == task_id] if eid else []
         if not tasks:
             raise UnknownTaskError(task_id)
-        return await Consumer(self.rt, tasks[0].queue, "engine", timedelta(0)).answer(tasks[0], value, by=by)
+        return await Consumer(self._rt, tasks[0].queue, "engine", timedelta(0)).answer(tasks[0], value, by=by)
 
     async def review(self, eid: str, approved: bool, *, by: str, reason: str | None = None) -> int:
         """Answer the open review of an execution: ``{"approved", "reason", "by"}``."""
@@ -367,25 +291,29 @@ class Engine:
 
     def consumer(self, queue: str, name: str, lease: timedelta = timedelta(minutes=5)) -> Consumer:
         """A consumer of the DELEGATE tasks of ``queue``: dequeue, answer, ack, nack."""
-        return Consumer(self.rt, queue, name, lease)
+        return Consumer(self._rt, queue, name, lease)
 
     async def evidence(self, eid: str) -> builtins.list[Evidence]:
         """What the steps of an execution wrote while they ran, attempt by attempt (never authority)."""
-        return await asyncio.to_thread(self.rt.bucket.read, eid)
+        return await asyncio.to_thread(self._rt.bucket.read, eid)
 
     async def timers(self, eid: str | None = None) -> builtins.list[Timer]:
         """The timers set, for one execution or all."""
-        return await self.store.read_timers(eid)
+        return await self._store.read_timers(eid)
 
-    async def tasks(self, queue: str | None = None, eid: str | None = None) -> builtins.list[Task]:
-        """The tasks on queues, not yet acked."""
-        return await self.store.read_tasks(queue, eid)
+    async def tasks(
+        self, queue: str | None = None, eid: str | None = None, *, include_acked: bool = False,
+        application: str | None = None,
+    ) -> builtins.list[Task]:
+        """The tasks on queues, not yet acked (with ``include_acked``, also the acked and withdrawn)."""
+        tasks = await self._store.read_tasks(queue, eid, include_acked)
+        return [t for t in tasks if application is None or t.application == application]
 
     async def messages(self, eid: str, channel: str) -> builtins.list[Any]:
-        return await self.store.read_messages(f"{eid}.{channel}", 0, 10_000)
+        return await self._store.read_messages(f"{eid}.{channel}", 0, 10_000)
 
     async def sweep(self) -> int:
         """Run one sweep now (the worker runs them on its own)."""
         from ._sweeper import Sweeper
 
-        return await Sweeper(self.rt).sweep()
+        return await Sweeper(self._rt).sweep()

@@ -15,7 +15,8 @@ from pathlib import Path
 from flowli.domain import Task, TaskKind, task_id
 from flowli.store import Intent, Resume, Write
 
-from ._retention import Archive, retain
+from ._archive import Archive
+from ._retention import retain
 from ._runtime import SWEEPER, Runtime
 from ._tasks import cancel_and_wait
 from ._transitions import Transition, commit

@@ -18,3 +18,24 @@ from ._protocol import Write as Write
 from ._protocol import WriteResult as WriteResult
 from ._protocol import fits as fits
 from ._sqlite_file import connect_wal as connect_wal
+
+__all__ = [
+    "Acquired",
+    "Announcement",
+    "Claim",
+    "Fence",
+    "Intent",
+    "NewExecution",
+    "NewMessage",
+    "Renewal",
+    "Resume",
+    "StatusChange",
+    "Store",
+    "WakeCheck",
+    "WakeWaiters",
+    "Withdrawal",
+    "Write",
+    "WriteResult",
+    "connect_wal",
+    "fits",
+]

@@ -37,7 +37,8 @@ Plan = Generator[Query, Any, Any]
 
 
 def insert_task(task: Task) -> Plan:
-    n = yield ("exec", f"INSERT INTO tasks ({c.TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING",
+    n = yield ("exec", f"INSERT INTO tasks ({c.TASK_COLUMNS}) VALUES ({','.join('?' * c.TASK_WIDTH)})"
+                       " ON CONFLICT (id) DO NOTHING",
                c.task_row(task))
     return n > 0
 
@@ -120,16 +121,16 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         fenced_seq = int(row[0])
     if w.expect is not None:
         eid, statuses = w.expect
-        row = yield ("one", "SELECT status FROM executions WHERE eid = ?{lock}", (eid,))
-        if row is None:
-            raise UnknownExecutionError(eid)
+        row = yield ("one", "SELECT status, application FROM executions WHERE eid = ?{lock}", (eid,))
+        if row is None or (w.application is not None and row[1] != w.application):
+            raise UnknownExecutionError(eid)  # another application's execution is unknown here
         if Status(row[0]) not in statuses:
             need = " or ".join(sorted(s.value for s in statuses))
             raise ExecutionStateError(eid, row[0], "change", need)
     entries = list(w.entries)
     created: list[bool] = []
     for new in w.executions:
-        n = yield ("exec", f"INSERT INTO executions ({c.EXECUTION_COLUMNS}) VALUES ({','.join('?' * 18)})"
+        n = yield ("exec", f"INSERT INTO executions ({c.EXECUTION_COLUMNS}) VALUES ({','.join('?' * c.EXECUTION_WIDTH)})"
                            " ON CONFLICT (eid) DO NOTHING", c.execution_row(new.record))
         created.append(n > 0)
         if n > 0:
@@ -139,8 +140,8 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
     message_seqs: list[int] = []
     for m in w.messages:
         seq = yield from next_message_seq(m.channel)
-        yield ("exec", "INSERT INTO messages (channel, seq, payload, provenance) VALUES (?,?,?,?)",
-               (m.channel, seq, c.js(m.payload), c.prov(m.provenance)))
+        yield ("exec", "INSERT INTO messages (channel, seq, payload, provenance, application) VALUES (?,?,?,?,?)",
+               (m.channel, seq, c.js(m.payload), c.prov(m.provenance), m.application))
         message_seqs.append(seq)
         if m.memo is not None:
             entries[m.memo] = replace(entries[m.memo], value=seq)
@@ -181,8 +182,8 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         yield from insert_task(task)
     for r in w.resumes:
         yield ("exec", f"INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT CAST(? AS TEXT), 'RESUME', queue, eid,"
-                       " CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION), 0, NULL FROM executions"
-                       " WHERE eid = ? ON CONFLICT (id) DO NOTHING",
+                       " CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION), 0, NULL, application, NULL"
+                       " FROM executions WHERE eid = ? ON CONFLICT (id) DO NOTHING",
                (r.id, c.js(r.payload), c.prov(r.provenance), r.visible_at.timestamp(), r.eid))
     for acked, owner in w.acks:
         if owner is None:
@@ -203,12 +204,12 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         yield ("exec", "INSERT INTO waiters (channel, eid) VALUES (?,?) ON CONFLICT DO NOTHING", (channel, eid))
     for ww in w.wake_waiters:
         yield from lock_channel(ww.channel)
-        rows = yield ("all", "SELECT w.eid, e.queue FROM waiters w JOIN executions e ON e.eid = w.eid WHERE w.channel = ?",
-                      (ww.channel,))
-        for eid, queue_name in rows:
+        rows = yield ("all", "SELECT w.eid, e.queue, e.application FROM waiters w JOIN executions e ON e.eid = w.eid"
+                             " WHERE w.channel = ?", (ww.channel,))
+        for eid, queue_name, application in rows:
             yield from insert_task(Task(
                 id=task_id(TaskKind.RESUME, eid, ww.key), kind=TaskKind.RESUME, queue=queue_name, eid=eid,
-                payload=None, provenance=ww.provenance, visible_at=now_dt,
+                payload=None, provenance=ww.provenance, visible_at=now_dt, application=application,
             ))
     for eid in w.delete_executions:
         # scoped channels are "{eid}.{name}": the range [eid + ".", eid + "/") holds exactly them

@@ -51,15 +51,16 @@ def unprov(s: str) -> Provenance:
 
 EXECUTION_COLUMNS = (
     "eid, workflow, version, status, args, queue, created_at, updated_at, result, error, "
-    "parent_eid, parent_fid, key, lease_owner, lease_epoch, lease_expires_at, cancel_requested, blocked"
+    "parent_eid, parent_fid, key, lease_owner, lease_epoch, lease_expires_at, cancel_requested, blocked, application"
 )
+EXECUTION_WIDTH = EXECUTION_COLUMNS.count(",") + 1
 
 
 def execution_row(r: ExecutionRecord) -> tuple[Any, ...]:
     return (
         r.eid, r.workflow, r.version, r.status.value, dumps(r.args), r.queue, ts(r.created_at),
         ts(r.updated_at), js(r.result), js(r.error), r.parent_eid, r.parent_fid, r.key,
-        r.lease_owner, r.lease_epoch, ts(r.lease_expires_at), js(r.cancel_requested), js(r.blocked),
+        r.lease_owner, r.lease_epoch, ts(r.lease_expires_at), js(r.cancel_requested), js(r.blocked), r.application,
     )
 
 
@@ -69,7 +70,7 @@ def execution_record(row: Any) -> ExecutionRecord:
         queue=row[5], created_at=dt_(row[6]), updated_at=dt_(row[7]), result=unjs(row[8]),
         error=unjs(row[9]), parent_eid=row[10], parent_fid=row[11], key=row[12], lease_owner=row[13],
         lease_epoch=row[14], lease_expires_at=dt(row[15]), cancel_requested=unjs(row[16]),
-        blocked=unjs(row[17]),
+        blocked=unjs(row[17]), application=row[18],
     )
 
 
@@ -87,13 +88,14 @@ def entry_record(row: Any, journal_seq: int | None = None) -> Entry:
     )
 
 
-TASK_COLUMNS = "id, kind, queue, eid, payload, provenance, visible_at, deliveries, lease_owner"
+TASK_COLUMNS = "id, kind, queue, eid, payload, provenance, visible_at, deliveries, lease_owner, application, attempt"
+TASK_WIDTH = TASK_COLUMNS.count(",") + 1
 
 
 def task_row(t: Task) -> tuple[Any, ...]:
     return (
         t.id, t.kind.value, t.queue, t.eid, js(t.payload), prov(t.provenance), ts(t.visible_at),
-        t.deliveries, t.lease_owner,
+        t.deliveries, t.lease_owner, t.application, t.attempt,
     )
 
 
@@ -101,11 +103,15 @@ def task_record(row: Any) -> Task:
     return Task(
         id=row[0], kind=TaskKind(row[1]), queue=row[2], eid=row[3], payload=unjs(row[4]),
         provenance=unprov(row[5]), visible_at=dt_(row[6]), deliveries=row[7], lease_owner=row[8],
+        application=row[9], attempt=row[10],
     )
 
 
+MESSAGE_COLUMNS = "channel, seq, payload, provenance, application"
+
+
 def message_record(row: Any) -> Message:
-    return Message(channel=row[0], seq=row[1], payload=unjs(row[2]), provenance=unprov(row[3]))
+    return Message(channel=row[0], seq=row[1], payload=unjs(row[2]), provenance=unprov(row[3]), application=row[4])
 
 
 def timer_record(row: Any) -> Timer:

@@ -161,6 +161,9 @@ class Write:
     fence: Fence | None = None
     expect: tuple[str, frozenset[Status]] | None = None
     """Refuse the write (ExecutionStateError) unless the execution has one of these statuses."""
+    application: str | None = None
+    """With ``expect``: the execution must belong to this application, else the write is refused
+    with UnknownExecutionError (an id of another application is unknown, as a missing one)."""
     entries: list[Entry] = field(default_factory=list)
     status: StatusChange | None = None
     release: bool = False
@@ -194,7 +197,7 @@ class Write:
 
 _FIELDS: dict[Intent, frozenset[str]] = {
     Intent.START: frozenset({"executions"}),
-    Intent.SIGNAL: frozenset({"expect", "messages", "resumes"}),
+    Intent.SIGNAL: frozenset({"expect", "application", "messages", "resumes"}),
     Intent.FIRE: frozenset({"fired", "resumes"}),
     Intent.APPEND: frozenset({"fence", "entries", "status", "release", "clear_timers", "clear_waiters"}),
     Intent.FENCED: frozenset({"fence", "entries", "status", "release", "clear_timers", "clear_waiters", "timers", "wake"}),

@@ -283,19 +283,22 @@ async def _many_mirrors(conn: asyncpg.Connection, writes: list[Write]) -> list[t
     return [(WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[]), None) for _ in writes]
 
 
+_E = c.EXECUTION_WIDTH  # the record's parameters come first: $1 .. $_E
 _START_HEAD = (
     f"WITH e AS (INSERT INTO executions ({c.EXECUTION_COLUMNS}, next_seq)"
-    f" VALUES ({', '.join(f'${i}' for i in range(1, 19))}, 2) ON CONFLICT (eid) DO NOTHING RETURNING eid),"
-    f" j AS (INSERT INTO journal ({c.ENTRY_COLUMNS}) SELECT eid, 1, $19::text, $20::text, $21::bigint, $22::text,"
-    " $23::text, $24::text, $25::text FROM e),"
-    " u AS (INSERT INTO unmirrored (eid, seq, at) SELECT eid, 1, $26::double precision FROM e)"
+    f" VALUES ({', '.join(f'${i}' for i in range(1, _E + 1))}, 2) ON CONFLICT (eid) DO NOTHING RETURNING eid),"
+    f" j AS (INSERT INTO journal ({c.ENTRY_COLUMNS}) SELECT eid, 1, ${_E + 1}::text, ${_E + 2}::text,"
+    f" ${_E + 3}::bigint, ${_E + 4}::text, ${_E + 5}::text, ${_E + 6}::text, ${_E + 7}::text FROM e),"
+    f" u AS (INSERT INTO unmirrored (eid, seq, at) SELECT eid, 1, ${_E + 8}::double precision FROM e)"
 )
 _START_LEASED = _START_HEAD + " SELECT count(*) FROM e"
+_TASK_TYPES = ("text", "text", "text", "text", "text", "text", "double precision", "bigint", "text", "text", "bigint")
+"""The types of a task row's columns (``_codec.TASK_COLUMNS``)."""
 _START_QUEUED = (
     _START_HEAD[:-1] + "),"
-    f" t AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT $27::text, $28::text, $29::text, $30::text, $31::text,"
-    " $32::text, $33::double precision, $34::bigint, $35::text FROM e ON CONFLICT (id) DO NOTHING)"
-    f" SELECT count(*) FROM (SELECT pg_notify('{_CHANNEL}', $36) FROM e) n"
+    f" t AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT"
+    f" {', '.join(f'${_E + 9 + i}::{ty}' for i, ty in enumerate(_TASK_TYPES))} FROM e ON CONFLICT (id) DO NOTHING)"
+    f" SELECT count(*) FROM (SELECT pg_notify('{_CHANNEL}', ${_E + 9 + len(_TASK_TYPES)}) FROM e) n"
 )
 
 
@@ -327,15 +330,19 @@ _ACQUIRE_ACK = (
 )
 
 
-# the execution's row first (FOR UPDATE), then the channel's: the order a suspension locks them in
+# the execution's row first (FOR UPDATE), then the channel's: the order a suspension locks them in.
+# An execution of another application than $11 (when given) is unknown, as a missing one.
 _SIGNAL = (
-    "WITH s AS (SELECT eid, queue FROM executions WHERE eid = $1 AND status = ANY($2::text[]) FOR UPDATE),"
+    "WITH s AS (SELECT eid, queue, application FROM executions WHERE eid = $1 AND status = ANY($2::text[])"
+    " AND ($11::text IS NULL OR application = $11::text) FOR UPDATE),"
     " ch AS (INSERT INTO channels (name, next_seq) SELECT $3, 2 FROM s ON CONFLICT (name)"
     " DO UPDATE SET next_seq = channels.next_seq + 1 RETURNING next_seq - 1 AS seq),"
-    " m AS (INSERT INTO messages (channel, seq, payload, provenance) SELECT $3, seq, $4, $5 FROM ch),"
-    f" t AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT $6, 'RESUME', s.queue, s.eid, $7, $8, $9, 0, NULL FROM s"
-    " ON CONFLICT (id) DO NOTHING)"
-    " SELECT (SELECT seq FROM ch), (SELECT status FROM executions WHERE eid = $1),"
+    " m AS (INSERT INTO messages (channel, seq, payload, provenance, application)"
+    " SELECT $3, seq, $4, $5, (SELECT application FROM s) FROM ch),"
+    f" t AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT $6, 'RESUME', s.queue, s.eid, $7, $8, $9, 0, NULL,"
+    " s.application, NULL FROM s ON CONFLICT (id) DO NOTHING)"
+    " SELECT (SELECT seq FROM ch), (SELECT status FROM executions WHERE eid = $1"
+    " AND ($11::text IS NULL OR application = $11::text)),"
     f" (SELECT count(pg_notify('{_CHANNEL}', $10)) FROM ch)"
 )
 
@@ -347,7 +354,7 @@ async def _signal(conn: asyncpg.Connection, w: Write, origin: str) -> WriteResul
     m, r = w.messages[0], w.resumes[0]
     row = await conn.fetchrow(
         _SIGNAL, eid, [s.value for s in statuses], m.channel, c.js(m.payload), c.prov(m.provenance),
-        r.id, c.js(r.payload), c.prov(r.provenance), r.visible_at.timestamp(), origin,
+        r.id, c.js(r.payload), c.prov(r.provenance), r.visible_at.timestamp(), origin, w.application,
     )
     seq, status = row[0], row[1]
     if seq is None:
@@ -363,7 +370,7 @@ _FIRE = (
     " $6::text[], $7::double precision[]) AS x(eid, fid, at, id, payload, provenance, visible_at)),"
     " d AS (DELETE FROM timers t USING x WHERE t.eid = x.eid AND t.fid = x.fid AND t.at = x.at),"
     f" i AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT x.id, 'RESUME', e.queue, e.eid, x.payload, x.provenance,"
-    " x.visible_at, 0, NULL FROM x JOIN executions e ON e.eid = x.eid ON CONFLICT (id) DO NOTHING)"
+    " x.visible_at, 0, NULL, e.application, NULL FROM x JOIN executions e ON e.eid = x.eid ON CONFLICT (id) DO NOTHING)"
     f" SELECT pg_notify('{_CHANNEL}', $8)"
 )
 
@@ -454,8 +461,7 @@ async def _fenced(conn: asyncpg.Connection, w: Write, now: datetime, origin: str
         due = w.wake.due_by is not None and w.wake.due_by.timestamp() <= t
         cancel = "f.cancel" if w.wake.cancel else "false"
         task = c.task_row(w.wake.task)
-        values = ", ".join(f"{p(v)}::{ty}" for v, ty in zip(task, ("text", "text", "text", "text", "text", "text",
-                                                                       "double precision", "bigint", "text")))
+        values = ", ".join(f"{p(v)}::{ty}" for v, ty in zip(task, _TASK_TYPES))
         woke = f"({cancel} OR {p(due)}::bool)"  # the condition held (its task may exist already)
         ctes.append(f"wk AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT {values} FROM f WHERE {woke}"
                     " ON CONFLICT (id) DO NOTHING)")
@@ -482,9 +488,9 @@ _DEQUEUE = (
 )
 
 _READ_MESSAGES = (
-    "SELECT q.i, m.channel, m.seq, m.payload, m.provenance"
+    "SELECT q.i, m.channel, m.seq, m.payload, m.provenance, m.application"
     " FROM unnest($1::text[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(channel, after, lim, i)"
-    " CROSS JOIN LATERAL (SELECT channel, seq, payload, provenance FROM messages"
+    " CROSS JOIN LATERAL (SELECT channel, seq, payload, provenance, application FROM messages"
     " WHERE channel = q.channel AND seq > q.after ORDER BY seq LIMIT q.lim) m ORDER BY q.i, m.seq"
 )
 
@@ -1112,7 +1118,7 @@ class PostgresStore:
     async def read_scoped_messages(self, eid: str) -> list[Message]:
         assert self._pool is not None
         rows = await self._pool.fetch(
-            "SELECT channel, seq, payload, provenance FROM messages WHERE channel >= $1 AND channel < $2"
+            f"SELECT {c.MESSAGE_COLUMNS} FROM messages WHERE channel >= $1 AND channel < $2"
             " ORDER BY channel, seq",
             f"{eid}.", f"{eid}/",
         )

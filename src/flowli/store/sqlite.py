@@ -378,7 +378,7 @@ class SQLiteStore:
     async def read_messages(self, channel: str, after: int = 0, limit: int = 100) -> list[Message]:
         def run(conn: sqlite3.Connection) -> list[Message]:
             rows = conn.execute(
-                "SELECT channel, seq, payload, provenance FROM messages WHERE channel = ? AND seq > ?"
+                f"SELECT {c.MESSAGE_COLUMNS} FROM messages WHERE channel = ? AND seq > ?"
                 " ORDER BY seq LIMIT ?",
                 (channel, after, limit),
             )
@@ -466,7 +466,7 @@ class SQLiteStore:
     async def read_scoped_messages(self, eid: str) -> list[Message]:
         def run(conn: sqlite3.Connection) -> list[Message]:
             rows = conn.execute(
-                "SELECT channel, seq, payload, provenance FROM messages WHERE channel >= ? AND channel < ?"
+                f"SELECT {c.MESSAGE_COLUMNS} FROM messages WHERE channel >= ? AND channel < ?"
                 " ORDER BY channel, seq",
                 (f"{eid}.", f"{eid}/"),
             )

@@ -1,0 +1,79 @@
+"""Archive objects in the bucket: one per execution folded by retention (its record, journal
+and scoped channels), and their JSON forms. Reads fall back to it once the live state is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from flowli.domain import Entry, EntryKind, ExecutionRecord, Message, Provenance, Status
+
+
+def record_json(r: ExecutionRecord) -> dict[str, Any]:
+    data = asdict(r)
+    data["status"] = r.status.value
+    for k in ("created_at", "updated_at", "lease_expires_at"):
+        data[k] = data[k].isoformat() if data[k] is not None else None
+    return data
+
+
+def record_from(data: dict[str, Any]) -> ExecutionRecord:
+    data = dict(data)
+    data["status"] = Status(data["status"])
+    for k in ("created_at", "updated_at", "lease_expires_at"):
+        data[k] = datetime.fromisoformat(data[k]) if data[k] is not None else None
+    return ExecutionRecord(**data)
+
+
+def entry_json(e: Entry) -> dict[str, Any]:
+    return {
+        "eid": e.eid, "seq": e.seq, "kind": e.kind.value, "fid": e.fid, "attempt": e.attempt, "digest": e.digest,
+        "value": e.value, "error": e.error, "provenance": e.provenance.to_json(),
+    }
+
+
+def entry_from(data: dict[str, Any]) -> Entry:
+    return Entry(
+        eid=data["eid"], seq=data["seq"], kind=EntryKind(data["kind"]), fid=data["fid"], attempt=data["attempt"],
+        digest=data["digest"], value=data["value"], error=data["error"],
+        provenance=Provenance.from_json(data["provenance"]),
+    )
+
+
+def message_json(m: Message) -> dict[str, Any]:
+    return {"channel": m.channel, "seq": m.seq, "payload": m.payload, "provenance": m.provenance.to_json()}
+
+
+class Archive:
+    """Archive objects in the bucket: ``{bucket}/archive/{eid}.json``."""
+
+    def __init__(self, root: Path):
+        self.root = root / "archive"
+
+    def path(self, eid: str) -> Path:
+        return self.root / f"{eid}.json"
+
+    def write(self, eid: str, obj: dict[str, Any]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{eid}.json.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, ensure_ascii=False, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path(eid))
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the rename itself survives a power cut
+        finally:
+            os.close(fd)
+
+    def read(self, eid: str) -> dict[str, Any] | None:
+        try:
+            with open(self.path(eid), encoding="utf-8") as f:
+                return json.load(f)  # type: ignore[no-any-return]
+        except FileNotFoundError:
+            return None
