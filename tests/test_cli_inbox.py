@@ -100,7 +100,7 @@ def test_inbox_lists_the_review_and_flowli_review_approves_it(flowli_cli, worker
     assert eid in reviewed.stdout and "carol@example.com" in reviewed.stdout
 
     shown = wait_for_output(flowli_cli, ("show", eid), "execution.completed")
-    assert any("root/receive#0" in line and "human:carol@example.com" in line for line in shown.splitlines()), shown
+    assert any("root/delegate#0" in line and "human:carol@example.com" in line for line in shown.splitlines()), shown
     value, memo_by = asyncio.run(result_and_receiver(cwd / "flowli.db", eid))
     assert value == {"approved": True, "reason": "ok", "by": "carol@example.com"}
     assert memo_by == "human:carol@example.com"
@@ -116,9 +116,9 @@ async def result_and_receiver(db: Path, eid: str) -> tuple[object, str]:
     engine = await flowli.connect(f"sqlite:///{db}", flowli.Registry())
     async with engine:
         value = await engine.result(eid, timeout=30)
-        [memo] = [e.value for e in await engine.journal(eid)
-                  if e.kind is EntryKind.FRAME_COMPLETED and e.fid == "root/receive#0"]
-    return value, memo["by"]
+        [answered] = [e for e in await engine.journal(eid)
+                      if e.kind is EntryKind.FRAME_COMPLETED and e.fid == "root/delegate#0"]
+    return value, str(answered.provenance.actor)
 
 
 def test_review_of_an_execution_with_no_open_review_exits_2_naming_it(flowli_cli, worker):

@@ -9,7 +9,6 @@ import pytest
 
 from flowli import Context, Registry
 from flowli.domain import EntryKind, NoOpenReviewError, TaskKind, UnknownTaskError, task_id
-from flowli.engine import reply_channel
 from flowli.patterns import REVIEW_QUEUE, delegate, review
 
 from ..crash import until
@@ -29,9 +28,10 @@ def registry_of_patterns() -> Registry:
     return registry
 
 
-def receive_memo(journal: list[Any]) -> dict[str, Any]:
-    [memo] = [e.value for e in journal if e.kind is EntryKind.FRAME_COMPLETED and e.fid == "root/receive#0"]
-    return memo  # type: ignore[no-any-return]
+def answer_entry(journal: list[Any], fid: str = "root/delegate:score") -> Any:
+    """The frame.completed of the delegate frame: the answer, with the answerer's provenance."""
+    [entry] = [e for e in journal if e.kind is EntryKind.FRAME_COMPLETED and e.fid == fid]
+    return entry
 
 
 @pytest.mark.parametrize(("by", "actor"), [
@@ -44,27 +44,25 @@ async def test_delegate_returns_the_answer_of_a_consumer_with_its_provenance(ope
         eid = await engine.start("scoring", "ann")
         consumer = engine.consumer("risk-models", "model-runner")
         [task] = await until(consumer.dequeue, 20, "the DELEGATE task on queue risk-models")
-        assert task.id == task_id(TaskKind.DELEGATE, eid, "score")
+        assert task.id == task_id(TaskKind.DELEGATE, eid, "root/delegate:score@1")
         assert (task.kind, task.eid, task.payload, task.lease_owner) == (TaskKind.DELEGATE, eid, {"applicant": "ann"}, "model-runner")
 
         await consumer.answer(task, {"score": 0.93}, by=by)
         assert await engine.result(eid, timeout=30) == {"score": 0.93}
 
-        memo = receive_memo(await engine.journal(eid))
-        assert memo["payload"] == {"score": 0.93} and memo["by"] == actor
-        [message] = await engine.messages(eid, reply_channel(task.id))
-        assert str(message.provenance.actor) == actor
+        entry = answer_entry(await engine.journal(eid))
+        assert entry.value == {"score": 0.93} and str(entry.provenance.actor) == actor and entry.attempt == 1
         assert await engine.tasks(queue="risk-models") == []  # the answer acked the task
 
 
 async def test_engine_answer_resumes_a_delegate_and_a_second_answer_finds_no_task(open_engine):
     async with open_engine(registry_of_patterns()) as engine:
         eid = await engine.start("scoring", "bob")
-        tid = task_id(TaskKind.DELEGATE, eid, "score")
+        tid = task_id(TaskKind.DELEGATE, eid, "root/delegate:score@1")
         await until(lambda: engine.tasks(queue="risk-models"), 20, "the DELEGATE task")
         await engine.answer(tid, {"score": 0.1}, by="analyst@example.com")
         assert await engine.result(eid, timeout=30) == {"score": 0.1}
-        assert receive_memo(await engine.journal(eid))["by"] == "human:analyst@example.com"
+        assert str(answer_entry(await engine.journal(eid)).provenance.actor) == "human:analyst@example.com"
         with pytest.raises(UnknownTaskError, match=tid):
             await engine.answer(tid, {"score": 0.2}, by="analyst@example.com")
 
@@ -77,20 +75,22 @@ async def test_review_is_listed_in_the_inbox_then_answered_by_a_person(open_engi
         assert (opened.eid, opened.subject, opened.data, opened.queue) == (eid, "invoice inv-42", invoice, REVIEW_QUEUE)
         assert opened.closed_at is None and opened.answer is None
         [task] = await engine.tasks(queue=REVIEW_QUEUE)
-        assert task.id == opened.task and task.payload == {"review": "invoice inv-42", "data": invoice}
+        assert opened.frame == "root/delegate#0" and task.frame["fid"] == opened.frame
+        assert task.payload == {"review": "invoice inv-42", "data": invoice}
 
         await engine.review(eid, True, by="carol@example.com", reason="ok")
         answer = {"approved": True, "reason": "ok", "by": "carol@example.com"}
         assert await engine.result(eid, timeout=30) == answer
 
         journal = await engine.journal(eid)
-        memo = receive_memo(journal)
-        assert memo["by"] == "human:carol@example.com" and memo["payload"] == answer
+        entry = answer_entry(journal, "root/delegate#0")
+        assert str(entry.provenance.actor) == "human:carol@example.com" and entry.value == answer
         done = [e.fid for e in journal if e.kind is EntryKind.FRAME_COMPLETED]
-        assert done == ["root/enqueue#0", "root/announce#0", "root/receive#0", "root/announce#1"]  # opened, closed
+        assert sorted(done) == ["root/announce#0", "root/announce#1", "root/delegate#0"]  # opened, answered, closed
+        assert done[-1] == "root/announce#1"
         assert await engine.inbox() == []
         [closed] = await engine.inbox(open_only=False)
-        assert closed.task == opened.task and closed.closed_at is not None and closed.answer == answer
+        assert closed.frame == opened.frame and closed.closed_at is not None and closed.answer == answer
         assert await engine.tasks(queue=REVIEW_QUEUE) == []
         with pytest.raises(NoOpenReviewError, match=eid):
             await engine.review(eid, False, by="carol@example.com")
@@ -104,4 +104,5 @@ async def test_a_rejected_review_carries_the_reason(open_engine):
         assert await engine.result(eid, timeout=30) == {
             "approved": False, "reason": "duplicate invoice", "by": "erin@example.com",
         }
-        assert receive_memo(await engine.journal(eid))["by"] == "human:erin@example.com"
+        assert str(answer_entry(await engine.journal(eid), "root/delegate#0").provenance.actor) == \
+            "human:erin@example.com"

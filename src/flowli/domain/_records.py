@@ -80,6 +80,12 @@ class Task:
     """The tenant of the task's execution."""
     attempt: int | None = None
     """The attempt of the frame that the task runs (a RUN_STEP, a DELEGATE), else None."""
+    state: str = "ready"
+    """ready (on its queue, perhaps leased), acked (done) or withdrawn."""
+    frame: dict[str, Any] | None = None
+    """For the task of a frame's attempt (``ctx.delegate``): the frame id, the attempt's number for
+    the retry policy, the policy, the lease expiries so far and their bound. None for a task
+    enqueued on its own (``ctx.enqueue``)."""
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,21 @@
 """Consumers of DELEGATE tasks: a service, an agent or a person's tool outside the engine that
-dequeues the tasks of one queue, answers them, or gives them back.
+dequeues the tasks of one queue, renews their leases, answers or fails them, or gives them back.
 
     consumer = engine.consumer("humans", name="approvals-ui")
     for task in await consumer.dequeue(limit=10):
         await consumer.answer(task, {"approved": True}, by="carol@example.com")
 
-An answer is a message on the reply channel of the task's execution (``reply:{task id}``, the
-channel that ``flowli.patterns.delegate`` receives on), sent together with the ack and a RESUME
-in one write. Delivery is at-least-once: a task whose lease expires before its answer is
-dequeued again; the first answer is the one the execution receives.
+A task of a ``ctx.delegate`` frame is one attempt of that frame. Its answer is the frame's
+outcome, appended to the execution's journal with the answerer's provenance, in one write with
+the task's end and a RESUME; a failure is a failed attempt, which the frame's retry policy
+decides. Both are fenced by the task's lease: an answer or a failure for an attempt that this
+consumer no longer holds (its lease expired or went to another consumer, a later attempt replaced
+it, it was answered, the execution was cancelled) is refused with StaleAnswer and changes nothing.
+Delivery is at-least-once: a consumer that dies holding a task makes the sweeper end that attempt
+once its lease expires, and the work is delivered again as the next attempt.
+
+A task enqueued on its own (``ctx.enqueue(queue, "DELEGATE", ...)``) has no frame: its answer is a
+message on the reply channel of its execution (``reply:{task id}``), which the workflow receives.
 """
 
 from __future__ import annotations
@@ -20,78 +27,133 @@ from flowli.domain import (
     TERMINAL,
     Actor,
     Code,
+    Entry,
+    EntryKind,
     ExecutionStateError,
     ExecutionTerminalError,
+    FrameKind,
+    Principal,
     Status,
     Task,
     TaskKind,
-    actor_for,
     check_json,
     principal_for,
     task_id,
 )
-from flowli.store import NewMessage, Write
+from flowli.store import NewMessage, Resume, TaskHold, Write
 
 from ._runtime import Runtime
+from ._steps import failure_entry_value, policy_from_json
 from ._transitions import Transition, commit
 
 _LIVE = frozenset(Status) - TERMINAL
 
 
 def reply_channel(task_id_: str) -> str:
-    """The channel (execution scope) on which a DELEGATE task's answer arrives."""
+    """The channel (execution scope) on which the answer of a task without a frame arrives."""
     return f"reply:{task_id_}"
 
 
 class Consumer:
-    def __init__(self, rt: Runtime, queue: str, name: str, lease: timedelta):
+    def __init__(self, rt: Runtime, queue: str, name: str, lease: timedelta, application: str | None = None):
         self.rt = rt
         self.queue = queue
         self.name = name
         self.lease = lease
+        self.application = application
 
     async def dequeue(self, limit: int = 1) -> list[Task]:
         """Lease up to ``limit`` DELEGATE tasks of the queue; each stays invisible for the lease."""
-        return await self.rt.store.dequeue(
-            [self.queue], [TaskKind.DELEGATE], self.name, limit, self.lease, self.rt.clock.now()
-        )
+        rt = self.rt
+        tasks = await rt.store.dequeue([self.queue], [TaskKind.DELEGATE], self.name, limit, self.lease, rt.clock.now())
+        if self.application is not None:
+            for t in tasks:
+                if t.application != self.application:  # not this consumer's tenant: back at once
+                    await rt.store.nack(t.id, self.name, timedelta(0), rt.clock.now())
+            tasks = [t for t in tasks if t.application == self.application]
+        return tasks
+
+    async def renew(self, task: Task) -> Task:
+        """Extend the lease of a task this consumer holds; StaleAnswer when it no longer does
+        (stop the work: another attempt may be under way)."""
+        return await self.rt.store.renew_task(task.id, self.name, self.lease, self.rt.clock.now())
 
     async def ack(self, task: Task) -> None:
-        """The task is done and needs no answer."""
+        """The task is done and needs no answer. An attempt of a frame ends with its answer or its
+        failure: an ack of one already answered does nothing, of one still open is refused."""
+        if task.frame is not None:
+            current = await self.rt.store.read_task(task.id)
+            if current is not None and current.state == "ready":
+                raise ValueError(f"task {task.id} is an open attempt of frame {task.frame['fid']}: answer it or fail it"
+                                 " (ack ends a task that needs no answer)")
+            return
         await self.rt.store.write(Write(acks=[(task.id, None)]), self.rt.clock.now())
 
     async def nack(self, task: Task, delay: timedelta = timedelta(0)) -> bool:
-        """Give the task back to the queue, visible again after ``delay``."""
+        """Give the task back to the queue, visible again after ``delay`` (the same attempt)."""
         return await self.rt.store.nack(task.id, self.name, delay, self.rt.clock.now())
 
-    async def answer(self, task: Task, value: Any, by: str | None = None) -> int:
-        """Send the answer to the execution, ack the task and resume the execution, in one write.
-        ``by`` names who answered (an email address for a person): the answer carries it."""
-        if task.kind is not TaskKind.DELEGATE or task.eid is None:
-            raise ValueError(f"task {task.id} is not a DELEGATE task of an execution")
+    async def answer(self, task: Task, value: Any, by: str | Principal | None = None) -> int | None:
+        """Answer a task as ``by`` (an email address for a person): the frame's outcome, the task's
+        end and a RESUME in one write. Returns the message seq for a task without a frame."""
+        return await settle(self.rt, self.name, task, value, None, by, TaskHold(task.id, owner=self.name))
+
+    async def fail(
+        self, task: Task, error_type: str, message: str, *, retryable: bool = True, by: str | Principal | None = None
+    ) -> None:
+        """Report that this attempt failed; the frame's retry policy decides whether another one
+        runs (``retryable=False``: none)."""
+        if not isinstance(error_type, str) or not error_type:
+            raise ValueError(f"fail takes an error type such as 'TIMEOUT', got {error_type!r}")
+        await settle(self.rt, self.name, task, None, (error_type, str(message), retryable), by,
+                     TaskHold(task.id, owner=self.name))
+
+
+async def settle(
+    rt: Runtime, name: str, task: Task, value: Any, failure: tuple[str, str, bool] | None,
+    by: str | Principal | None, hold: TaskHold,
+) -> int | None:
+    """Answer or fail a DELEGATE task (``failure``: error type, message, retryable) under ``hold``:
+    a consumer's own lease, or, for an operator's answer (``engine.answer``), whoever holds it."""
+    if task.kind is not TaskKind.DELEGATE or task.eid is None:
+        raise ValueError(f"task {task.id} is not a DELEGATE task of an execution")
+    if failure is None:
         value = check_json(value, f"the answer to task {task.id}")
-        actor = actor_for(by, Actor("system", self.name))
-        record = await self.rt.store.read_execution(task.eid)
-        prov = self.rt.provenance(
-            actor=actor, code=Code(record.workflow if record else None, record.version if record else None),
-            on_behalf_of=by if actor.kind != "human" else None,
-        )
-        now = self.rt.clock.now()
-        resume = Task(
-            id=task_id(TaskKind.RESUME, task.eid, f"answer:{task.id}"), kind=TaskKind.RESUME,
-            queue=record.queue if record else "default", eid=task.eid, payload=None, provenance=prov, visible_at=now,
-        )
-        write = Write(
-            expect=(task.eid, _LIVE),
-            messages=[NewMessage(f"{task.eid}.{reply_channel(task.id)}", value, prov)],
-            acks=[(task.id, None)],
-            tasks=[resume],
-        )
-        try:
-            result = await commit(self.rt, Transition("answer", write, task.eid, record.workflow if record else None,
-                                                      principal_for(by, actor), task.application,
-                                                      {"task": task.id, "value": value}))
-        except ExecutionStateError as exc:
-            await self.ack(task)  # nobody waits for it any more
-            raise ExecutionTerminalError(task.eid, exc.status, f"answer task {task.id} of") from None
-        return result.message_seqs[0]
+    principal = principal_for(by, Actor("system", name), task.application)
+    actor = principal.actor
+    frame = task.frame
+    code = Code(frame.get("workflow"), frame.get("version"), FrameKind.DELEGATE.value, "delegate") if frame else Code()
+    prov = rt.provenance(actor=actor, code=code, attempt=task.attempt,
+                         on_behalf_of=by if isinstance(by, str) and actor.kind != "human" else None)
+    now = rt.clock.now()
+    resume = Resume(id=task_id(TaskKind.RESUME, task.eid, f"answer:{task.id}"), eid=task.eid, payload=None,
+                    provenance=prov, visible_at=now)
+    if frame is None:
+        if failure is not None:
+            raise ValueError(f"task {task.id} has no frame to fail: answer it, or ack it")
+        # a task enqueued on its own: the answer is a message on its reply channel
+        write = Write(expect=(task.eid, _LIVE), messages=[NewMessage(
+            f"{task.eid}.{reply_channel(task.id)}", value, prov, application=task.application)],
+            acks=[(task.id, None)], resumes=[resume])
+    else:
+        if failure is None:
+            entry = Entry(eid=task.eid, kind=EntryKind.FRAME_COMPLETED, provenance=prov, fid=frame["fid"],
+                          attempt=task.attempt, value=value)
+        else:
+            error_type, message, retryable = failure
+            outcome = failure_entry_value(policy_from_json(frame["retry"]), frame["tries"], None, now,
+                                          retryable=retryable)
+            entry = Entry(eid=task.eid, kind=EntryKind.FRAME_FAILED, provenance=prov, fid=frame["fid"],
+                          attempt=task.attempt, value=outcome,
+                          error={"type": error_type, "module": None, "message": message})
+        write = Write(expect=(task.eid, _LIVE), entries=[entry], hold=hold, resumes=[resume])
+    kind = "answer" if failure is None else "fail"
+    payload = {"task": task.id, "attempt": task.attempt, "value": value} if failure is None else \
+        {"task": task.id, "attempt": task.attempt, "error_type": failure[0], "message": failure[1]}
+    try:
+        result = await commit(rt, Transition(kind, write, task.eid, code.workflow, principal,
+                                             task.application, payload))
+    except ExecutionStateError as exc:
+        await rt.store.write(Write(acks=[(task.id, None)]), rt.clock.now())  # nobody waits for it any more
+        raise ExecutionTerminalError(task.eid, exc.status, f"{kind} task {task.id} of") from None
+    return result.message_seqs[0] if result.message_seqs else None

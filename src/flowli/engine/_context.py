@@ -53,8 +53,24 @@ class Context(abc.ABC):
         """Start a child execution of ``workflow`` and wait for its result."""
 
     @abc.abstractmethod
-    def receive(self, channel: str, scope: Scope = "execution") -> Awaitable[Any]:
-        """Wait for the next message on a channel and return its payload."""
+    def receive(self, channel: str, scope: Scope = "execution", *, timeout: timedelta | None = None) -> Awaitable[Any]:
+        """Wait for the next message on a channel and return its payload. With ``timeout``, the
+        built-in TimeoutError is raised when no message came within it (the wait holds no worker)."""
+
+    @abc.abstractmethod
+    def delegate(
+        self, queue: str, payload: Any, *, key: str | None = None, retry: RetryPolicy | None = None,
+        timeout: timedelta | None = None,
+    ) -> Awaitable[Any]:
+        """Put a DELEGATE task on ``queue`` for a consumer outside the engine (a service, an agent,
+        a person's tool) and wait, holding no worker, for its answer, which this returns.
+
+        Each attempt is its own task: the consumer renews its lease, answers or fails it. A failed
+        attempt is retried as ``retry`` says (as for a step; none by default), an attempt whose
+        lease expired is made again at once (up to ``Options.delegate_expiries`` times, then the
+        frame fails with LEASE_EXPIRED), and an answer to an attempt that is not current is refused
+        (StaleAnswer). With no attempt left, StepFailed is raised; with ``timeout``, TimeoutError
+        when no answer came within it. The awaitable has the frame id as ``.fid``."""
 
     @abc.abstractmethod
     def sleep(self, delay: timedelta) -> Awaitable[None]:

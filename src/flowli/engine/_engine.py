@@ -14,8 +14,10 @@ from flowli.domain import (
     Entry,
     ExecutionRecord,
     NoOpenReviewError,
+    Principal,
     Status,
     Task,
+    TaskKind,
     Timer,
     UnknownTaskError,
     check_json,
@@ -24,12 +26,12 @@ from flowli.domain import (
     principal_for,
 )
 from flowli.log import Evidence
-from flowli.store import Intent, Store, Write
+from flowli.store import Intent, Store, TaskHold, Write
 
 from . import _operations as ops
 from ._archive import Archive
 from ._clock import Clock, SystemClock
-from ._consumer import Consumer
+from ._consumer import Consumer, settle
 from ._errors import rebuild_error
 from ._operations import ENGINE_ACTOR, By, read_journal, read_record, scope_of
 from ._projection import ExecutionSummary, Projection, Review
@@ -273,25 +275,37 @@ class Engine:
         await self._rt.drain()
         return await self._projection.reviews(open_only, limit)
 
-    async def answer(self, task_id: str, value: Any, by: str | None = None) -> int:
-        """Answer a DELEGATE task (a review, a delegate) as ``by``; resumes its execution."""
-        eid = task_id.split(":", 2)[1] if task_id.count(":") >= 2 else None
-        tasks = [t for t in await self._store.read_tasks(eid=eid) if t.id == task_id] if eid else []
-        if not tasks:
+    async def answer(self, task_id: str, value: Any, by: By = None, *, application: str | None = None) -> int | None:
+        """Answer a DELEGATE task (a review, a delegate) as ``by``, whoever holds its lease; resumes
+        its execution. UnknownTaskError when there is no open task with that id (of the application)."""
+        app = scope_of(by, application)
+        task = await self._store.read_task(task_id)
+        if task is None or task.state != "ready" or task.kind is not TaskKind.DELEGATE or \
+                (app is not None and task.application != app):
             raise UnknownTaskError(task_id)
-        return await Consumer(self._rt, tasks[0].queue, "engine", timedelta(0)).answer(tasks[0], value, by=by)
+        return await settle(self._rt, "engine", task, value, None, by, TaskHold(task.id))
 
-    async def review(self, eid: str, approved: bool, *, by: str, reason: str | None = None) -> int:
+    async def review(self, eid: str, approved: bool, *, by: By, reason: str | None = None,
+                     application: str | None = None) -> int | None:
         """Answer the open review of an execution: ``{"approved", "reason", "by"}``."""
+        app = scope_of(by, application)
+        await self.status(eid, application=app)  # an unknown eid says so
         open_reviews = [r for r in await self.inbox() if r.eid == eid]
-        if not open_reviews:
-            await self.status(eid)  # an unknown eid says so
-            raise NoOpenReviewError(eid)
-        return await self.answer(open_reviews[0].task, {"approved": approved, "reason": reason, "by": by}, by=by)
+        tasks = {t.frame["fid"]: t for t in await self._store.read_tasks(eid=eid) if t.frame is not None}
+        for r in open_reviews:
+            task = tasks.get(r.frame)
+            if task is not None:
+                who = by.id if isinstance(by, Principal) else by
+                return await self.answer(task.id, {"approved": approved, "reason": reason, "by": who}, by=by,
+                                         application=app)
+        raise NoOpenReviewError(eid)
 
-    def consumer(self, queue: str, name: str, lease: timedelta = timedelta(minutes=5)) -> Consumer:
-        """A consumer of the DELEGATE tasks of ``queue``: dequeue, answer, ack, nack."""
-        return Consumer(self._rt, queue, name, lease)
+    def consumer(
+        self, queue: str, name: str, lease: timedelta = timedelta(minutes=5), *, application: str | None = None
+    ) -> Consumer:
+        """A consumer of the DELEGATE tasks of ``queue`` (of ``application`` only, when given):
+        dequeue, renew, answer, fail, ack, nack."""
+        return Consumer(self._rt, queue, name, lease, application)
 
     async def evidence(self, eid: str) -> builtins.list[Evidence]:
         """What the steps of an execution wrote while they ran, attempt by attempt (never authority)."""

@@ -15,6 +15,8 @@ from typing import Any
 from flowli.domain import ENTRY_STATUS, EntryKind, Status
 from flowli.store import Store, connect_wal
 
+_VERSION = 2
+"""The layout of the projection's tables; a file of another layout is rebuilt."""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cursor (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL);
 INSERT OR IGNORE INTO cursor (id, seq) VALUES (1, 0);
@@ -28,8 +30,8 @@ CREATE TABLE IF NOT EXISTS announcements (
     seq INTEGER PRIMARY KEY, eid TEXT, kind TEXT, data TEXT, at REAL
 );
 CREATE TABLE IF NOT EXISTS reviews (
-    task TEXT PRIMARY KEY, eid TEXT, subject TEXT, data TEXT, queue TEXT, opened_at REAL,
-    closed_at REAL, answer TEXT
+    eid TEXT, frame TEXT, subject TEXT, data TEXT, queue TEXT, opened_at REAL,
+    closed_at REAL, answer TEXT, PRIMARY KEY (eid, frame)
 );
 CREATE INDEX IF NOT EXISTS reviews_open ON reviews (opened_at) WHERE closed_at IS NULL;
 """
@@ -52,8 +54,9 @@ class ExecutionSummary:
 class Review:
     """One row of the review inbox."""
 
-    task: str
     eid: str
+    frame: str
+    """The frame id of the review's delegate frame in its execution."""
     subject: str
     data: Any
     queue: str
@@ -70,6 +73,11 @@ class Projection:
         self._db_lock = threading.Lock()
         # derived state: a lost tail is rebuilt from the control log, so no fsync per apply
         self._conn = connect_wal(path, synchronous="OFF")
+        if self._conn.execute("PRAGMA user_version").fetchone()[0] != _VERSION:
+            # a projection of an earlier layout: derived state, rebuilt from the control log
+            for (table,) in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+                self._conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+            self._conn.execute(f"PRAGMA user_version = {_VERSION}")
         self._conn.executescript(_SCHEMA)
 
     def close(self) -> None:
@@ -136,13 +144,13 @@ class Projection:
         """The review inbox, from the announcements of ``flowli.patterns.review``."""
         if kind == "review.opened":
             conn.execute(
-                "INSERT OR IGNORE INTO reviews (task, eid, subject, data, queue, opened_at) VALUES (?,?,?,?,?,?)",
-                (data.get("task"), eid, data.get("subject"), json.dumps(data.get("data")), data.get("queue"), at),
+                "INSERT OR IGNORE INTO reviews (eid, frame, subject, data, queue, opened_at) VALUES (?,?,?,?,?,?)",
+                (eid, data.get("frame"), data.get("subject"), json.dumps(data.get("data")), data.get("queue"), at),
             )
         elif kind == "review.closed":
             conn.execute(
-                "UPDATE reviews SET closed_at = ?, answer = ? WHERE task = ?",
-                (at, json.dumps(data.get("answer")), data.get("task")),
+                "UPDATE reviews SET closed_at = ?, answer = ? WHERE eid = ? AND frame = ?",
+                (at, json.dumps(data.get("answer")), eid, data.get("frame")),
             )
 
     async def reviews(self, open_only: bool = True, limit: int = 100) -> builtins.list[Review]:
@@ -151,13 +159,13 @@ class Projection:
         def run() -> builtins.list[Review]:
             with self._db_lock:
                 rows = self._conn.execute(
-                    "SELECT task, eid, subject, data, queue, opened_at, closed_at, answer FROM reviews"
+                    "SELECT eid, frame, subject, data, queue, opened_at, closed_at, answer FROM reviews"
                     " WHERE (? = 0 OR closed_at IS NULL) ORDER BY opened_at LIMIT ?",
                     (1 if open_only else 0, limit),
                 ).fetchall()
             return [
                 Review(
-                    task=r[0], eid=r[1], subject=r[2], data=json.loads(r[3]) if r[3] else None, queue=r[4],
+                    eid=r[0], frame=r[1], subject=r[2], data=json.loads(r[3]) if r[3] else None, queue=r[4],
                     opened_at=datetime.fromtimestamp(r[5], timezone.utc),
                     closed_at=datetime.fromtimestamp(r[6], timezone.utc) if r[6] is not None else None,
                     answer=json.loads(r[7]) if r[7] else None,

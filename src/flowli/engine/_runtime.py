@@ -45,6 +45,9 @@ class Options:
     """How long after it finished an execution keeps its live state before it is archived."""
     retention_interval: float = 3600.0
     """Seconds between retention passes (each worker's sweeper runs them)."""
+    delegate_expiries: int = 3
+    """How many times the leases of a DELEGATE frame's attempts may expire (a consumer that died or
+    stalled) before the frame fails with LEASE_EXPIRED: a poison task cannot loop forever."""
     bucket: str = "flowli-bucket"
     """The directory of evidence (attempt logs, attachments); ``flowli.connect`` puts it beside a
     SQLite file."""

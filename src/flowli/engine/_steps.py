@@ -122,11 +122,14 @@ class Steps(Core):
             return self._spawn(self._remote_step(fid, name, fn, json_args, json_kwargs, dig, policy, queue))
         return self._spawn(self._local_step(fid, name, fn, args, kwargs, policy, dig))
 
-    async def _retry_gate(self, fid: str) -> int:
-        """The number of the next attempt; waits on a timer while a retry delay runs."""
+    async def _retry_gate(self, fid: str, deadline: datetime | None = None) -> int:
+        """The number of the next attempt; waits on a timer while a retry delay runs (until the
+        frame's deadline at most, when it has one)."""
         failures = self.memo.failures[fid]
         if failures and len(failures) > self.memo.base.get(fid, 0):
             retry_at = datetime.fromisoformat(failures[-1].value["retry_at"])
+            if deadline is not None:
+                retry_at = min(retry_at, deadline)
             if retry_at > self.rt.clock.now():
                 await self._wait(Wait(fid, "timer", at=retry_at))
         return self.memo.next_attempt(fid)

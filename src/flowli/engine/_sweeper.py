@@ -8,12 +8,25 @@ or the lost epoch), so two sweepers fire each timer once and recover each execut
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from flowli.domain import Task, TaskKind, task_id
-from flowli.store import Intent, Resume, Write
+from flowli.domain import (
+    TERMINAL,
+    Entry,
+    EntryKind,
+    ExecutionStateError,
+    StaleAnswer,
+    Status,
+    Task,
+    TaskKind,
+    UnknownExecutionError,
+    task_id,
+)
+from flowli.store import Intent, Resume, TaskHold, Write
 
 from ._archive import Archive
 from ._retention import retain
@@ -22,6 +35,7 @@ from ._tasks import cancel_and_wait
 from ._transitions import Transition, commit
 
 log = logging.getLogger("flowli.sweeper")
+NOT_TERMINAL = frozenset(Status) - TERMINAL
 _BATCH = 500
 
 
@@ -76,7 +90,7 @@ class Sweeper:
 
     async def sweep(self) -> int:
         """One pass; returns the number of tasks enqueued and entries repaired."""
-        done = await self.fire_timers() + await self.recover() + await self.repair()
+        done = await self.fire_timers() + await self.recover() + await self.expire() + await self.repair()
         loop = asyncio.get_running_loop()
         if loop.time() >= self.next_retention:
             self.next_retention = loop.time() + self.rt.options.retention_interval
@@ -120,6 +134,43 @@ class Sweeper:
         await commit(rt, Transition("recover", Write(tasks=tasks), principal=SWEEPER,
                                     payload={"executions": [r.eid for r in dead]}))
         return len(tasks)
+
+    async def expire(self) -> int:
+        """End each DELEGATE attempt whose consumer's lease expired (a consumer that died or
+        stalled): its frame fails that attempt with LEASE_EXPIRED and its execution resumes to make
+        the next one, until the frame's bound of expiries. A late answer to it is then stale."""
+        rt = self.rt
+        now = rt.clock.now()
+        ended = 0
+        for task in await rt.store.expired_tasks(now, _BATCH):
+            assert task.frame is not None and task.eid is not None
+            frame = task.frame
+            expiries = frame["expiries"] + 1
+            final = expiries >= frame["max_expiries"]
+            value: dict[str, Any] = {"final": final, "expired": True}
+            if not final:
+                value["retry_at"] = now.isoformat()
+            prov = rt.provenance(actor=self.actor, attempt=task.attempt)
+            entry = Entry(eid=task.eid, kind=EntryKind.FRAME_FAILED, provenance=prov, fid=frame["fid"],
+                          attempt=task.attempt, value=value, error={
+                              "type": "LEASE_EXPIRED", "module": None,
+                              "message": f"the lease of {task.lease_owner} on attempt {task.attempt} of {frame['fid']}"
+                                         f" expired (expiry {expiries} of {frame['max_expiries']})"})
+            resume = Resume(id=task_id(TaskKind.RESUME, task.eid, f"expired:{task.id}"), eid=task.eid, payload=None,
+                            provenance=prov, visible_at=now)
+            hold = TaskHold(task.id, expired=True, end="withdrawn")
+            write = Write(expect=(task.eid, NOT_TERMINAL), entries=[entry], hold=hold, resumes=[resume])
+            try:
+                await commit(rt, Transition("expire", write, task.eid, frame.get("workflow"), SWEEPER, task.application,
+                                            {"task": task.id, "attempt": task.attempt, "final": final}))
+                ended += 1
+            except StaleAnswer:
+                continue  # renewed, answered or failed meanwhile
+            except (ExecutionStateError, UnknownExecutionError):
+                # its execution ended: nobody waits for the attempt any more
+                with contextlib.suppress(StaleAnswer):
+                    await rt.store.write(Write(hold=hold), now)
+        return ended
 
     async def repair(self) -> int:
         rt = self.rt

@@ -1,6 +1,10 @@
-"""The frames that wait: receive, sleep, child. A waiting frame holds nothing: once every live
-frame of the activation waits, the activation suspends (``_activation``), and a later one
-finds the message, the instant or the child's end and completes the frame.
+"""The frames that wait: receive, sleep, child, delegate. A waiting frame holds nothing: once
+every live frame of the activation waits, the activation suspends (``_activation``), and a later
+one finds the message, the instant, the child's end or the answer and completes the frame.
+
+A wait with a timeout (``receive(..., timeout=)``, ``delegate(..., timeout=)``) fixes its deadline
+in its first frame.started; when the deadline passes first, the frame fails with the built-in
+TimeoutError (journaled: a replay raises it again).
 """
 
 from __future__ import annotations
@@ -8,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import datetime, timedelta
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Generator
 
 from flowli.domain import (
+    NO_RETRY,
     Code,
     Entry,
     EntryKind,
     ExecutionRecord,
     FrameKind,
+    RetryPolicy,
+    StaleAnswer,
     Status,
     Task,
     TaskKind,
@@ -24,14 +31,14 @@ from flowli.domain import (
     digest,
     task_id,
 )
-from flowli.store import NewExecution, Write
+from flowli.store import NewExecution, TaskHold, Write
 
 from ._context import Scope
 from ._core import frame_failed, plain, store_call
 from ._frames import ROOT, Wait
 from ._registry import WorkflowDef
 from ._runtime import Runtime
-from ._steps import Steps
+from ._steps import Steps, policy_json
 
 
 def new_execution(
@@ -77,33 +84,80 @@ def new_execution(
     return NewExecution(record, entry, task)
 
 
+class Pending:
+    """The awaitable that ``ctx.delegate`` returns: the frame's id is known as soon as the method is
+    called (a pattern announces it before it awaits the answer)."""
+
+    __slots__ = ("_awaitable", "fid")
+
+    def __init__(self, fid: str, awaitable: Awaitable[Any]):
+        self.fid = fid
+        self._awaitable = awaitable
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._awaitable.__await__()
+
+
+def _timeout_of(timeout: timedelta | None, method: str) -> timedelta | None:
+    if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
+        raise TypeError(f"ctx.{method} takes a positive timedelta as timeout, got {timeout!r}")
+    return timeout
+
+
+def _deadline(started: Entry | None, timeout: timedelta | None, now: datetime) -> datetime | None:
+    """The deadline of a wait: fixed by its first frame.started, else now + timeout."""
+    if started is not None:
+        at = (started.value or {}).get("deadline") if isinstance(started.value, dict) else None
+        return datetime.fromisoformat(at) if at else None
+    return now + timeout if timeout is not None else None
+
+
+def timed_out(fid: str, what: str, timeout: str) -> dict[str, Any]:
+    """The error of a wait whose deadline passed first: raised as TimeoutError in the workflow."""
+    return {"type": "TimeoutError", "module": "builtins", "timeout": True,
+            "message": f"{what} at frame {fid}: nothing came within {timeout}"}
+
+
 class Waits(Steps):
     """The waiting frames of an activation."""
 
-    def receive(self, channel: str, scope: Scope = "execution") -> Awaitable[Any]:
+    def receive(self, channel: str, scope: Scope = "execution", *, timeout: timedelta | None = None) -> Awaitable[Any]:
         full = self.channel_name(channel, scope)
+        _timeout_of(timeout, "receive")
         dig = digest([full])
         fid, outcome = self._frame("receive", None, FrameKind.RECEIVE, dig)
         if outcome is not None:
             if outcome.kind is EntryKind.FRAME_FAILED:
                 return self._outcome_value(fid, outcome)
             return self._done(outcome.value["payload"])
-        return self._spawn(self._receive(fid, full, dig))
+        return self._spawn(self._receive(fid, full, dig, timeout))
 
-    async def _receive(self, fid: str, channel: str, dig: str) -> Any:
-        started = None
-        if fid not in self.memo.started:
-            started = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.RECEIVE, attempt=1, dig=dig, value={"channel": channel})
+    async def _receive(self, fid: str, channel: str, dig: str, timeout: timedelta | None) -> Any:
+        started = self.memo.started.get(fid)
+        deadline = _deadline(started, timeout, self.rt.clock.now())
+        new_start = None
+        if started is None:
+            value: dict[str, Any] = {"channel": channel}
+            if deadline is not None:
+                value["deadline"] = deadline.isoformat()
+            new_start = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.RECEIVE, attempt=1, dig=dig, value=value)
         async with self.channel_locks[channel]:
             after = self.memo.cursors.get(channel, 0)
             messages = await store_call(self.rt.store.read_messages(channel, after, limit=1))
             if messages:
                 self.memo.cursors[channel] = messages[0].seq
         if not messages:
-            if started is not None:
-                self.pending.append(started)
-                self.memo.started[fid] = started
-            await self._wait(Wait(fid, "message", channel=channel, after=after))
+            if deadline is not None and deadline <= self.rt.clock.now():
+                failed = self._entry(EntryKind.FRAME_FAILED, fid, FrameKind.RECEIVE, attempt=1, value={"final": True},
+                                     error=timed_out(fid, f"receive on {channel}", str(timeout or deadline)))
+                await self._write(plain(Write(entries=([new_start] if new_start else []) + [failed])))
+                self.memo.outcome[fid] = failed
+                raise frame_failed(fid, failed, 1)
+            if new_start is not None:
+                self.pending.append(new_start)
+                self.memo.started[fid] = new_start
+            await self._wait(Wait(fid, "message", at=deadline, channel=channel, after=after))
+        started = new_start
         m = messages[0]
         value = {"channel": channel, "seq": m.seq, "payload": m.payload, "by": str(m.provenance.actor)}
         completed = self._entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.RECEIVE, attempt=1, value=value)
@@ -185,6 +239,66 @@ class Waits(Steps):
         await self._write(plain(Write(entries=[entry])))
         self.memo.outcome[fid] = entry
         raise frame_failed(fid, entry, 1)
+
+    def delegate(
+        self, queue: str, payload: Any, *, key: str | None = None, retry: RetryPolicy | None = None,
+        timeout: timedelta | None = None,
+    ) -> Pending:
+        if not isinstance(queue, str) or not queue:
+            raise ValueError(f"ctx.delegate takes a queue name, got {queue!r}")
+        payload = check_json(payload, f"the payload of delegate on queue {queue!r} in workflow {self.wf.name!r}")
+        _timeout_of(timeout, "delegate")
+        dig = digest([queue, payload])
+        fid, outcome = self._frame("delegate", key, FrameKind.DELEGATE, dig)
+        if outcome is not None:
+            return Pending(fid, self._outcome_value(fid, outcome))
+        return Pending(fid, self._spawn(self._delegate(fid, queue, payload, dig, retry or NO_RETRY, timeout)))
+
+    async def _delegate(
+        self, fid: str, queue: str, payload: Any, dig: str, policy: RetryPolicy, timeout: timedelta | None
+    ) -> Any:
+        """Each attempt is one DELEGATE task; a consumer answers or fails it (``Consumer``), the
+        sweeper ends one whose lease expired; a failure or an expiry makes the next attempt."""
+        deadline = _deadline(self.memo.started.get(fid), timeout, self.rt.clock.now())
+        attempt = await self._retry_gate(fid, deadline)
+        tid = task_id(TaskKind.DELEGATE, self.eid, f"{fid}@{attempt}")
+        enqueued = (fid, attempt) in self.memo.attempts_started
+        if deadline is not None and deadline <= self.rt.clock.now():
+            return await self._delegate_timed_out(fid, queue, attempt, tid if enqueued else None, timeout or deadline)
+        if not enqueued:
+            failures = self.memo.failures[fid][self.memo.base.get(fid, 0):]
+            expiries = sum(1 for f in failures if (f.value or {}).get("expired"))
+            value: dict[str, Any] = {"queue": queue, "task": tid}
+            if deadline is not None:
+                value["deadline"] = deadline.isoformat()
+            started = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.DELEGATE, name="delegate", attempt=attempt,
+                                  dig=dig, value=value)
+            frame = {"fid": fid, "tries": len(failures) - expiries + 1, "retry": policy_json(policy),
+                     "expiries": expiries, "max_expiries": self.rt.options.delegate_expiries,
+                     "workflow": self.wf.name, "version": self.wf.version}
+            task = Task(id=tid, kind=TaskKind.DELEGATE, queue=queue, eid=self.eid, payload=payload,
+                        provenance=self.rt.provenance(epoch=self.epoch, attempt=attempt), visible_at=self.rt.clock.now(),
+                        application=self.record.application, attempt=attempt, frame=frame)
+            await self._write(Write(entries=[started], tasks=[task]))
+            self.memo.attempts_started.add((fid, attempt))
+            self.memo.started.setdefault(fid, started)
+        await self._wait(Wait(fid, "delegate", at=deadline, queue=queue))
+
+    async def _delegate_timed_out(
+        self, fid: str, queue: str, attempt: int, tid: str | None, timeout: object
+    ) -> Any:
+        """The deadline passed first: the open attempt ends (its task withdrawn, so that a late
+        answer is stale) and the frame fails with TimeoutError. If the attempt ended meanwhile (an
+        answer, a failure, an expiry), its outcome is in the journal: wait for the RESUME it sent."""
+        failed = self._entry(EntryKind.FRAME_FAILED, fid, FrameKind.DELEGATE, name="delegate", attempt=attempt,
+                             value={"final": True}, error=timed_out(fid, f"delegate on queue {queue}", str(timeout)))
+        write = Write(entries=[failed], hold=TaskHold(tid, end="withdrawn") if tid else None)
+        try:
+            await self._write(write)
+        except StaleAnswer:
+            await self._wait(Wait(fid, "delegate", queue=queue))
+        self.memo.outcome[fid] = failed
+        raise frame_failed(fid, failed, attempt)
 
     async def gather(self, *awaitables: Awaitable[Any]) -> list[Any]:
         return list(await asyncio.gather(*awaitables))

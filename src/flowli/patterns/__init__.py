@@ -16,30 +16,34 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from flowli.domain import RetryPolicy, StepFailed, TaskKind
-from flowli.engine import Context, reply_channel
+from flowli.domain import RetryPolicy, StepFailed
+from flowli.engine import Context
 
 __all__ = ["Action", "delegate", "fan_out", "on_tick", "review", "saga", "REVIEW_QUEUE"]
 
 REVIEW_QUEUE = "humans"
 
 
-async def delegate(ctx: Context, queue: str, payload: Any, *, key: str | None = None) -> Any:
+async def delegate(
+    ctx: Context, queue: str, payload: Any, *, key: str | None = None, retry: RetryPolicy | None = None,
+    timeout: timedelta | None = None,
+) -> Any:
     """Put a DELEGATE task on ``queue`` and wait, holding no worker, for its answer.
 
-    A consumer outside the engine (``engine.consumer(queue, name)``) dequeues the task and
-    answers it; the answer is what ``delegate`` returns.
+    A consumer outside the engine (``engine.consumer(queue, name)``) dequeues the task, renews its
+    lease while it works, and answers or fails it; the answer is what ``delegate`` returns. This is
+    ``ctx.delegate``: its attempts, retries, lease expiries and timeout are the frame's.
 
     >>> async def approval(ctx, invoice):
     ...     answer = await delegate(ctx, "finance-bot", {"check": invoice}, key="check")
     ...     return answer["ok"]
     """
-    tid = await ctx.enqueue(queue, TaskKind.DELEGATE, payload, key=key)
-    return await ctx.receive(reply_channel(tid))
+    return await ctx.delegate(queue, payload, key=key, retry=retry, timeout=timeout)
 
 
 async def review(
-    ctx: Context, subject: str, data: Any = None, *, queue: str = REVIEW_QUEUE, key: str | None = None
+    ctx: Context, subject: str, data: Any = None, *, queue: str = REVIEW_QUEUE, key: str | None = None,
+    timeout: timedelta | None = None,
 ) -> dict[str, Any]:
     """Ask a person: a delegate to a human queue, announced to the review inbox.
 
@@ -50,10 +54,15 @@ async def review(
     ...     decision = await review(ctx, f"expense {claim['id']}", claim)
     ...     return "paid" if decision["approved"] else "refused"
     """
-    tid = await ctx.enqueue(queue, TaskKind.DELEGATE, {"review": subject, "data": data}, key=key)
-    await ctx.announce("review.opened", {"task": tid, "subject": subject, "data": data, "queue": queue})
-    answer = await ctx.receive(reply_channel(tid))
-    await ctx.announce("review.closed", {"task": tid, "answer": answer})
+    pending = ctx.delegate(queue, {"review": subject, "data": data}, key=key, timeout=timeout)
+    frame = getattr(pending, "fid", None)  # the frame id is known once the frame is created
+    await ctx.announce("review.opened", {"frame": frame, "subject": subject, "data": data, "queue": queue})
+    try:
+        answer = await pending
+    except TimeoutError:
+        await ctx.announce("review.closed", {"frame": frame, "answer": None, "timeout": True})
+        raise
+    await ctx.announce("review.closed", {"frame": frame, "answer": answer})
     return answer  # type: ignore[no-any-return]
 
 

@@ -11,6 +11,7 @@ from ._protocol import Renewal as Renewal
 from ._protocol import Resume as Resume
 from ._protocol import StatusChange as StatusChange
 from ._protocol import Store as Store
+from ._protocol import TaskHold as TaskHold
 from ._protocol import WakeCheck as WakeCheck
 from ._protocol import WakeWaiters as WakeWaiters
 from ._protocol import Withdrawal as Withdrawal
@@ -31,6 +32,7 @@ __all__ = [
     "Resume",
     "StatusChange",
     "Store",
+    "TaskHold",
     "WakeCheck",
     "WakeWaiters",
     "Withdrawal",

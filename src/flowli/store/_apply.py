@@ -22,6 +22,7 @@ from flowli.domain import (
     Entry,
     ExecutionStateError,
     LeaseLost,
+    StaleAnswer,
     Status,
     Task,
     TaskKind,
@@ -119,6 +120,8 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         if row is None:
             raise LeaseLost(f.eid, f.epoch)
         fenced_seq = int(row[0])
+    if w.hold is not None:
+        yield from hold_task(w, now)
     if w.expect is not None:
         eid, statuses = w.expect
         row = yield ("one", "SELECT status, application FROM executions WHERE eid = ?{lock}", (eid,))
@@ -182,7 +185,7 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         yield from insert_task(task)
     for r in w.resumes:
         yield ("exec", f"INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT CAST(? AS TEXT), 'RESUME', queue, eid,"
-                       " CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION), 0, NULL, application, NULL"
+                       " CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION), 0, NULL, application, NULL, NULL"
                        " FROM executions WHERE eid = ? ON CONFLICT (id) DO NOTHING",
                (r.id, c.js(r.payload), c.prov(r.provenance), r.visible_at.timestamp(), r.eid))
     for acked, owner in w.acks:
@@ -226,6 +229,39 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
             yield from insert_task(w.wake.task)
     return WriteResult(entry_seqs=entry_seqs, entry_values=[e.value for e in entries], message_seqs=message_seqs,
                        created=created, woke=woke)
+
+
+def hold_task(w: Write, now: float) -> Plan:
+    """Check the hold of a write on a task (see TaskHold) and end the task; refuse otherwise."""
+    hold = w.hold
+    assert hold is not None
+    row = yield ("one", "SELECT state, lease_owner, visible_at FROM tasks WHERE id = ?{lock}", (hold.task_id,))
+    if row is None:
+        raise StaleAnswer(hold.task_id, "there is no such task")
+    state, owner, visible_at = row
+    if state != "ready":
+        raise StaleAnswer(hold.task_id, f"it was {'answered' if state == 'acked' else state} already")
+    if hold.owner is not None:
+        if owner != hold.owner:
+            raise StaleAnswer(hold.task_id, f"its lease is not held by {hold.owner}"
+                                            + (f" but by {owner}" if owner else " (it was given back)"))
+        if visible_at <= now:
+            raise StaleAnswer(hold.task_id, f"the lease of {hold.owner} expired")
+    elif hold.expired and (owner is None or visible_at > now):
+        raise StaleAnswer(hold.task_id, "its lease has not expired")
+    yield ("exec", "UPDATE tasks SET state = ?, lease_owner = NULL WHERE id = ?", (hold.end, hold.task_id))
+
+
+def stale_hold(task_id: str, owner: str, task: Task | None, now: datetime) -> StaleAnswer:
+    """Why ``owner`` no longer holds ``task_id`` (a renewal found the hold gone)."""
+    if task is None:
+        return StaleAnswer(task_id, "there is no such task")
+    if task.state != "ready":
+        return StaleAnswer(task_id, f"it was {'answered' if task.state == 'acked' else task.state} already")
+    if task.lease_owner != owner:
+        return StaleAnswer(task_id, f"its lease is not held by {owner}"
+                                    + (f" but by {task.lease_owner}" if task.lease_owner else " (it was given back)"))
+    return StaleAnswer(task_id, f"the lease of {owner} expired")
 
 
 def wake_holds(w: Write, now: float) -> Plan:

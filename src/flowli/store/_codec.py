@@ -88,14 +88,18 @@ def entry_record(row: Any, journal_seq: int | None = None) -> Entry:
     )
 
 
-TASK_COLUMNS = "id, kind, queue, eid, payload, provenance, visible_at, deliveries, lease_owner, application, attempt"
+TASK_COLUMNS = (
+    "id, kind, queue, eid, payload, provenance, visible_at, deliveries, lease_owner, application, attempt, frame"
+)
 TASK_WIDTH = TASK_COLUMNS.count(",") + 1
+TASK_READ = TASK_COLUMNS + ", state"
+"""The columns a read of tasks selects: those written, and the state."""
 
 
 def task_row(t: Task) -> tuple[Any, ...]:
     return (
         t.id, t.kind.value, t.queue, t.eid, js(t.payload), prov(t.provenance), ts(t.visible_at),
-        t.deliveries, t.lease_owner, t.application, t.attempt,
+        t.deliveries, t.lease_owner, t.application, t.attempt, js(t.frame),
     )
 
 
@@ -103,7 +107,7 @@ def task_record(row: Any) -> Task:
     return Task(
         id=row[0], kind=TaskKind(row[1]), queue=row[2], eid=row[3], payload=unjs(row[4]),
         provenance=unprov(row[5]), visible_at=dt_(row[6]), deliveries=row[7], lease_owner=row[8],
-        application=row[9], attempt=row[10],
+        application=row[9], attempt=row[10], frame=unjs(row[11]), state=row[12] if len(row) > 12 else "ready",
     )
 
 

@@ -116,6 +116,24 @@ class WakeCheck:
 
 
 @dataclass(frozen=True)
+class TaskHold:
+    """The hold on a task that a write requires, checked in its transaction: the write is refused
+    with StaleAnswer (and changes nothing) unless the task is still ready and
+
+    - ``owner`` given: leased to that consumer, its lease not expired at the write's instant (an
+      answer, a failure);
+    - ``expired``: leased, its lease expired at the write's instant (the sweeper ends the attempt);
+    - neither: whoever holds it (a timeout ends the attempt).
+
+    The task then ends: ``acked`` (answered), else ``withdrawn``."""
+
+    task_id: str
+    owner: str | None = None
+    expired: bool = False
+    end: str = "acked"
+
+
+@dataclass(frozen=True)
 class WakeWaiters:
     """Enqueue a RESUME, with id ``RESUME:{eid}:{key}``, for every execution waiting on ``channel``."""
 
@@ -180,6 +198,8 @@ class Write:
     withdraw_delegates: list[str] = field(default_factory=list)
     """Eids whose ready DELEGATE tasks are withdrawn (a cancelled execution's open delegations)."""
     claims: list[Claim] = field(default_factory=list)
+    hold: TaskHold | None = None
+    """A task this write requires to be held (see TaskHold); checked before anything is applied."""
     delete_executions: list[str] = field(default_factory=list)
     """Eids whose live state is deleted: record, journal, scoped channels, tasks, timers (retention)."""
     timers: list[Timer] = field(default_factory=list)
@@ -309,6 +329,16 @@ class Store(Protocol):
 
     async def nack(self, task_id: str, owner: str | None, delay: timedelta, now: datetime) -> bool:
         """Return a task to its queue, visible after ``delay``."""
+
+    async def renew_task(self, task_id: str, owner: str, ttl: timedelta, now: datetime) -> Task:
+        """Extend the lease of a task that ``owner`` holds (ready, leased to it, not expired) to
+        ``now + ttl``; returns the task. Raises StaleAnswer when the hold is gone."""
+
+    async def read_task(self, task_id: str) -> Task | None:
+        """A task by its id, whatever its state (None when there is no such task)."""
+
+    async def expired_tasks(self, now: datetime, limit: int) -> list[Task]:
+        """Ready tasks of frame attempts (``frame`` set) whose consumer's lease expired."""
 
     async def read_execution(self, eid: str) -> ExecutionRecord | None: ...
 

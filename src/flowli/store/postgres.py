@@ -41,7 +41,7 @@ from flowli.domain import (
 )
 
 from . import _codec as c
-from ._apply import Plan, apply_write, settle
+from ._apply import Plan, apply_write, settle, stale_hold
 from ._protocol import Acquired, Intent, Renewal, Write, WriteResult
 
 log = logging.getLogger("flowli.store.postgres")
@@ -292,7 +292,8 @@ _START_HEAD = (
     f" u AS (INSERT INTO unmirrored (eid, seq, at) SELECT eid, 1, ${_E + 8}::double precision FROM e)"
 )
 _START_LEASED = _START_HEAD + " SELECT count(*) FROM e"
-_TASK_TYPES = ("text", "text", "text", "text", "text", "text", "double precision", "bigint", "text", "text", "bigint")
+_TASK_TYPES = ("text", "text", "text", "text", "text", "text", "double precision", "bigint", "text", "text", "bigint",
+               "text")
 """The types of a task row's columns (``_codec.TASK_COLUMNS``)."""
 _START_QUEUED = (
     _START_HEAD[:-1] + "),"
@@ -340,7 +341,7 @@ _SIGNAL = (
     " m AS (INSERT INTO messages (channel, seq, payload, provenance, application)"
     " SELECT $3, seq, $4, $5, (SELECT application FROM s) FROM ch),"
     f" t AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT $6, 'RESUME', s.queue, s.eid, $7, $8, $9, 0, NULL,"
-    " s.application, NULL FROM s ON CONFLICT (id) DO NOTHING)"
+    " s.application, NULL, NULL FROM s ON CONFLICT (id) DO NOTHING)"
     " SELECT (SELECT seq FROM ch), (SELECT status FROM executions WHERE eid = $1"
     " AND ($11::text IS NULL OR application = $11::text)),"
     f" (SELECT count(pg_notify('{_CHANNEL}', $10)) FROM ch)"
@@ -370,7 +371,8 @@ _FIRE = (
     " $6::text[], $7::double precision[]) AS x(eid, fid, at, id, payload, provenance, visible_at)),"
     " d AS (DELETE FROM timers t USING x WHERE t.eid = x.eid AND t.fid = x.fid AND t.at = x.at),"
     f" i AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT x.id, 'RESUME', e.queue, e.eid, x.payload, x.provenance,"
-    " x.visible_at, 0, NULL, e.application, NULL FROM x JOIN executions e ON e.eid = x.eid ON CONFLICT (id) DO NOTHING)"
+    " x.visible_at, 0, NULL, e.application, NULL, NULL FROM x JOIN executions e ON e.eid = x.eid"
+    " ON CONFLICT (id) DO NOTHING)"
     f" SELECT pg_notify('{_CHANNEL}', $8)"
 )
 
@@ -484,7 +486,7 @@ _DEQUEUE = (
     "UPDATE tasks SET lease_owner = $1, visible_at = $2, deliveries = deliveries + 1"
     " WHERE id IN (SELECT id FROM tasks WHERE state = 'ready' AND queue = ANY($3::text[])"
     " AND kind = ANY($4::text[]) AND visible_at <= $5 ORDER BY visible_at LIMIT $6 FOR UPDATE SKIP LOCKED)"
-    f" RETURNING {c.TASK_COLUMNS}"
+    f" RETURNING {c.TASK_READ}"
 )
 
 _READ_MESSAGES = (
@@ -999,6 +1001,29 @@ class PostgresStore:
         )
         return _rowcount(status) > 0
 
+    async def renew_task(self, task_id: str, owner: str, ttl: timedelta, now: datetime) -> Task:
+        assert self._pool is not None
+        row = await self._pool.fetchrow(
+            "UPDATE tasks SET visible_at = $1 WHERE id = $2 AND state = 'ready' AND lease_owner = $3 AND visible_at > $4"
+            f" RETURNING {c.TASK_READ}", (now + ttl).timestamp(), task_id, owner, now.timestamp(),
+        )
+        if row is None:
+            raise stale_hold(task_id, owner, await self.read_task(task_id), now)
+        return c.task_record(row)
+
+    async def read_task(self, task_id: str) -> Task | None:
+        assert self._pool is not None
+        row = await self._pool.fetchrow(f"SELECT {c.TASK_READ} FROM tasks WHERE id = $1", task_id)
+        return None if row is None else c.task_record(row)
+
+    async def expired_tasks(self, now: datetime, limit: int) -> list[Task]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(
+            f"SELECT {c.TASK_READ} FROM tasks WHERE state = 'ready' AND frame IS NOT NULL AND lease_owner IS NOT NULL"
+            " AND visible_at <= $1 ORDER BY visible_at LIMIT $2", now.timestamp(), limit,
+        )
+        return [c.task_record(r) for r in rows]
+
     # ---- reads --------------------------------------------------------------------------
 
     async def read_execution(self, eid: str) -> ExecutionRecord | None:
@@ -1066,7 +1091,7 @@ class PostgresStore:
     ) -> list[Task]:
         assert self._pool is not None
         rows = await self._pool.fetch(
-            f"SELECT {c.TASK_COLUMNS} FROM tasks WHERE ($1::text IS NULL OR queue = $1::text)"
+            f"SELECT {c.TASK_READ} FROM tasks WHERE ($1::text IS NULL OR queue = $1::text)"
             " AND ($2::text IS NULL OR eid = $2::text) AND ($3::bool OR state = 'ready') ORDER BY visible_at, id",
             queue, eid, include_acked,
         )

@@ -30,7 +30,7 @@ from flowli.domain import (
 )
 
 from . import _codec as c
-from ._apply import Plan, apply_write, settle
+from ._apply import Plan, apply_write, settle, stale_hold
 from ._protocol import Acquired, Renewal, Write, WriteResult
 from ._sqlite_file import connect_wal
 
@@ -214,6 +214,11 @@ def _acquire(conn: sqlite3.Connection, eid: str, owner: str, ttl: timedelta, now
     return Acquired(record, record.lease_epoch, _journal(conn, eid))
 
 
+def _task(conn: sqlite3.Connection, task_id: str) -> Task | None:
+    row = conn.execute(f"SELECT {c.TASK_READ} FROM tasks WHERE id = ?", (task_id,)).fetchone()
+    return None if row is None else c.task_record(row)
+
+
 def _drive(conn: sqlite3.Connection, plan: Plan) -> Any:
     """Run a plan of ``_apply`` on this connection (SQLite serializes write transactions, so
     ``{lock}`` needs no SQL)."""
@@ -342,7 +347,7 @@ class SQLiteStore:
                 f"UPDATE tasks SET lease_owner = ?, visible_at = ?, deliveries = deliveries + 1"
                 f" WHERE id IN (SELECT id FROM tasks WHERE state = 'ready' AND queue IN ({qs})"
                 f" AND kind IN ({ks}) AND visible_at <= ? ORDER BY visible_at LIMIT ?)"
-                f" RETURNING {c.TASK_COLUMNS}",
+                f" RETURNING {c.TASK_READ}",
                 (owner, t + ttl.total_seconds(), *queues, *[k.value for k in kinds], t, limit),
             ).fetchall()
             return [c.task_record(r) for r in rows]
@@ -359,6 +364,31 @@ class SQLiteStore:
             return cur.rowcount > 0
 
         return await self._w(run)
+
+    async def renew_task(self, task_id: str, owner: str, ttl: timedelta, now: datetime) -> Task:
+        def run(conn: sqlite3.Connection) -> Task:
+            row = conn.execute(
+                f"UPDATE tasks SET visible_at = ? WHERE id = ? AND state = 'ready' AND lease_owner = ? AND visible_at > ?"
+                f" RETURNING {c.TASK_READ}", ((now + ttl).timestamp(), task_id, owner, now.timestamp()),
+            ).fetchone()
+            if row is None:
+                raise stale_hold(task_id, owner, _task(conn, task_id), now)
+            return c.task_record(row)
+
+        return await self._w(run)
+
+    async def read_task(self, task_id: str) -> Task | None:
+        return await self._r(lambda conn: _task(conn, task_id))
+
+    async def expired_tasks(self, now: datetime, limit: int) -> list[Task]:
+        def run(conn: sqlite3.Connection) -> list[Task]:
+            rows = conn.execute(
+                f"SELECT {c.TASK_READ} FROM tasks WHERE state = 'ready' AND frame IS NOT NULL"
+                " AND lease_owner IS NOT NULL AND visible_at <= ? ORDER BY visible_at LIMIT ?", (now.timestamp(), limit),
+            )
+            return [c.task_record(r) for r in rows]
+
+        return await self._r(run)
 
     async def read_execution(self, eid: str) -> ExecutionRecord | None:
         return await self._r(lambda conn: _execution(conn, eid))
@@ -402,7 +432,7 @@ class SQLiteStore:
     ) -> list[Task]:
         def run(conn: sqlite3.Connection) -> list[Task]:
             rows = conn.execute(
-                f"SELECT {c.TASK_COLUMNS} FROM tasks WHERE (? IS NULL OR queue = ?) AND (? IS NULL OR eid = ?)"
+                f"SELECT {c.TASK_READ} FROM tasks WHERE (? IS NULL OR queue = ?) AND (? IS NULL OR eid = ?)"
                 " AND (? OR state = 'ready') ORDER BY visible_at, id",
                 (queue, queue, eid, eid, include_acked),
             )
