@@ -94,9 +94,10 @@ async def test_w5_runs_on_two_worker_processes() -> None:
         assert line["worker_exits"] == [0, 0]  # both stopped cleanly on SIGTERM
         assert line["worker_log"]["tracebacks"] == 0
         assert await statuses_in(url, "bench.sequential") == [Status.COMPLETED] * 6
-        # where the CPU went while timed: the client and the workers ran the 60 steps
+        # where the CPU went while timed: the workers ran the 60 steps (the client's share of so
+        # short a run can be below the 10 ms that the kernel counts CPU time in)
         cpu = line["cpu_s"]
-        assert cpu["client"] > 0 and cpu["workers"] > 0, cpu
+        assert cpu["workers"] > 0 and cpu["client"] >= 0, cpu
         assert set(cpu) <= {"client", "workers", "postgresql", "other"}, cpu
         assert 0 < line["machine_busy"] <= 1.05, line["machine_busy"]
 

@@ -35,7 +35,7 @@ PINNED = {
     ],
     flowli.store: [
         "Acquired", "Announcement", "Claim", "Fence", "Intent", "NewExecution", "NewMessage", "Renewal", "Resume",
-        "StatusChange", "Store", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
+        "StatusChange", "Store", "TaskHold", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
     ],
     flowli.log: ["Attempt", "Bucket", "Evidence", "attach", "attempt_scope", "current_attempt", "get_logger"],
 }
