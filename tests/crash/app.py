@@ -83,3 +83,10 @@ async def nap_then_step(ctx: flowli.Context, work_dir: str, seconds: float) -> s
     """Sleeps (a timer that a sweeper fires), then one step (frame ``root/effect:after``)."""
     await ctx.sleep(timedelta(seconds=seconds))
     return await ctx.step(effect, ctx.eid, "after", work_dir, 0.0, key="after")
+
+
+@registry.workflow("crash.delegated", version="1")
+async def delegated(ctx: flowli.Context, subject: str) -> object:
+    """One DELEGATE frame (``root/delegate:work``) on the queue ``crash-consumers``: a consumer
+    process answers it, or dies holding it."""
+    return await ctx.delegate("crash-consumers", {"subject": subject}, key="work")
