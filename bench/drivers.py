@@ -252,7 +252,7 @@ async def open_psycopg_engine(url: str, registry: flowli.Registry | None = None)
 
     store = PsycopgPostgresStore(url)
     await store.open()
-    return flowli.Engine(store, registry or bench_registry, projection_path=":memory:")  # type: ignore[arg-type]
+    return flowli.Engine(store, registry or bench_registry)  # type: ignore[arg-type]
 
 
 def opener(driver: str) -> Callable[[str], Any] | None:

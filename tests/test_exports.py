@@ -30,12 +30,12 @@ PINNED = {
         "child_eid", "digest", "dumps", "keyed_eid", "new_eid", "principal_for", "task_id",
     ],
     flowli.engine: [
-        "Clock", "Consumer", "Context", "Engine", "ExecutionSummary", "Options", "Registry", "Review", "SystemClock",
-        "WorkflowDef", "reply_channel",
+        "Clock", "Consumer", "Context", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary", "Options",
+        "Projector", "Registry", "SystemClock", "WorkflowDef", "reply_channel",
     ],
     flowli.store: [
-        "Acquired", "Announcement", "Claim", "Fence", "Intent", "NewExecution", "NewMessage", "Renewal", "Resume",
-        "StatusChange", "Store", "TaskHold", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
+        "Acquired", "Announcement", "Claim", "Fence", "Intent", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",
+        "Resume", "StatusChange", "Store", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
     ],
     flowli.log: ["Attempt", "Bucket", "Evidence", "attach", "attempt_scope", "current_attempt", "get_logger"],
 }

@@ -18,7 +18,7 @@ OPENER = textwrap.dedent('''
     from pathlib import Path
     import flowli
     from flowli import Context, Registry
-    from flowli.engine._projection import Projection
+    from flowli.store import connect_wal
 
     registry = Registry()
 
@@ -30,10 +30,12 @@ OPENER = textwrap.dedent('''
         (folder / f"{name}.ready").write_text("")
         while not (folder / "go").exists():  # all of them open at once
             time.sleep(0.001)
-        Projection(str(folder / "flowli.db-projection"), None).close()
+        connect_wal(str(folder / "flowli.db-projection"), synchronous="OFF").close()  # as the projection opens it
         engine = await flowli.connect(f"sqlite:///{folder / 'flowli.db'}", registry)
         async with engine:
-            print(await engine.start("noop"))
+            eid = await engine.start("noop")
+            await engine.list()  # the projection's tables, made by all of them at once
+            print(eid)
 
     asyncio.run(main(Path(sys.argv[1]), sys.argv[2]))
 ''')

@@ -34,14 +34,6 @@ def bucket_path(store: Store) -> str:
     return "flowli-bucket"
 
 
-def projection_path(store: Store) -> str:
-    """The projection sits beside a SQLite file; other stores keep it in memory."""
-    path = getattr(store, "path", None)
-    if isinstance(path, str) and path != ":memory:":
-        return f"{path}-projection"
-    return ":memory:"
-
-
 async def connect(
     url: str, registry: Registry, *, clock: Clock | None = None, options: Options | None = None, **tuning: Any
 ) -> Engine:
@@ -52,7 +44,7 @@ async def connect(
         tuning["bucket"] = bucket_path(store)
     if tuning:
         options = Options(**{**(options or Options()).__dict__, **tuning})
-    return Engine(store, registry, clock=clock, options=options, projection_path=projection_path(store))
+    return Engine(store, registry, clock=clock, options=options)
 
 
 def default_url() -> str:

@@ -64,6 +64,13 @@ async def _dump(url: str) -> dict[str, list[tuple[Any, ...]]]:
     finally:
         await conn.close()
     found["control_log order"] = [tuple(r) for r in sorted(rows, key=lambda r: r["eid"])]
+    # the same for the messages of a channel that gathered writes send to (their seqs follow the
+    # commits): each channel's seqs run 1..n, and the messages compare without them
+    seqs: dict[str, list[int]] = {}
+    for channel, seq, *_ in found["messages"]:
+        seqs.setdefault(channel, []).append(seq)
+    found["message seqs"] = sorted((ch, sorted(got) == list(range(1, len(got) + 1))) for ch, got in seqs.items())
+    found["messages"] = sorted(((row[0], *row[2:]) for row in found["messages"]), key=repr)
     return found
 
 

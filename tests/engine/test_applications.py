@@ -145,3 +145,45 @@ async def test_a_failed_childs_error_still_reaches_its_parent_in_its_application
     async with open_engine(registry) as engine:
         eid = await engine.start("wraps", application="acme")
         assert await engine.result(eid, timeout=30) == "ValueError"
+
+
+async def test_the_list_and_its_counts_are_the_applications_own(open_engine):
+    async with open_engine(app()) as engine:
+        mine = [await engine.start("child", n, by=ACME) for n in range(3)]
+        theirs = [await engine.start("child", n, by=GLOBEX) for n in range(2)]
+        for eid in mine + theirs:
+            await engine.result(eid, timeout=30)
+        page = await engine.list(application="acme")
+        assert {r.eid for r in page} == set(mine) and {r.application for r in page} == {"acme"}
+        assert page.counts["completed"] == 3
+        assert {r.eid for r in await engine.list(application="globex")} == set(theirs)
+        assert len(await engine.list()) == 5  # single-tenant use sees every execution
+
+
+async def test_the_review_inbox_is_the_applications_own(open_engine):
+    from flowli.patterns import answer_review, inbox, review
+
+    registry = app()
+
+    @registry.workflow("asks")
+    async def asks(ctx: Context, what: str) -> object:
+        return await review(ctx, what)
+
+    async with open_engine(registry) as engine:
+        mine = await engine.start("asks", "acme's", by=ACME)
+        theirs = await engine.start("asks", "globex's", by=GLOBEX)
+        from ..crash import until
+
+        await until(lambda: _both(engine), 40, "both reviews in the inbox")
+        assert [r.eid for r in await inbox(engine, application="acme")] == [mine]
+        assert [r.eid for r in await inbox(engine, application="globex")] == [theirs]
+        with pytest.raises(UnknownExecutionError):
+            await answer_review(engine, mine, True, by=GLOBEX)
+        await answer_review(engine, mine, True, by=ACME)
+        assert (await engine.result(mine, timeout=30))["by"] == ACME.id
+
+
+async def _both(engine) -> bool:
+    from flowli.patterns import inbox
+
+    return len(await inbox(engine)) == 2

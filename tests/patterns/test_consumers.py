@@ -11,7 +11,7 @@ import pytest
 
 from flowli import Context, Engine, Registry
 from flowli.domain import Cancelled, ExecutionTerminalError, StaleAnswer, StepFailed, TaskKind, task_id
-from flowli.patterns import delegate, review
+from flowli.patterns import delegate, inbox, review
 from flowli.testing import Clock
 
 from ..crash import until
@@ -193,13 +193,13 @@ async def test_cancelling_an_execution_whose_task_a_consumer_holds_withdraws_it_
 async def test_cancelling_an_execution_that_waits_in_review_closes_it_in_the_inbox(open_engine):
     async with open_engine(registry_of_delegations()) as engine:
         eid = await engine.start("sign_off", "contract.pdf")
-        [opened] = await until(engine.inbox, 20, "the review in the inbox")
+        [opened] = await until(lambda: inbox(engine), 20, "the review in the inbox")
         assert opened.eid == eid
         await engine.cancel(eid, by="dave@example.com")
         with pytest.raises(Cancelled):
             await engine.result(eid, timeout=30)
         assert await engine.tasks(queue=opened.queue) == []
-        assert await engine.inbox() == []
+        assert await inbox(engine) == []
         assert await engine.consumer(opened.queue, "approvals-ui").dequeue(limit=10) == []
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from flowli import Context, Registry
 from flowli.domain import EntryKind, NoOpenReviewError, TaskKind, UnknownTaskError, task_id
-from flowli.patterns import REVIEW_QUEUE, delegate, review
+from flowli.patterns import REVIEW_QUEUE, answer_review, delegate, inbox, review
 
 from ..crash import until
 
@@ -71,14 +71,14 @@ async def test_review_is_listed_in_the_inbox_then_answered_by_a_person(open_engi
     invoice = {"id": "inv-42", "amount": 1250}
     async with open_engine(registry_of_patterns()) as engine:
         eid = await engine.start("approve_invoice", invoice, by="alice@example.com")
-        [opened] = await until(engine.inbox, 20, "the review in the inbox")
+        [opened] = await until(lambda: inbox(engine), 20, "the review in the inbox")
         assert (opened.eid, opened.subject, opened.data, opened.queue) == (eid, "invoice inv-42", invoice, REVIEW_QUEUE)
         assert opened.closed_at is None and opened.answer is None
         [task] = await engine.tasks(queue=REVIEW_QUEUE)
         assert opened.frame == "root/delegate#0" and task.frame["fid"] == opened.frame
         assert task.payload == {"review": "invoice inv-42", "data": invoice}
 
-        await engine.review(eid, True, by="carol@example.com", reason="ok")
+        await answer_review(engine, eid, True, by="carol@example.com", reason="ok")
         answer = {"approved": True, "reason": "ok", "by": "carol@example.com"}
         assert await engine.result(eid, timeout=30) == answer
 
@@ -88,19 +88,19 @@ async def test_review_is_listed_in_the_inbox_then_answered_by_a_person(open_engi
         done = [e.fid for e in journal if e.kind is EntryKind.FRAME_COMPLETED]
         assert sorted(done) == ["root/announce#0", "root/announce#1", "root/delegate#0"]  # opened, answered, closed
         assert done[-1] == "root/announce#1"
-        assert await engine.inbox() == []
-        [closed] = await engine.inbox(open_only=False)
+        assert await inbox(engine) == []
+        [closed] = await inbox(engine, open_only=False)
         assert closed.frame == opened.frame and closed.closed_at is not None and closed.answer == answer
         assert await engine.tasks(queue=REVIEW_QUEUE) == []
         with pytest.raises(NoOpenReviewError, match=eid):
-            await engine.review(eid, False, by="carol@example.com")
+            await answer_review(engine, eid, False, by="carol@example.com")
 
 
 async def test_a_rejected_review_carries_the_reason(open_engine):
     async with open_engine(registry_of_patterns()) as engine:
         eid = await engine.start("approve_invoice", {"id": "inv-9"})
-        await until(engine.inbox, 20, "the review in the inbox")
-        await engine.review(eid, False, by="erin@example.com", reason="duplicate invoice")
+        await until(lambda: inbox(engine), 20, "the review in the inbox")
+        await answer_review(engine, eid, False, by="erin@example.com", reason="duplicate invoice")
         assert await engine.result(eid, timeout=30) == {
             "approved": False, "reason": "duplicate invoice", "by": "erin@example.com",
         }

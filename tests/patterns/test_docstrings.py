@@ -13,7 +13,7 @@ import pytest
 
 from flowli import Context, Registry
 from flowli.domain import StepFailed
-from flowli.patterns import Action, delegate, fan_out, on_tick, review, saga
+from flowli.patterns import Action, answer_review, delegate, fan_out, inbox, on_tick, review, saga
 from flowli.testing import Clock
 
 from ..crash import until
@@ -51,9 +51,9 @@ async def test_the_review_example_pays_or_refuses_as_the_person_decides(open_eng
     registry.add(example(review, "expense"), "expense")
     async with open_engine(registry) as engine:
         eid = await engine.start("expense", {"id": "c-3", "amount": 42})
-        [opened] = await until(engine.inbox, 20, "the review in the inbox")
+        [opened] = await until(lambda: inbox(engine), 20, "the review in the inbox")
         assert (opened.eid, opened.subject, opened.data) == (eid, "expense c-3", {"id": "c-3", "amount": 42})
-        await engine.review(eid, approved, by="carol@example.com", reason="receipt attached")
+        await answer_review(engine, eid, approved, by="carol@example.com", reason="receipt attached")
         assert await engine.result(eid, timeout=30) == outcome
 
 

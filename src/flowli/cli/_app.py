@@ -29,6 +29,8 @@ import flowli
 from flowli._connect import default_url
 from flowli.domain import Cancelled, FlowliError, Status, UnknownExecutionError, UnknownWorkflowError
 from flowli.engine import Engine, Registry
+from flowli.patterns import answer_review
+from flowli.patterns import inbox as read_inbox
 
 from ._render import child_eids, evidence_view, execution_view, executions_table, reviews_table
 
@@ -435,7 +437,7 @@ async def _inbox(s: Settings, closed: bool) -> int:
         out.print("no reviews: no database yet")
         return 0
     async with open_engine(s) as engine:
-        rows = await engine.inbox(open_only=not closed)
+        rows = await read_inbox(engine, open_only=not closed)
     out.print(reviews_table(rows))
     return 0
 
@@ -461,7 +463,7 @@ def review(
 async def _review(s: Settings, eid: str, approve: bool, reason: str | None, by: str) -> int:
     require_database(s, eid)
     async with open_engine(s) as engine:
-        await engine.review(eid, approve, reason=reason, by=by)
+        await answer_review(engine, eid, approve, reason=reason, by=by)
     verdict = "approved" if approve else "rejected"
     out.print(f"review of execution {eid} {verdict} by {by}: a worker resumes it", soft_wrap=True)
     return 0

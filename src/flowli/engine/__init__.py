@@ -9,8 +9,10 @@ from ._consumer import Consumer as Consumer
 from ._consumer import reply_channel as reply_channel
 from ._context import Context as Context
 from ._engine import Engine as Engine
+from ._projection import EXECUTIONS as EXECUTIONS
+from ._projection import ExecutionPage as ExecutionPage
 from ._projection import ExecutionSummary as ExecutionSummary
-from ._projection import Review as Review
+from ._projection import Projector as Projector
 from ._registry import Registry as Registry
 from ._registry import WorkflowDef as WorkflowDef
 from ._runtime import Options as Options
@@ -20,10 +22,12 @@ __all__ = [
     "Consumer",
     "Context",
     "Engine",
+    "EXECUTIONS",
+    "ExecutionPage",
     "ExecutionSummary",
     "Options",
     "Registry",
-    "Review",
+    "Projector",
     "SystemClock",
     "WorkflowDef",
     "reply_channel",

@@ -13,8 +13,6 @@ from flowli.domain import (
     Cancelled,
     Entry,
     ExecutionRecord,
-    NoOpenReviewError,
-    Principal,
     Status,
     Task,
     TaskKind,
@@ -34,7 +32,7 @@ from ._clock import Clock, SystemClock
 from ._consumer import Consumer, settle
 from ._errors import rebuild_error
 from ._operations import ENGINE_ACTOR, By, read_journal, read_record, scope_of
-from ._projection import ExecutionSummary, Projection, Review
+from ._projection import ExecutionPage, Projection, Projector
 from ._registry import Registry
 from ._retention import retain
 from ._runtime import Options, Runtime, entries_with_seqs
@@ -54,14 +52,13 @@ class Engine:
         *,
         clock: Clock | None = None,
         options: Options | None = None,
-        projection_path: str = ":memory:",
     ):
         self._store = store
         self.registry = registry
         self.clock: Clock = clock or SystemClock()
         self.options = options or Options()
         self._rt = Runtime(store, registry, self.clock, self.options)
-        self._projection = Projection(projection_path, store)
+        self._projection = Projection(store)
         self._archive = Archive(Path(self.options.bucket))
         self._workers: list[asyncio.Task[None]] = []
         self._running: list[Worker] = []
@@ -118,7 +115,6 @@ class Engine:
         await cancel_and_wait(self._workers)
         await self._rt.drain()
         await self._store.close()
-        self._projection.close()
 
     @contextlib.asynccontextmanager
     async def worker(
@@ -264,16 +260,24 @@ class Engine:
         return await asyncio.to_thread(self._archive.read, eid)
 
     async def list(
-        self, status: Status | str | None = None, workflow: str | None = None, limit: int = 100
-    ) -> list[ExecutionSummary]:
-        """Executions from the projection, newest first."""
+        self, status: Status | str | None = None, workflow: str | None = None, limit: int = 100, *,
+        application: str | None = None, cursor: str | None = None,
+    ) -> ExecutionPage:
+        """Executions from the projection, newest first, a page at a time: pass a page's ``next``
+        as ``cursor`` for the one after it. The page also counts the executions per status."""
         await self._rt.drain()  # read your own writes: this process's control-log appends first
-        return await self._projection.list(status, workflow, limit)
+        return await self._projection.list(status, workflow, limit, application, cursor)
 
-    async def inbox(self, open_only: bool = True, limit: int = 100) -> builtins.list[Review]:
-        """The review inbox: reviews that ``flowli.patterns.review`` opened, from the projection."""
+    def project(self, projector: Projector) -> None:
+        """Register a projector: a view of the control log that this engine keeps in the
+        projection (idempotent for the same projector; another one under its name is refused)."""
+        self._projection.register(projector)
+
+    async def read_view(self, name: str, sql: str, params: Sequence[Any] = ()) -> builtins.list[tuple[Any, ...]]:
+        """Rows of a SELECT on the tables of projector ``name``, once it applied the control log
+        (this process's own appends included)."""
         await self._rt.drain()
-        return await self._projection.reviews(open_only, limit)
+        return await self._projection.read(name, sql, params)
 
     async def answer(self, task_id: str, value: Any, by: By = None, *, application: str | None = None) -> int | None:
         """Answer a DELEGATE task (a review, a delegate) as ``by``, whoever holds its lease; resumes
@@ -284,21 +288,6 @@ class Engine:
                 (app is not None and task.application != app):
             raise UnknownTaskError(task_id)
         return await settle(self._rt, "engine", task, value, None, by, TaskHold(task.id))
-
-    async def review(self, eid: str, approved: bool, *, by: By, reason: str | None = None,
-                     application: str | None = None) -> int | None:
-        """Answer the open review of an execution: ``{"approved", "reason", "by"}``."""
-        app = scope_of(by, application)
-        await self.status(eid, application=app)  # an unknown eid says so
-        open_reviews = [r for r in await self.inbox() if r.eid == eid]
-        tasks = {t.frame["fid"]: t for t in await self._store.read_tasks(eid=eid) if t.frame is not None}
-        for r in open_reviews:
-            task = tasks.get(r.frame)
-            if task is not None:
-                who = by.id if isinstance(by, Principal) else by
-                return await self.answer(task.id, {"approved": approved, "reason": reason, "by": who}, by=by,
-                                         application=app)
-        raise NoOpenReviewError(eid)
 
     def consumer(
         self, queue: str, name: str, lease: timedelta = timedelta(minutes=5), *, application: str | None = None

@@ -1,40 +1,45 @@
-"""The projection: a local SQLite view fed from the control log. Derived state only: it can be
-deleted at any time and is rebuilt from the control log."""
+"""The projection: views of the control log, kept in the store's projection tables (``Views``) by
+the projectors that the layers register. Derived state only: each view can be rebuilt from the
+control log (a projector of a new version is; a SQLite projection file may be deleted).
+
+The engine registers one projector of its own, the executions (``engine.list``); the layers
+above register theirs (the review inbox of ``flowli.patterns``, the stage statuses of the
+pipelines) with ``engine.project``, and read them with ``engine.read_view``. The engine knows
+none of their vocabulary.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import builtins
-import json
-import sqlite3
-import threading
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from flowli.domain import ENTRY_STATUS, EntryKind, Status
-from flowli.store import Store, connect_wal
+from flowli.domain import ENTRY_STATUS, Entry, EntryKind, RegistrationError, Status
+from flowli.store import Plan, Store
 
-_VERSION = 2
-"""The layout of the projection's tables; a file of another layout is rebuilt."""
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS cursor (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL);
-INSERT OR IGNORE INTO cursor (id, seq) VALUES (1, 0);
-CREATE TABLE IF NOT EXISTS executions (
-    eid TEXT PRIMARY KEY, workflow TEXT, version TEXT, status TEXT, parent_eid TEXT,
-    created_at REAL, updated_at REAL, last_seq INTEGER
-);
-CREATE INDEX IF NOT EXISTS executions_status ON executions (status, created_at);
-CREATE INDEX IF NOT EXISTS executions_workflow ON executions (workflow, created_at);
-CREATE TABLE IF NOT EXISTS announcements (
-    seq INTEGER PRIMARY KEY, eid TEXT, kind TEXT, data TEXT, at REAL
-);
-CREATE TABLE IF NOT EXISTS reviews (
-    eid TEXT, frame TEXT, subject TEXT, data TEXT, queue TEXT, opened_at REAL,
-    closed_at REAL, answer TEXT, PRIMARY KEY (eid, frame)
-);
-CREATE INDEX IF NOT EXISTS reviews_open ON reviews (opened_at) WHERE closed_at IS NULL;
-"""
+_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class Projector:
+    """A view of the control log: its tables (named ``view_*``), the statements that create them
+    (SQL that SQLite and PostgreSQL both accept), and ``plan(entries)``, a generator of the
+    statements that apply a run of control-log entries (``("exec", sql, params)``, ``?``
+    placeholders; it may read, with ``"one"`` and ``"all"``). A new ``version`` rebuilds the view."""
+
+    name: str
+    version: int
+    tables: tuple[str, ...]
+    schema: tuple[str, ...]
+    plan: Callable[[list[Entry]], Plan]
+
+    def __post_init__(self) -> None:
+        bad = [t for t in self.tables if not t.startswith("view_")]
+        if bad:
+            raise RegistrationError(f"projector {self.name!r}: the table names {bad} must start with view_")
 
 
 @dataclass(frozen=True)
@@ -48,154 +53,163 @@ class ExecutionSummary:
     created_at: datetime
     updated_at: datetime
     parent_eid: str | None = None
+    application: str | None = None
 
 
-@dataclass(frozen=True)
-class Review:
-    """One row of the review inbox."""
+@dataclass(frozen=True, eq=False)
+class ExecutionPage(Sequence[ExecutionSummary]):
+    """A page of :meth:`Engine.list`: the rows (a sequence, equal to the list of them), the cursor
+    of the next page (None on the last), and the executions per status under the same filters,
+    status aside, over all pages."""
 
-    eid: str
-    frame: str
-    """The frame id of the review's delegate frame in its execution."""
-    subject: str
-    data: Any
-    queue: str
-    opened_at: datetime
-    closed_at: datetime | None = None
-    answer: Any = None
+    items: list[ExecutionSummary]
+    next: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ExecutionPage):
+            return (self.items, self.next, self.counts) == (other.items, other.next, other.counts)
+        if isinstance(other, list):
+            return self.items == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.items[i]
+
+    def __iter__(self) -> Iterator[ExecutionSummary]:
+        return iter(self.items)
+
+
+def _executions_plan(entries: list[Entry]) -> Plan:
+    for e in entries:
+        at = e.provenance.at.timestamp()
+        seq = e.journal_seq or 0
+        if e.kind is EntryKind.EXECUTION_STARTED:
+            v = e.value if isinstance(e.value, dict) else {}
+            yield ("exec", "INSERT INTO view_executions (eid, workflow, version, status, parent_eid, application,"
+                           " created_at, updated_at, last_seq) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (eid) DO NOTHING",
+                   (e.eid, v.get("workflow"), v.get("version"), Status.PENDING.value, v.get("parent_eid"),
+                    v.get("application"), at, at, seq))
+        elif e.kind in ENTRY_STATUS:
+            yield ("exec", "UPDATE view_executions SET status = ?, updated_at = ?, last_seq = ? WHERE eid = ?"
+                           " AND last_seq < ?", (ENTRY_STATUS[e.kind].value, at, seq, e.eid, seq))
+        elif e.kind is EntryKind.EXECUTION_MIGRATED:
+            yield ("exec", "UPDATE view_executions SET version = ? WHERE eid = ?", ((e.value or {}).get("to"), e.eid))
+
+
+EXECUTIONS = Projector(
+    name="executions",
+    version=1,
+    tables=("view_executions",),
+    schema=(
+        "CREATE TABLE IF NOT EXISTS view_executions (eid TEXT PRIMARY KEY, workflow TEXT, version TEXT, status TEXT,"
+        " parent_eid TEXT, application TEXT, created_at DOUBLE PRECISION, updated_at DOUBLE PRECISION,"
+        " last_seq BIGINT)",
+        "CREATE INDEX IF NOT EXISTS view_executions_created ON view_executions (created_at, eid)",
+        "CREATE INDEX IF NOT EXISTS view_executions_status ON view_executions (status, created_at, eid)",
+        "CREATE INDEX IF NOT EXISTS view_executions_workflow ON view_executions (workflow, created_at, eid)",
+        "CREATE INDEX IF NOT EXISTS view_executions_application ON view_executions (application, created_at, eid)",
+    ),
+    plan=_executions_plan,
+)
+"""The engine's own view: one row per execution, for ``engine.list``."""
+
+
+def _stamp(value: float) -> datetime:
+    return datetime.fromtimestamp(value, timezone.utc)
+
+
+def _cursor_of(row: ExecutionSummary) -> str:
+    return f"{row.created_at.timestamp()!r}|{row.eid}"
+
+
+def _parse_cursor(cursor: str) -> tuple[float, str]:
+    at, sep, eid = cursor.partition("|")
+    try:
+        if not sep or not eid:
+            raise ValueError
+        return float(at), eid
+    except ValueError:
+        raise ValueError(f"invalid cursor {cursor!r}: pass the `next` of a page of engine.list") from None
 
 
 class Projection:
-    def __init__(self, path: str, store: Store):
-        self.path = path
-        self.store = store
-        self._lock = asyncio.Lock()
-        self._db_lock = threading.Lock()
-        # derived state: a lost tail is rebuilt from the control log, so no fsync per apply
-        self._conn = connect_wal(path, synchronous="OFF")
-        if self._conn.execute("PRAGMA user_version").fetchone()[0] != _VERSION:
-            # a projection of an earlier layout: derived state, rebuilt from the control log
-            for (table,) in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
-                self._conn.execute(f'DROP TABLE IF EXISTS "{table}"')
-            self._conn.execute(f"PRAGMA user_version = {_VERSION}")
-        self._conn.executescript(_SCHEMA)
+    """The projectors of one engine over its store's projection tables."""
 
-    def close(self) -> None:
-        self._conn.close()
+    def __init__(self, store: Store):
+        self._store = store
+        self._views = store.views()
+        self._projectors: dict[str, Projector] = {}
+        self._installed: set[str] = set()
+        self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.register(EXECUTIONS)
 
-    async def catch_up(self) -> int:
-        """Apply the control-log entries past the cursor; returns how many."""
+    def register(self, projector: Projector) -> None:
+        known = self._projectors.get(projector.name)
+        if known is not None and known != projector:
+            raise RegistrationError(f"another projector is registered as {projector.name!r}")
+        self._projectors[projector.name] = projector
+
+    def projector(self, name: str) -> Projector:
+        try:
+            return self._projectors[name]
+        except KeyError:
+            raise RegistrationError(f"no projector {name!r} is registered (engine.project registers one)") from None
+
+    async def catch_up(self, name: str) -> int:
+        """Apply the control-log entries past the projector's cursor; returns how many."""
+        projector = self.projector(name)
         applied = 0
-        async with self._lock:
+        async with self._locks[name]:
+            if name not in self._installed:
+                await self._views.install(name, projector.version, projector.tables, projector.schema)
+                self._installed.add(name)
             while True:
-                cursor = await asyncio.to_thread(self._cursor)
-                entries = await self.store.read_control_log(cursor, 1000)
+                cursor = await self._views.cursor(name)
+                entries = await self._store.read_control_log(cursor, _BATCH)
                 if not entries:
                     return applied
-                await asyncio.to_thread(self._apply, entries)
-                applied += len(entries)
+                applied += await self._views.advance(name, entries, projector.plan)
 
-    def _cursor(self) -> int:
-        with self._db_lock:
-            return int(self._conn.execute("SELECT seq FROM cursor").fetchone()[0])
-
-    def _apply(self, entries: list[Any]) -> None:
-        with self._db_lock:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                start = conn.execute("SELECT seq FROM cursor").fetchone()[0]
-                for e in entries:
-                    if e.seq <= start:
-                        continue  # another process applied it
-                    at = e.provenance.at.timestamp()
-                    if e.kind is EntryKind.EXECUTION_STARTED:
-                        v = e.value or {}
-                        conn.execute(
-                            "INSERT OR IGNORE INTO executions VALUES (?,?,?,?,?,?,?,?)",
-                            (e.eid, v.get("workflow"), v.get("version"), Status.PENDING.value, v.get("parent_eid"), at, at, e.journal_seq or 0),
-                        )
-                    elif e.kind in ENTRY_STATUS:
-                        conn.execute(
-                            "UPDATE executions SET status = ?, updated_at = ?, last_seq = ? WHERE eid = ? AND last_seq < ?",
-                            (ENTRY_STATUS[e.kind].value, at, e.journal_seq or 0, e.eid, e.journal_seq or 0),
-                        )
-                    elif e.kind is EntryKind.EXECUTION_MIGRATED:
-                        conn.execute("UPDATE executions SET version = ? WHERE eid = ?", ((e.value or {}).get("to"), e.eid))
-                    elif e.kind is EntryKind.ANNOUNCED:
-                        v = e.value or {}
-                        conn.execute(
-                            "INSERT OR IGNORE INTO announcements VALUES (?,?,?,?,?)",
-                            (e.seq, e.eid, v.get("kind"), json.dumps(v.get("data")), at),
-                        )
-                        self._apply_review(conn, e.eid, v.get("kind"), v.get("data") or {}, at)
-                    if e.kind in (EntryKind.EXECUTION_COMPLETED, EntryKind.EXECUTION_FAILED, EntryKind.EXECUTION_CANCELLED):
-                        conn.execute(
-                            "UPDATE reviews SET closed_at = ? WHERE eid = ? AND closed_at IS NULL", (at, e.eid)
-                        )
-                conn.execute("UPDATE cursor SET seq = MAX(seq, ?)", (entries[-1].seq,))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-
-    @staticmethod
-    def _apply_review(conn: sqlite3.Connection, eid: str, kind: Any, data: dict[str, Any], at: float) -> None:
-        """The review inbox, from the announcements of ``flowli.patterns.review``."""
-        if kind == "review.opened":
-            conn.execute(
-                "INSERT OR IGNORE INTO reviews (eid, frame, subject, data, queue, opened_at) VALUES (?,?,?,?,?,?)",
-                (eid, data.get("frame"), data.get("subject"), json.dumps(data.get("data")), data.get("queue"), at),
-            )
-        elif kind == "review.closed":
-            conn.execute(
-                "UPDATE reviews SET closed_at = ?, answer = ? WHERE eid = ? AND frame = ?",
-                (at, json.dumps(data.get("answer")), eid, data.get("frame")),
-            )
-
-    async def reviews(self, open_only: bool = True, limit: int = 100) -> builtins.list[Review]:
-        await self.catch_up()
-
-        def run() -> builtins.list[Review]:
-            with self._db_lock:
-                rows = self._conn.execute(
-                    "SELECT eid, frame, subject, data, queue, opened_at, closed_at, answer FROM reviews"
-                    " WHERE (? = 0 OR closed_at IS NULL) ORDER BY opened_at LIMIT ?",
-                    (1 if open_only else 0, limit),
-                ).fetchall()
-            return [
-                Review(
-                    eid=r[0], frame=r[1], subject=r[2], data=json.loads(r[3]) if r[3] else None, queue=r[4],
-                    opened_at=datetime.fromtimestamp(r[5], timezone.utc),
-                    closed_at=datetime.fromtimestamp(r[6], timezone.utc) if r[6] is not None else None,
-                    answer=json.loads(r[7]) if r[7] else None,
-                )
-                for r in rows
-            ]
-
-        return await asyncio.to_thread(run)
+    async def read(self, name: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a SELECT on a projector's tables, once it caught up."""
+        await self.catch_up(name)
+        return await self._views.read(sql, params)
 
     async def list(
-        self, status: Status | str | None = None, workflow: str | None = None, limit: int = 100
-    ) -> list[ExecutionSummary]:
-        await self.catch_up()
+        self, status: Status | str | None, workflow: str | None, limit: int, application: str | None,
+        cursor: str | None,
+    ) -> ExecutionPage:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
         st = Status(status).value if status is not None else None
-
-        def run() -> list[ExecutionSummary]:
-            with self._db_lock:
-                rows = self._conn.execute(
-                    "SELECT eid, workflow, version, status, created_at, updated_at, parent_eid FROM executions"
-                    " WHERE (? IS NULL OR status = ?) AND (? IS NULL OR workflow = ?)"
-                    " ORDER BY created_at DESC, eid DESC LIMIT ?",
-                    (st, st, workflow, workflow, limit),
-                ).fetchall()
-            return [
-                ExecutionSummary(
-                    eid=r[0], workflow=r[1], version=r[2], status=Status(r[3]),
-                    created_at=datetime.fromtimestamp(r[4], timezone.utc),
-                    updated_at=datetime.fromtimestamp(r[5], timezone.utc), parent_eid=r[6],
-                )
-                for r in rows
-            ]
-
-        return await asyncio.to_thread(run)
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("workflow", workflow), ("application", application)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        counted = await self.read("executions", "SELECT status, COUNT(*) FROM view_executions"
+                                  + (" WHERE " + " AND ".join(where) if where else "") + " GROUP BY status", params)
+        counts = {s.value: 0 for s in Status} | {str(s): int(n) for s, n in counted}
+        if st is not None:
+            where.append("status = ?")
+            params.append(st)
+        if cursor is not None:
+            at, eid = _parse_cursor(cursor)
+            where.append("(created_at < ? OR (created_at = ? AND eid < ?))")
+            params += [at, at, eid]
+        rows = await self._views.read(
+            "SELECT eid, workflow, version, status, created_at, updated_at, parent_eid, application FROM view_executions"
+            + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at DESC, eid DESC LIMIT ?",
+            [*params, limit + 1],
+        )
+        items = [ExecutionSummary(eid=r[0], workflow=r[1], version=r[2], status=Status(r[3]), created_at=_stamp(r[4]),
+                                  updated_at=_stamp(r[5]), parent_eid=r[6], application=r[7]) for r in rows[:limit]]
+        more = len(rows) > limit
+        return ExecutionPage(items, _cursor_of(items[-1]) if more and items else None, counts)

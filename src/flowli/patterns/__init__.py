@@ -1,7 +1,8 @@
 """Patterns: functions written on the Context API only. The engine does not know them.
 
 ``delegate``  puts a task on a queue, waits for the answer on a channel
-``review``    a delegate to a human queue, plus the announcements of the inbox
+``review``    a delegate to a human queue, plus the announcements of the inbox (``inbox``,
+              ``answer_review``: the projector of the review inbox, registered by this package)
 ``saga``      runs actions in order, undoes the completed ones in reverse on a failure
 ``fan_out``   one child execution per item, results in item order
 ``on_tick``   one execution per tick of a schedule, exactly once
@@ -19,7 +20,10 @@ from typing import Any
 from flowli.domain import RetryPolicy, StepFailed
 from flowli.engine import Context
 
-__all__ = ["Action", "delegate", "fan_out", "on_tick", "review", "saga", "REVIEW_QUEUE"]
+from ._inbox import REVIEWS, Review, answer_review, inbox
+
+__all__ = ["Action", "REVIEWS", "REVIEW_QUEUE", "Review", "answer_review", "delegate", "fan_out", "inbox", "on_tick",
+           "review", "saga"]
 
 REVIEW_QUEUE = "humans"
 

@@ -7,11 +7,14 @@ from ._protocol import Fence as Fence
 from ._protocol import Intent as Intent
 from ._protocol import NewExecution as NewExecution
 from ._protocol import NewMessage as NewMessage
+from ._protocol import Plan as Plan
+from ._protocol import Query as Query
 from ._protocol import Renewal as Renewal
 from ._protocol import Resume as Resume
 from ._protocol import StatusChange as StatusChange
 from ._protocol import Store as Store
 from ._protocol import TaskHold as TaskHold
+from ._protocol import Views as Views
 from ._protocol import WakeCheck as WakeCheck
 from ._protocol import WakeWaiters as WakeWaiters
 from ._protocol import Withdrawal as Withdrawal
@@ -31,9 +34,12 @@ __all__ = [
     "Renewal",
     "Resume",
     "StatusChange",
+    "Plan",
+    "Query",
     "Store",
     "TaskHold",
     "WakeCheck",
+    "Views",
     "WakeWaiters",
     "Withdrawal",
     "Write",

@@ -12,7 +12,6 @@ transactions serialize on the rows they check (SQLite serializes whole write tra
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -31,10 +30,7 @@ from flowli.domain import (
 )
 
 from . import _codec as c
-from ._protocol import Write, WriteResult
-
-Query = tuple[str, str, tuple[Any, ...]]
-Plan = Generator[Query, Any, Any]
+from ._protocol import Plan, Write, WriteResult
 
 
 def insert_task(task: Task) -> Plan:

@@ -16,7 +16,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Generator, Protocol, Sequence
 
 from flowli.domain import Entry, ExecutionRecord, Message, Status, Task, TaskKind, Timer
 
@@ -282,6 +282,37 @@ class Acquired:
     journal: list[Entry]
 
 
+Query = tuple[str, str, tuple[Any, ...]]
+"""One statement of a plan: (mode, sql, params), in the dialect of ``_apply`` (``?`` placeholders)."""
+Plan = Generator[Query, Any, Any]
+"""A generator that yields its statements and receives their results (see ``_apply``)."""
+
+
+class Views(Protocol):
+    """The projection's tables: derived state, fed from the control log by the projectors that the
+    layers above register. On SQLite a file of its own beside the database (delete it at will:
+    it is rebuilt); on PostgreSQL tables in the database, persistent and shared by every process,
+    so that a process that starts does not replay the control log.
+
+    A projector's tables are named ``view_*``; its SQL is written in the dialect both backends
+    accept (``?`` placeholders, ``ON CONFLICT``, types TEXT, BIGINT, DOUBLE PRECISION)."""
+
+    async def install(self, name: str, version: int, tables: Sequence[str], schema: Sequence[str]) -> None:
+        """Create the tables of projector ``name`` and its cursor, if missing. When the stored
+        version differs, drop its ``tables`` and create them again, its cursor at 0."""
+
+    async def cursor(self, name: str) -> int:
+        """The control-log seq up to which projector ``name`` has applied the entries."""
+
+    async def advance(self, name: str, entries: Sequence[Entry], plan: Callable[[list[Entry]], Plan]) -> int:
+        """In one transaction: lock the cursor of ``name``, drive ``plan`` over the entries past it
+        (another process may have applied some), move the cursor to the last entry. Returns the
+        number of entries applied."""
+
+    async def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a SELECT on the projection's tables."""
+
+
 class Store(Protocol):
     """The storage protocol. Backends: ``flowli.store.sqlite``, ``flowli.store.postgres``."""
 
@@ -381,6 +412,14 @@ class Store(Protocol):
 
     async def claim(self, key: str, owner: str, now: datetime) -> bool:
         """Put-if-absent: exactly one caller for ``key`` wins."""
+
+    def views(self) -> Views:
+        """The projection's tables of this store (see Views)."""
+
+    async def watch(self, eid: str, until: datetime) -> None:
+        """Ask that appends to the journal of ``eid`` notify the other processes until ``until``
+        (``subscribe`` then calls back ``"journal:{eid}"``). A backend that cannot notify does
+        nothing: watchers find those appends by their slow poll."""
 
     def subscribe(self, callback: Callable[[str], None]) -> None:
         """Call ``callback("work")`` when another process enqueued a task visible now, and

@@ -1,9 +1,22 @@
-"""Opening a SQLite file that other processes may open at the same moment."""
+"""SQLite files: opening one that other processes may open at the same moment, the thread that
+owns a connection, and the driver of a plan (``_apply``) on a connection."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import queue
 import sqlite3
+import threading
 import time
+from typing import Any, Callable, TypeVar
+
+from ._apply import settle
+from ._protocol import Plan
+
+T = TypeVar("T")
+_BATCH = 512  # writes per transaction at most
+_STOP = object()
 
 
 def connect_wal(path: str, *, synchronous: str) -> sqlite3.Connection:
@@ -28,3 +41,125 @@ def connect_wal(path: str, *, synchronous: str) -> sqlite3.Connection:
                 time.sleep(0.05)
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     return conn
+
+
+class Thread:
+    """A thread that owns one connection and runs the functions given to it, in batches."""
+
+    def __init__(self, conn: sqlite3.Connection, name: str, transactional: bool):
+        self.conn = conn
+        self.transactional = transactional
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self.queue.put((fn, fut, loop))
+        return fut
+
+    def stop(self) -> None:
+        self.queue.put(_STOP)
+        self.thread.join()
+        self.conn.close()
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is _STOP:
+                return
+            batch = [item]
+            stop = False
+            while len(batch) < _BATCH:
+                try:
+                    nxt = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                batch.append(nxt)
+            try:
+                outcomes = self._run_batch(batch)
+            except BaseException as exc:  # never let the thread die: its callers would wait forever
+                with contextlib.suppress(BaseException):
+                    self.conn.rollback()
+                outcomes = [(None, exc)] * len(batch)
+            # one wake-up of each event loop per batch, not one per write
+            by_loop: dict[Any, list[tuple[Any, Any, BaseException | None]]] = {}
+            for (_, fut, loop), (result, exc) in zip(batch, outcomes):
+                by_loop.setdefault(loop, []).append((fut, result, exc))
+            for loop, settled in by_loop.items():
+                with contextlib.suppress(RuntimeError):  # the caller's loop is closed
+                    loop.call_soon_threadsafe(_settle_all, settled)
+            if stop:
+                return
+
+    def _run_batch(self, batch: list[Any]) -> list[tuple[Any, BaseException | None]]:
+        conn = self.conn
+        if not self.transactional:
+            out: list[tuple[Any, BaseException | None]] = []
+            for fn, _, _ in batch:
+                try:
+                    out.append((fn(conn), None))
+                except BaseException as exc:  # delivered to the caller
+                    out.append((None, exc))
+            return out
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            return [(None, exc)] * len(batch)
+        # Optimistic: no savepoints, since a write is refused (a lost fence, a state it does not
+        # expect) before it changes anything. If one raises all the same, roll the batch back
+        # and run it again with a savepoint per write, so that each fails alone.
+        out = []
+        for fn, _, _ in batch:
+            try:
+                out.append((fn(conn), None))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                out = self._run_isolated(batch)
+                break
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            return [(None, exc)] * len(batch)
+        return out
+
+    def _run_isolated(self, batch: list[Any]) -> list[tuple[Any, BaseException | None]]:
+        conn = self.conn
+        out: list[tuple[Any, BaseException | None]] = []
+        for fn, _, _ in batch:
+            conn.execute("SAVEPOINT w")
+            try:
+                result = fn(conn)
+            except BaseException as exc:  # rolled back alone, delivered to the caller
+                conn.execute("ROLLBACK TO w")
+                conn.execute("RELEASE w")
+                out.append((None, exc))
+            else:
+                conn.execute("RELEASE w")
+                out.append((result, None))
+        return out
+
+
+def _settle_all(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for fut, result, exc in settled:
+        settle(fut, result, exc)
+
+
+def drive(conn: sqlite3.Connection, plan: Plan) -> Any:
+    """Run a plan of ``_apply`` on this connection (SQLite serializes write transactions, so
+    ``{lock}`` needs no SQL)."""
+    try:
+        query = next(plan)
+        while True:
+            mode, sql, params = query
+            cur = conn.execute(sql.replace("{lock}", ""), params)
+            result = cur.fetchone() if mode == "one" else cur.fetchall() if mode == "all" else cur.rowcount
+            query = plan.send(result)
+    except StopIteration as stop:
+        return stop.value

@@ -10,13 +10,10 @@ Several processes may share one file: ``BEGIN IMMEDIATE`` with a busy timeout se
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import queue
 import sqlite3
-import threading
 from datetime import datetime, timedelta
 from importlib import resources
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Callable, Sequence, TypeVar
 from urllib.parse import unquote, urlparse
 
 from flowli.domain import (
@@ -30,13 +27,12 @@ from flowli.domain import (
 )
 
 from . import _codec as c
-from ._apply import Plan, apply_write, settle, stale_hold
+from ._apply import apply_write, stale_hold
 from ._protocol import Acquired, Renewal, Write, WriteResult
-from ._sqlite_file import connect_wal
+from ._sqlite_file import Thread, connect_wal, drive
+from ._sqlite_views import SQLiteViews
 
 T = TypeVar("T")
-_BATCH = 512  # writes per transaction at most
-_STOP = object()
 
 
 def parse_url(url: str) -> str:
@@ -69,116 +65,6 @@ def _migrations() -> list[tuple[int, str]]:
 def _connect(path: str) -> sqlite3.Connection:
     # FULL: a commit reported done survives a power cut, in WAL mode too.
     return connect_wal(path, synchronous="FULL")
-
-
-class _Thread:
-    """A thread that owns one connection and runs the functions given to it, in batches."""
-
-    def __init__(self, conn: sqlite3.Connection, name: str, transactional: bool):
-        self.conn = conn
-        self.transactional = transactional
-        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-
-    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[T] = loop.create_future()
-        self.queue.put((fn, fut, loop))
-        return fut
-
-    def stop(self) -> None:
-        self.queue.put(_STOP)
-        self.thread.join()
-        self.conn.close()
-
-    def _run(self) -> None:
-        while True:
-            item = self.queue.get()
-            if item is _STOP:
-                return
-            batch = [item]
-            stop = False
-            while len(batch) < _BATCH:
-                try:
-                    nxt = self.queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stop = True
-                    break
-                batch.append(nxt)
-            try:
-                outcomes = self._run_batch(batch)
-            except BaseException as exc:  # never let the thread die: its callers would wait forever
-                with contextlib.suppress(BaseException):
-                    self.conn.rollback()
-                outcomes = [(None, exc)] * len(batch)
-            # one wake-up of each event loop per batch, not one per write
-            by_loop: dict[Any, list[tuple[Any, Any, BaseException | None]]] = {}
-            for (_, fut, loop), (result, exc) in zip(batch, outcomes):
-                by_loop.setdefault(loop, []).append((fut, result, exc))
-            for loop, settled in by_loop.items():
-                with contextlib.suppress(RuntimeError):  # the caller's loop is closed
-                    loop.call_soon_threadsafe(_settle_all, settled)
-            if stop:
-                return
-
-    def _run_batch(self, batch: list[Any]) -> list[tuple[Any, BaseException | None]]:
-        conn = self.conn
-        if not self.transactional:
-            out: list[tuple[Any, BaseException | None]] = []
-            for fn, _, _ in batch:
-                try:
-                    out.append((fn(conn), None))
-                except BaseException as exc:  # delivered to the caller
-                    out.append((None, exc))
-            return out
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            return [(None, exc)] * len(batch)
-        # Optimistic: no savepoints, since a write is refused (a lost fence, a state it does not
-        # expect) before it changes anything. If one raises all the same, roll the batch back
-        # and run it again with a savepoint per write, so that each fails alone.
-        out = []
-        for fn, _, _ in batch:
-            try:
-                out.append((fn(conn), None))
-            except BaseException:
-                conn.execute("ROLLBACK")
-                conn.execute("BEGIN IMMEDIATE")
-                out = self._run_isolated(batch)
-                break
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
-            return [(None, exc)] * len(batch)
-        return out
-
-    def _run_isolated(self, batch: list[Any]) -> list[tuple[Any, BaseException | None]]:
-        conn = self.conn
-        out: list[tuple[Any, BaseException | None]] = []
-        for fn, _, _ in batch:
-            conn.execute("SAVEPOINT w")
-            try:
-                result = fn(conn)
-            except BaseException as exc:  # rolled back alone, delivered to the caller
-                conn.execute("ROLLBACK TO w")
-                conn.execute("RELEASE w")
-                out.append((None, exc))
-            else:
-                conn.execute("RELEASE w")
-                out.append((result, None))
-        return out
-
-
-def _settle_all(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
-    for fut, result, exc in settled:
-        settle(fut, result, exc)
-
-
 
 
 def _journal(conn: sqlite3.Connection, eid: str, after: int = 0) -> list[Entry]:
@@ -219,28 +105,15 @@ def _task(conn: sqlite3.Connection, task_id: str) -> Task | None:
     return None if row is None else c.task_record(row)
 
 
-def _drive(conn: sqlite3.Connection, plan: Plan) -> Any:
-    """Run a plan of ``_apply`` on this connection (SQLite serializes write transactions, so
-    ``{lock}`` needs no SQL)."""
-    try:
-        query = next(plan)
-        while True:
-            mode, sql, params = query
-            cur = conn.execute(sql.replace("{lock}", ""), params)
-            result = cur.fetchone() if mode == "one" else cur.fetchall() if mode == "all" else cur.rowcount
-            query = plan.send(result)
-    except StopIteration as stop:
-        return stop.value
-
-
 class SQLiteStore:
     """The Store protocol on one SQLite file."""
 
     def __init__(self, url: str):
         self.url = url
         self.path = parse_url(url)
-        self._writer: _Thread | None = None
-        self._reader: _Thread | None = None
+        self._writer: Thread | None = None
+        self._reader: Thread | None = None
+        self._views = SQLiteViews(":memory:" if self.path == ":memory:" else f"{self.path}-projection")
 
     async def open(self) -> None:
         try:
@@ -249,13 +122,13 @@ class SQLiteStore:
             if getattr(exc, "sqlite_errorname", "") != "SQLITE_CANTOPEN":
                 raise
             raise InvalidDatabaseURL(self.url, f"cannot open the file {self.path!r}: {exc}") from None
-        self._writer = _Thread(writer_conn, "flowli-sqlite-writer", transactional=True)
+        self._writer = Thread(writer_conn, "flowli-sqlite-writer", transactional=True)
         await self._writer.submit(self._migrate)
         if self.path == ":memory:":
             self._reader = self._writer  # one connection holds the database
         else:
             reader_conn = await asyncio.to_thread(_connect, self.path)
-            self._reader = _Thread(reader_conn, "flowli-sqlite-reader", transactional=False)
+            self._reader = Thread(reader_conn, "flowli-sqlite-reader", transactional=False)
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> int:
@@ -271,7 +144,15 @@ class SQLiteStore:
                 current = version
         return int(current)
 
+    def views(self) -> SQLiteViews:
+        """The projection: a file beside the database (``{path}-projection``), derived state."""
+        return self._views
+
+    async def watch(self, eid: str, until: datetime) -> None:
+        """SQLite has no notifications: a watcher in another process finds appends by its poll."""
+
     async def close(self) -> None:
+        await self._views.close()
         if self._reader is not None and self._reader is not self._writer:
             await asyncio.to_thread(self._reader.stop)
         if self._writer is not None:
@@ -289,7 +170,7 @@ class SQLiteStore:
         return self._reader.submit(fn)
 
     async def write(self, write: Write, now: datetime) -> WriteResult:
-        return await self._w(lambda conn: _drive(conn, apply_write(write, now)))
+        return await self._w(lambda conn: drive(conn, apply_write(write, now)))
 
     async def acquire(
         self, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None = None

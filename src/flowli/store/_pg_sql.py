@@ -1,0 +1,61 @@
+"""PostgreSQL helpers shared by the store's modules: the dialect of ``_apply``'s plans, the
+driver of a plan on an asyncpg connection, and the payload of a notification."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import asyncpg
+
+from ._protocol import Plan
+
+CHANNEL = "flowli"
+"""The channel of every notification of flowli's stores."""
+
+
+@functools.lru_cache(maxsize=512)
+def dialect(sql: str) -> str:
+    """``?`` placeholders to ``$n``; ``{lock}`` to ``FOR UPDATE``."""
+    count = 0
+
+    def number(_: re.Match[str]) -> str:
+        nonlocal count
+        count += 1
+        return f"${count}"
+
+    return re.sub(r"\?", number, sql.replace("{lock}", " FOR UPDATE"))
+
+
+def rowcount(status: str) -> int:
+    try:
+        return int(status.rsplit(" ", 1)[-1])
+    except ValueError:
+        return 0
+
+
+async def drive(conn: asyncpg.Connection, plan: Plan) -> Any:
+    """Run a plan of ``_apply`` on this connection."""
+    try:
+        query = next(plan)
+        while True:
+            mode, sql, params = query
+            sql = dialect(sql)
+            if mode == "one":
+                row = await conn.fetchrow(sql, *params)
+                result: Any = None if row is None else tuple(row)
+            elif mode == "all":
+                result = [tuple(r) for r in await conn.fetch(sql, *params)]
+            else:
+                result = rowcount(await conn.execute(sql, *params))
+            query = plan.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+def payload(origin: str, timers: bool) -> str:
+    """A notification's payload: the writing store's origin, and ``:timer`` when the write set
+    timers or enqueued a task visible later (which poke other processes' sweepers: they plan
+    their wake again); a task visible now only wakes their workers."""
+    return f"{origin}:timer" if timers else origin
