@@ -39,6 +39,7 @@ from ._runtime import Options, Runtime, entries_with_seqs
 from ._tasks import cancel_and_wait
 from ._transitions import Middleware, Observer, Transition, commit
 from ._waits import new_execution
+from ._watch import await_end, watch
 from ._worker import Worker
 
 
@@ -196,7 +197,7 @@ class Engine:
 
     async def result(self, eid: str, timeout: float | None = None, *, application: str | None = None) -> Any:
         """Wait for a terminal status; return the value, or raise the execution's error."""
-        record = await self._await_end(eid, timeout, application)
+        record = await await_end(self._rt, self._archive, eid, timeout, application, lambda e: self._held(e) is not None)
         if record.status is Status.COMPLETED:
             return record.result
         error = record.error or {}
@@ -204,27 +205,17 @@ class Engine:
             raise Cancelled(f"execution {eid} was cancelled")
         raise rebuild_error(eid, error, self.registry)
 
-    async def _await_end(self, eid: str, timeout: float | None, application: str | None) -> ExecutionRecord:
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        delay = 0.01
-        record: ExecutionRecord | None = None
-        fired = False
-        while True:
-            ended = self._rt.wait_end(eid)
-            if record is None or fired or self._held(eid) is None:
-                # while an activation of this process holds the execution, its end wakes us: no read
-                record = await self.status(eid, application=application)
-                if record.terminal:
-                    return record
-            wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
-            if deadline is not None and wait <= 0:
-                raise TimeoutError(f"execution {eid} is still {record.status.value} after {timeout} s")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await asyncio.shield(ended)
-            fired = ended.done()
-            delay = min(delay * 2, 0.5)  # the poll finds ends in other processes
+    async def watch(
+        self, eid: str | None = None, after: int | None = None, *, application: str | None = None
+    ) -> AsyncIterator[Entry]:
+        """Every entry past seq ``after`` (None: from the first), then each new one as it comes:
+        of the control log (the lifecycle entries of all executions, of ``application`` only when
+        given), or, with ``eid``, of that execution's journal. Woken by the engine's own wake-ups
+        (across processes on PostgreSQL by its notifications), never by a sleep loop; on SQLite,
+        another process's appends are found by the slow poll (``poll_interval``). It ends when the
+        caller stops iterating."""
+        async for entry in watch(self._rt, self._archive, eid, after, application):
+            yield entry
 
     async def signal(self, eid: str, channel: str, payload: Any, by: By = None, *,
                      application: str | None = None) -> int:

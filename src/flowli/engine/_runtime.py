@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from flowli.domain import Actor, Code, Entry, Principal, Provenance, Site, new_eid
 from flowli.log import Bucket
@@ -53,6 +54,47 @@ class Options:
     SQLite file."""
 
 
+LOG = ("log",)
+"""The hub's key of the control log; ``("journal", eid)`` and ``("end", eid)`` are an execution's."""
+
+
+class Hub:
+    """In-process wake-ups: who waits for a change subscribes an event under a key; whatever
+    commits the change touches the key. No polling, no store read to learn that nothing changed."""
+
+    def __init__(self) -> None:
+        self._events: dict[tuple[str, ...], set[asyncio.Event]] = {}
+
+    @contextlib.contextmanager
+    def subscribe(self, *keys: tuple[str, ...]) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        for key in keys:
+            self._events.setdefault(key, set()).add(event)
+        try:
+            yield event
+        finally:
+            for key in keys:
+                waiting = self._events.get(key)
+                if waiting is not None:
+                    waiting.discard(event)
+                    if not waiting:
+                        del self._events[key]
+
+    @property
+    def active(self) -> bool:
+        """Whether anyone waits (the hot path skips its touches otherwise)."""
+        return bool(self._events)
+
+    def touch(self, key: tuple[str, ...]) -> None:
+        for event in self._events.get(key, ()):
+            event.set()
+
+    def touch_all(self) -> None:
+        for waiting in self._events.values():
+            for event in waiting:
+                event.set()
+
+
 class Runtime:
     """The store, registry and clock of one process, and its in-process wake-ups."""
 
@@ -73,7 +115,8 @@ class Runtime:
         or another process notified a timer: the sweeper plans its wake again."""
         self.planned_wake: datetime | None = None
         """When the sweeper of this process wakes next; None while it sweeps."""
-        self.ended: dict[str, list[asyncio.Future[None]]] = {}
+        self.hub = Hub()
+        """The in-process wake-ups of those who wait for a change (``engine.result``, ``engine.watch``)."""
         store.subscribe(self._notified)
         self.announcing: set[asyncio.Future[None]] = set()
         self._unsent: list[Entry] = []
@@ -86,10 +129,22 @@ class Runtime:
         """The principal of what this process's workers and sweeper do on their own."""
 
     def _notified(self, what: str) -> None:
-        """Another process enqueued a task ("work") or set a timer ("timer")."""
-        self.work.set()
-        if what == "timer":
-            self.timers.set()
+        """Another process enqueued a task ("work"), set a timer ("timer"), appended to the control
+        log ("log"), ended executions ("end:{eid},{eid}..."), or appended to the journal of a watched
+        execution ("journal:{eid}"). "timer" is also what a backend says when it may have missed
+        notifications: then everyone looks again."""
+        if what == "work" or what == "timer":
+            self.work.set()
+            if what == "timer":
+                self.timers.set()
+                self.hub.touch_all()
+        elif what == "log":
+            self.hub.touch(LOG)
+        elif what.startswith("end:"):
+            for eid in what[4:].split(","):
+                self.hub.touch(("end", eid))
+        elif what.startswith("journal:"):
+            self.hub.touch(("journal", what[8:]))
 
     def timer_set(self, at: datetime) -> None:
         """A timer was set for ``at``, or a task enqueued that becomes visible then: poke the sweeper if it
@@ -159,16 +214,10 @@ class Runtime:
         ]
         if announcements:
             await self.store.write(Write(intent=Intent.ANNOUNCE, announcements=announcements), self.clock.now())
+            self.hub.touch(LOG)
 
     def ended_execution(self, eid: str) -> None:
-        for fut in self.ended.pop(eid, []):
-            if not fut.done():
-                fut.set_result(None)
-
-    def wait_end(self, eid: str) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.ended.setdefault(eid, []).append(fut)
-        return fut
+        self.hub.touch(("end", eid))
 
 
 def entries_with_seqs(entries: list[Entry], seqs: list[int]) -> list[Entry]:

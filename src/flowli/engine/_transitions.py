@@ -23,7 +23,7 @@ from typing import Any
 from flowli.domain import Entry, Principal
 from flowli.store import Write, WriteResult
 
-from ._runtime import Runtime
+from ._runtime import LOG, Runtime
 
 KINDS = frozenset({
     "start", "signal", "broadcast", "cancel", "migrate", "answer", "fail", "expire", "step_outcome",
@@ -101,5 +101,10 @@ def react(rt: Runtime, w: Write, result: WriteResult, now: datetime) -> None:
     lifecycle += [Entry(**{**new.entry.__dict__, "seq": 1}) for new in created]
     if lifecycle:
         rt.announce_soon(lifecycle)
+    if rt.hub.active:
+        for eid in {e.eid for e in w.entries}:
+            rt.hub.touch(("journal", eid))
+        if w.announcements:
+            rt.hub.touch(LOG)
     if w.status is not None and w.status.status.terminal:
         rt.ended_execution(w.status.eid)

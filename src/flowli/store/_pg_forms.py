@@ -15,7 +15,7 @@ import asyncpg
 from flowli.domain import EntryKind, ExecutionStateError, LeaseLost, UnknownExecutionError
 
 from . import _codec as c
-from ._pg_sql import CHANNEL, payload
+from ._pg_sql import CHANNEL, journal_notes, log_notes, notify, payload
 from ._protocol import Intent, Write, WriteResult
 
 _CHANNEL = CHANNEL
@@ -64,7 +64,7 @@ _MANY_APPENDS = (
     " lease_expires_at = CASE WHEN s.release THEN NULL ELSE e.lease_expires_at END"
     " FROM c LEFT JOIN s ON s.eid = c.eid AND s.owner = c.owner AND s.epoch = c.epoch"
     " WHERE e.eid = c.eid AND e.lease_owner = c.owner AND e.lease_epoch = c.epoch"
-    " RETURNING e.eid, c.owner, c.epoch, e.next_seq - c.n AS base),"
+    " RETURNING e.eid, c.owner, c.epoch, e.next_seq - c.n AS base, e.watched_until AS watched),"
     # a stale fence's rows join no f row: they append nothing
     f" j AS (INSERT INTO journal ({c.ENTRY_COLUMNS})"
     " SELECT v.eid, f.base + row_number() OVER (PARTITION BY v.eid ORDER BY v.ord) - 1, v.kind, v.fid, v.attempt,"
@@ -76,16 +76,17 @@ _MANY_APPENDS = (
     " WHERE t.eid = x.eid AND f.eid = x.eid AND f.owner = x.owner AND f.epoch = x.epoch),"
     " cw AS (DELETE FROM waiters w USING f, unnest($26::text[], $27::text[], $28::bigint[]) AS x(eid, owner, epoch)"
     " WHERE w.eid = x.eid AND f.eid = x.eid AND f.owner = x.owner AND f.epoch = x.epoch)"
-    " SELECT j.eid, j.seq, f.owner, f.epoch FROM j JOIN f ON f.eid = j.eid"
+    " SELECT j.eid, j.seq, f.owner, f.epoch, f.watched FROM j JOIN f ON f.eid = j.eid"
 )
 
 
 async def _many_appends(
-    conn: asyncpg.Connection, writes: list[Write], now: datetime
+    conn: asyncpg.Connection, writes: list[Write], now: datetime, origin: str
 ) -> list[tuple[WriteResult | None, BaseException | None]]:
     """A run of plain appends of many executions in one statement. A write whose fence does
     not hold appends nothing (the join drops its row) and gets LeaseLost; the others stand.
-    At most one write of the run changes the record of an execution (see ``_append_runs``)."""
+    At most one write of the run changes the record of an execution (see ``_append_runs``).
+    The appends to a watched execution's journal notify the other processes."""
     cols: list[list[Any]] = [[] for _ in range(11)]
     status: list[list[Any]] = [[] for _ in range(9)]
     i = 0
@@ -115,8 +116,9 @@ async def _many_appends(
     rows = await conn.fetch(_MANY_APPENDS, *cols, *status, now.timestamp(), _LIFECYCLE, *clears)
     # the seqs appended under each fence that held (one per execution at most), in order
     seqs: dict[tuple[str, str, int], list[int]] = {}
-    for eid, seq, owner, epoch in rows:
+    for eid, seq, owner, epoch, _ in rows:
         seqs.setdefault((eid, owner, int(epoch)), []).append(int(seq))
+    await notify(conn, origin, journal_notes(((r[0], r[4]) for r in rows), now.timestamp()))
     for found in seqs.values():
         found.sort()
     out: list[tuple[WriteResult | None, BaseException | None]] = []
@@ -168,7 +170,7 @@ _MIRRORS = (
 )
 
 
-async def _many_mirrors(conn: asyncpg.Connection, writes: list[Write]) -> list[tuple[WriteResult, None]]:
+async def _many_mirrors(conn: asyncpg.Connection, writes: list[Write], origin: str) -> list[tuple[WriteResult, None]]:
     """A run of control-log appends of journal entries in one statement: the entries still
     unmirrored take the next control-log seqs in order; the others were mirrored already."""
     cols: list[list[Any]] = [[] for _ in range(10)]
@@ -185,6 +187,7 @@ async def _many_mirrors(conn: asyncpg.Connection, writes: list[Write]) -> list[t
                 col.append(v)
             i += 1
     await conn.execute(_MIRRORS, *cols)
+    await notify(conn, origin, log_notes([a for w in writes for a in w.announcements]))
     return [(WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[]), None) for _ in writes]
 
 
@@ -306,7 +309,7 @@ async def _fenced(conn: asyncpg.Connection, w: Write, now: datetime, origin: str
     ctes = [
         f"f AS (UPDATE executions SET {', '.join(sets)} WHERE eid = {p(f.eid)}::text AND lease_owner = {p(f.owner)}::text"
         f" AND lease_epoch = {p(f.epoch)}::bigint RETURNING next_seq - {p(n)}::bigint AS base,"
-        " cancel_requested IS NOT NULL AS cancel)"
+        " cancel_requested IS NOT NULL AS cancel, watched_until AS watched)"
     ]
     if w.entries:
         rows = [c.entry_row(e, 0) for e in w.entries]
@@ -343,10 +346,12 @@ async def _fenced(conn: asyncpg.Connection, w: Write, now: datetime, origin: str
         woke = f"({cancel} OR {p(due)}::bool)"  # the condition held (its task may exist already)
         ctes.append(f"wk AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT {values} FROM f WHERE {woke}"
                     " ON CONFLICT (id) DO NOTHING)")
-    notify = f", pg_notify('{_CHANNEL}', {p(_payload(origin, bool(w.timers)))}::text)" if (w.timers or w.wake is not None) else ""
-    row = await conn.fetchrow(f"WITH {', '.join(ctes)} SELECT f.base, {woke}{notify} FROM f", *params)
+    wakes = f", pg_notify('{_CHANNEL}', {p(_payload(origin, bool(w.timers)))}::text)" if (w.timers or w.wake is not None) else ""
+    row = await conn.fetchrow(f"WITH {', '.join(ctes)} SELECT f.base, {woke}, f.watched{wakes} FROM f", *params)
     if row is None:
         raise LeaseLost(f.eid, f.epoch)
+    if w.entries:
+        await notify(conn, origin, journal_notes([(f.eid, row[2])], t))
     base = int(row[0])
     return WriteResult(entry_seqs=list(range(base, base + n)), entry_values=[e.value for e in w.entries],
                        message_seqs=[], created=[], woke=bool(row[1]))

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import asyncpg
 
-from ._protocol import Plan
+from flowli.domain import EntryKind
+
+from ._protocol import Announcement, Plan
 
 CHANNEL = "flowli"
 """The channel of every notification of flowli's stores."""
+
+_ENDS = frozenset({EntryKind.EXECUTION_COMPLETED, EntryKind.EXECUTION_FAILED, EntryKind.EXECUTION_CANCELLED})
+_PER_NOTE = 100  # eids in one "end:" note: a payload stays well under PostgreSQL's 8000 bytes
 
 
 @functools.lru_cache(maxsize=512)
@@ -59,3 +65,23 @@ def payload(origin: str, timers: bool) -> str:
     timers or enqueued a task visible later (which poke other processes' sweepers: they plan
     their wake again); a task visible now only wakes their workers."""
     return f"{origin}:timer" if timers else origin
+
+
+async def notify(conn: asyncpg.Connection, origin: str, notes: Sequence[str]) -> None:
+    """Send ``{origin}:{note}`` for each note (inside a transaction: at its commit)."""
+    if notes:
+        await conn.execute(f"SELECT pg_notify('{CHANNEL}', $1 || ':' || x) FROM unnest($2::text[]) x", origin,
+                           list(notes))
+
+
+def log_notes(announcements: Sequence[Announcement]) -> list[str]:
+    """The notes of control-log appends: "log", and "end:{eids}" for the ends among them."""
+    if not announcements:
+        return []
+    ends = sorted({a.entry.eid for a in announcements if a.entry.kind in _ENDS})
+    return ["log", *("end:" + ",".join(ends[i:i + _PER_NOTE]) for i in range(0, len(ends), _PER_NOTE))]
+
+
+def journal_notes(watched: Iterable[tuple[str, float | None]], now: float) -> list[str]:
+    """The notes of appends to the journals of executions watched until after ``now``."""
+    return sorted({f"journal:{eid}" for eid, until in watched if until is not None and until > now})

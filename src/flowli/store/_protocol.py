@@ -317,6 +317,9 @@ class Store(Protocol):
     """The storage protocol. Backends: ``flowli.store.sqlite``, ``flowli.store.postgres``."""
 
     url: str
+    notifies: bool
+    """Whether the other processes' changes reach ``subscribe`` (PostgreSQL); else they are found
+    by polling (SQLite)."""
 
     async def open(self) -> None:
         """Create or upgrade the schema."""

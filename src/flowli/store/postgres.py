@@ -58,7 +58,8 @@ from ._pg_forms import (
     _signal,
     _start,
 )
-from ._pg_sql import CHANNEL, drive, payload, rowcount
+from ._pg_sql import CHANNEL, drive, journal_notes, log_notes, payload, rowcount
+from ._pg_sql import notify as notify_notes
 from ._pg_views import PostgresViews
 from ._protocol import Acquired, Intent, Renewal, Write, WriteResult
 
@@ -187,6 +188,8 @@ SESSION_SETTINGS = {
 
 class PostgresStore:
     """The Store protocol on one PostgreSQL database (and schema)."""
+
+    notifies = True
 
     def __init__(self, url: str, *, pool_size: int = 10, writers: int = 2):
         self.url = url
@@ -342,6 +345,12 @@ class PostgresStore:
             await self._pool.close()
             self._pool = None
 
+    async def watch(self, eid: str, until: datetime) -> None:
+        assert self._pool is not None
+        await self._pool.execute(
+            "UPDATE executions SET watched_until = GREATEST(COALESCE(watched_until, 0), $2) WHERE eid = $1",
+            eid, until.timestamp())
+
     def views(self) -> PostgresViews:
         """The projection: tables of this database and schema, persistent and shared."""
         return self._views
@@ -451,11 +460,13 @@ class PostgresStore:
             # one statement, atomic on its own: no BEGIN and COMMIT round trips
             return [await self._one_statement(conn, writes[0], now, form)]
         if not isolated and all(_plain_append(w) for w in writes) and len(_append_runs(writes)) == 1:
-            return await _many_appends(conn, writes, now)
+            return await _many_appends(conn, writes, now, self.origin)
         if not isolated and all(_mirror_only(w) for w in writes):
-            return await _many_mirrors(conn, writes)
+            return await _many_mirrors(conn, writes, self.origin)
         out: list[tuple[Any, BaseException | None]] = []
         notify = timers = False
+        appended: set[str] = set()  # executions whose journals the generic writes appended to
+        announced: list[Any] = []
         try:
             async with conn.transaction():
                 i = 0
@@ -468,10 +479,10 @@ class PostgresStore:
                         while j < len(batch) and kind(writes[j]):
                             j += 1
                         if kind is _mirror_only:
-                            out.extend(await _many_mirrors(conn, writes[i:j]))
+                            out.extend(await _many_mirrors(conn, writes[i:j], self.origin))
                         else:
                             for run in _append_runs(writes[i:j]):
-                                out.extend(await _many_appends(conn, run, batch[i][1]))
+                                out.extend(await _many_appends(conn, run, batch[i][1], self.origin))
                         i = j
                         continue
                     w, now, _ = batch[i]
@@ -496,8 +507,16 @@ class PostgresStore:
                         out.append((result, None))
                         notify = notify or _wakes(w, result)
                         timers = timers or _later(w, now)
+                        appended.update(e.eid for e in w.entries)
+                        announced += w.announcements
                 if notify:
                     await conn.execute(f"SELECT pg_notify('{_CHANNEL}', $1)", payload(self.origin, timers))
+                notes = log_notes(announced)
+                if appended:
+                    watched = await conn.fetch("SELECT eid, watched_until FROM executions WHERE eid = ANY($1::text[])"
+                                               " AND watched_until > $2", list(appended), now.timestamp())
+                    notes += journal_notes(((r[0], r[1]) for r in watched), now.timestamp())
+                await notify_notes(conn, self.origin, notes)
         except _Optimism:
             return await self._apply_batch(batch, slot, isolated=True)
         return out

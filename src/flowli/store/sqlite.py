@@ -108,6 +108,8 @@ def _task(conn: sqlite3.Connection, task_id: str) -> Task | None:
 class SQLiteStore:
     """The Store protocol on one SQLite file."""
 
+    notifies = False
+
     def __init__(self, url: str):
         self.url = url
         self.path = parse_url(url)
