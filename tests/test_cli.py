@@ -180,11 +180,14 @@ def test_start_wait_runs_a_worker_in_process_and_prints_the_result(flowli):
 
 def test_signal_resumes_a_suspended_execution(flowli, worker):
     eid = flowli("start", "waiter", "--app", APP).stdout.strip()
-    wait_for_show(flowli, eid, "execution.suspended")
+    waiting = wait_for_show(flowli, eid, "execution.suspended").splitlines()
+    # the frames of the run, below the journal: the receive waits, on its channel
+    line_index(waiting, "waiting", "root/receive#0", "receive", "waits for", after=line_index(waiting, "frames of waiter"))
     sent = flowli("signal", eid, "go", '"hello"', "--by", "bob@example.com")
     assert sent.returncode == 0, sent.stderr
     shown = wait_for_show(flowli, eid, "execution.completed")
     line_index(shown.splitlines(), "frame.completed", "root/receive#0", '"hello"', "human:bob@example.com")
+    line_index(shown.splitlines(), "completed", "root/receive#0", after=line_index(shown.splitlines(), "frames of waiter"))
 
 
 def test_cancel_of_a_suspended_execution_shows_execution_cancelled(flowli, worker):

@@ -30,8 +30,8 @@ PINNED = {
         "child_eid", "digest", "dumps", "keyed_eid", "new_eid", "principal_for", "task_id",
     ],
     flowli.engine: [
-        "Clock", "Consumer", "Context", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary", "Options",
-        "Projector", "Registry", "SystemClock", "WorkflowDef", "reply_channel",
+        "AttemptView", "Clock", "Consumer", "Context", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
+        "FrameView", "Options", "Projector", "Registry", "RunView", "SystemClock", "WorkflowDef", "reply_channel",
     ],
     flowli.store: [
         "Acquired", "Announcement", "Claim", "Fence", "Intent", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",

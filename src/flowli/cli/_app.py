@@ -32,7 +32,7 @@ from flowli.engine import Engine, Registry
 from flowli.patterns import answer_review
 from flowli.patterns import inbox as read_inbox
 
-from ._render import child_eids, evidence_view, execution_view, executions_table, reviews_table
+from ._render import child_eids, evidence_view, execution_view, executions_table, frames_view, reviews_table
 
 EXIT_REFUSED = 2
 EXIT_EXECUTION_FAILED = 1
@@ -349,7 +349,9 @@ async def _show(s: Settings, eid: str, evidence: bool = False) -> int:
             with contextlib.suppress(UnknownExecutionError):
                 children.append(await engine.status(ceid))
         written = await engine.evidence(eid) if evidence else []
+        view = await engine.run_view(eid)
     out.print(execution_view(record, entries, children))
+    out.print(frames_view(view))
     if evidence:
         out.print(evidence_view(written))
     return 0

@@ -14,6 +14,7 @@ from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
+from rich.tree import Tree
 
 from flowli.domain import Entry, EntryKind, ExecutionRecord, FrameKind, Provenance, Status
 from flowli.engine import ExecutionSummary
@@ -273,6 +274,34 @@ def execution_view(record: ExecutionRecord | None, entries: Sequence[Entry], chi
     if record is not None:
         parts.append(record_view(record, children))
     return Group(*parts)
+
+
+FRAME_STYLE = {"completed": "green", "failed": "red", "retrying": "yellow", "waiting": "yellow", "running": "blue"}
+
+
+def frames_view(view: Any) -> RenderableType:
+    """The frames of a run (``engine.run_view``) as a tree: status, attempts, timing, waits; and
+    who holds the lease while one does."""
+    tree = Tree(Text.assemble(("frames", "bold underline"), " of ", (view.workflow, "bold"), " ",
+                              status_text(Status(view.status))))
+    for f in view.frames:
+        line = Text.assemble((f"{f.status:<9}", FRAME_STYLE.get(f.status, "")), " ", (f.fid, "bold"), f"  {f.kind}")
+        if len(f.attempts) > 1 or any(a.outcome not in ("completed", "running") for a in f.attempts):
+            line.append("  attempts " + ", ".join(f"{a.number} {a.outcome}" for a in f.attempts), style="dim")
+        if f.started_at is not None and f.ended_at is not None:
+            line.append(f"  {(f.ended_at - f.started_at).total_seconds() * 1000:.0f} ms", style="dim")
+        if f.wait is not None:
+            line.append("  waits for " + describe_wait(view.eid, f.wait), style="yellow")
+        if f.child:
+            line.append(f"  child {f.child}", style="dim")
+        if f.error:
+            line.append("  " + error_line(f.error), style="red")
+        tree.add(line)
+    if view.lease is not None:
+        expires = view.lease.get("expires_at")
+        tree.add(Text(f"lease held by {view.lease['owner']} at epoch {view.lease['epoch']}"
+                      + (f", expires {stamp(expires)}" if expires else ""), style="blue"))
+    return tree
 
 
 class Executions:

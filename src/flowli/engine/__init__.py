@@ -16,8 +16,14 @@ from ._projection import Projector as Projector
 from ._registry import Registry as Registry
 from ._registry import WorkflowDef as WorkflowDef
 from ._runtime import Options as Options
+from ._views import AttemptView as AttemptView
+from ._views import FrameView as FrameView
+from ._views import RunView as RunView
 
 __all__ = [
+    "AttemptView",
+    "FrameView",
+    "RunView",
     "Clock",
     "Consumer",
     "Context",

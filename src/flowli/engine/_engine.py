@@ -38,6 +38,7 @@ from ._retention import retain
 from ._runtime import Options, Runtime, entries_with_seqs
 from ._tasks import cancel_and_wait
 from ._transitions import Middleware, Observer, Transition, commit
+from ._views import RunView, run_view
 from ._waits import new_execution
 from ._watch import await_end, watch
 from ._worker import Worker
@@ -240,6 +241,12 @@ class Engine:
     async def journal(self, eid: str, *, application: str | None = None) -> builtins.list[Entry]:
         """Every entry of the execution, live or archived."""
         return await read_journal(self._rt, self._archive, eid, application)
+
+    async def run_view(self, eid: str, *, application: str | None = None) -> RunView:
+        """The frames of a run as a tree: kind, status, attempts, timing and waits (from its
+        journal, live or archived)."""
+        record = await read_record(self._rt, self._archive, eid, application)
+        return run_view(record, await read_journal(self._rt, self._archive, eid, application))
 
     async def retain(self) -> int:
         """Run one retention pass now (the sweeper runs them every ``retention_interval``):
