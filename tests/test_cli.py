@@ -243,3 +243,31 @@ def test_a_bad_app_exits_2_naming_it(cwd, monkeypatch):
     monkeypatch.setenv("FLOWLI_DB", "bogus://from-env")
     result = runner.invoke(app, ["ls"])
     assert result.exit_code == 2 and "bogus://from-env" in result.output
+
+
+# ---- operations: explain, terminate, retry ------------------------------------------------------
+
+
+def test_explain_terminate_and_retry_from_the_command_line(flowli, worker):
+    eid = flowli("start", "waiter", "--app", APP).stdout.strip()
+    wait_for_show(flowli, eid, "execution.suspended")
+    explained = flowli("explain", eid)
+    assert explained.returncode == 0, explained.stderr
+    assert "message" in explained.stdout and f"waits for a message on {eid}.go" in explained.stdout
+    # it progressed moments ago: the guard refuses, naming why
+    assert_refused(flowli("terminate", eid, "--reason", "stuck"), eid, "within min_idle")
+    done = flowli("terminate", eid, "--reason", "nobody will send go", "--min-idle", "0", "--by", "ops@example.com")
+    assert done.returncode == 0, done.stderr
+    shown = flowli("show", eid).stdout
+    assert "Terminated: nobody will send go" in shown and "execution.failed" in shown
+    assert "it ended failed" in flowli("explain", eid).stdout
+
+    failed = flowli("--app", APP, "start", "explode", "--wait")
+    assert failed.returncode == 1
+    exploded = failed.stdout.strip().splitlines()[0]
+    retried = flowli("retry", exploded, "--by", "ops@example.com", "--reason", "try once more")
+    assert retried.returncode == 0, retried.stderr
+    assert "frame root/explode#0 runs again" in retried.stdout
+    again = wait_for_show(flowli, exploded, "execution.retried")
+    assert "human:ops@example.com" in again
+    assert_refused(flowli("retry", eid.replace(eid[-4:], "0000")), "unknown execution")

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated, Any, AsyncIterator, Coroutine, NoReturn
 from urllib.parse import unquote, urlparse
 
@@ -32,7 +33,16 @@ from flowli.engine import Engine, Registry
 from flowli.patterns import answer_review
 from flowli.patterns import inbox as read_inbox
 
-from ._render import child_eids, evidence_view, execution_view, executions_table, frames_view, reviews_table
+from ._render import (
+    child_eids,
+    evidence_view,
+    execution_view,
+    executions_table,
+    frames_view,
+    reviews_table,
+    stamp,
+    status_text,
+)
 
 EXIT_REFUSED = 2
 EXIT_EXECUTION_FAILED = 1
@@ -420,6 +430,76 @@ async def _migrate(s: Settings, eid: str, version: str, by: str | None) -> int:
         except UnknownWorkflowError as exc:
             raise with_app_hint(exc, s) from None
     out.print(f"execution {eid} now runs version {version}; a worker resumes it", soft_wrap=True)
+    return 0
+
+
+@app.command("retry")
+def retry_(
+    ctx: typer.Context,
+    eid: Annotated[str, typer.Argument(help="The failed execution's eid.")],
+    by: Annotated[str | None, typer.Option("--by", metavar="EMAIL", help="Who reopens it.")] = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (it goes into the journal).")] = None,
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """Reopen a failed execution from its last good point: the failed frame runs again, the rest is memoized."""
+    run(_retry(_settings(ctx, app_, db), eid, by, reason))
+
+
+async def _retry(s: Settings, eid: str, by: str | None, reason: str | None) -> int:
+    require_database(s, eid)
+    async with open_engine(s) as engine:
+        fid = await engine.retry(eid, by=by, reason=reason)
+    where = f"frame {fid} runs again" if fid else "it runs again from its start"
+    out.print(f"execution {eid} reopened: {where} when a worker resumes it", soft_wrap=True)
+    return 0
+
+
+@app.command()
+def explain(
+    ctx: typer.Context,
+    eid: Annotated[str, typer.Argument(help="The execution's eid.")],
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """Say what an execution waits on: a timer, a message, a child, a task on a queue, a worker."""
+    run(_explain(_settings(ctx, app_, db), eid))
+
+
+async def _explain(s: Settings, eid: str) -> int:
+    require_database(s, eid)
+    async with open_engine(s) as engine:
+        why = await engine.explain(eid)
+    out.print(Text.assemble((f"{eid} ", "bold"), status_text(Status(why.status))), soft_wrap=True)
+    if not why.waits:
+        out.print(why.summary, soft_wrap=True)
+    for wait in why.waits:
+        out.print(Text.assemble(("  " + wait["kind"].ljust(9), "yellow"), wait["message"]), soft_wrap=True)
+    if why.last_at is not None:
+        out.print(f"last entry: seq {why.last_seq} at {stamp(why.last_at)}", style="dim", soft_wrap=True)
+    return 0
+
+
+@app.command()
+def terminate(
+    ctx: typer.Context,
+    eid: Annotated[str, typer.Argument(help="The stale execution's eid.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why: it is recorded with the terminal state.")],
+    by: Annotated[str | None, typer.Option("--by", metavar="EMAIL", help="Who terminates it.")] = None,
+    min_idle: Annotated[float, typer.Option("--min-idle", min=0, help="Refuse if it progressed within these seconds.")] = 600,
+    expected_last_seq: Annotated[int | None, typer.Option("--expected-last-seq", help="Refuse unless its journal ends here.")] = None,
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """Fail a stale execution for good (refused if it progressed lately, a live worker holds it, or its journal moved on)."""
+    run(_terminate(_settings(ctx, app_, db), eid, reason, by, min_idle, expected_last_seq))
+
+
+async def _terminate(s: Settings, eid: str, reason: str, by: str | None, min_idle: float, expected: int | None) -> int:
+    require_database(s, eid)
+    async with open_engine(s) as engine:
+        await engine.terminate(eid, reason, by=by, min_idle=timedelta(seconds=min_idle), expected_last_seq=expected)
+    out.print(f"execution {eid} terminated: failed, {reason}", soft_wrap=True)
     return 0
 
 

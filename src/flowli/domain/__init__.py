@@ -12,6 +12,7 @@ from ._errors import NondeterminismError as NondeterminismError
 from ._errors import NonRetryableError as NonRetryableError
 from ._errors import NoOpenReviewError as NoOpenReviewError
 from ._errors import NotJSONCompatibleError as NotJSONCompatibleError
+from ._errors import OperationRefused as OperationRefused
 from ._errors import RegistrationError as RegistrationError
 from ._errors import StaleAnswer as StaleAnswer
 from ._errors import StepFailed as StepFailed
@@ -70,6 +71,7 @@ __all__ = [
     "NonRetryableError",
     "NondeterminismError",
     "NotJSONCompatibleError",
+    "OperationRefused",
     "Principal",
     "Provenance",
     "RegistrationError",

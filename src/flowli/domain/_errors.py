@@ -21,6 +21,7 @@ survive a user's ``except Exception:`` — cancellation and a lost lease — der
           ├── UnknownExecutionError    no execution with that eid
           ├── ExecutionTerminalError   the execution is completed, failed or cancelled
           ├── ExecutionStateError      the execution is not in a state that allows the call
+          ├── OperationRefused         an operator's action refused by its guard (idle, lease, seq)
           ├── UnknownTaskError         no open task with that id
           ├── StaleAnswer              an answer or failure for an attempt that is not current
           ├── NoOpenReviewError        an execution with no review waiting for an answer
@@ -157,6 +158,17 @@ class ExecutionStateError(FlowliError):
         self.eid = eid
         self.status = status
         super().__init__(f"cannot {action} execution {eid}: it is {status}, it must be {need}")
+
+
+class OperationRefused(FlowliError):
+    """An operation on an execution that its guards refuse (it progressed recently, a live worker
+    holds its lease, its journal moved past the seq the caller saw). Nothing changed."""
+
+    def __init__(self, eid: str, action: str, reason: str):
+        self.eid = eid
+        self.action = action
+        self.reason = reason
+        super().__init__(f"cannot {action} execution {eid}: {reason}")
 
 
 class InvalidDatabaseURL(FlowliError):

@@ -9,6 +9,7 @@ from ._consumer import Consumer as Consumer
 from ._consumer import reply_channel as reply_channel
 from ._context import Context as Context
 from ._engine import Engine as Engine
+from ._explain import Explanation as Explanation
 from ._projection import EXECUTIONS as EXECUTIONS
 from ._projection import ExecutionPage as ExecutionPage
 from ._projection import ExecutionSummary as ExecutionSummary
@@ -30,6 +31,7 @@ __all__ = [
     "Engine",
     "EXECUTIONS",
     "ExecutionPage",
+    "Explanation",
     "ExecutionSummary",
     "Options",
     "Registry",

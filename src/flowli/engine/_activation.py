@@ -181,7 +181,7 @@ class Activation(Waits):
         if self.record.parent_eid is not None:
             # a child runs on the queue of its parent
             write.tasks.append(Task(
-                id=task_id(TaskKind.RESUME, self.record.parent_eid, f"child:{self.eid}"), kind=TaskKind.RESUME,
+                id=task_id(TaskKind.RESUME, self.record.parent_eid, f"child:{self.eid}@{self.epoch}"), kind=TaskKind.RESUME,
                 queue=self.record.queue, eid=self.record.parent_eid, payload=None,
                 provenance=self.rt.provenance(epoch=self.epoch), visible_at=self.rt.clock.now(),
                 application=self.record.application,

@@ -31,6 +31,7 @@ from ._archive import Archive
 from ._clock import Clock, SystemClock
 from ._consumer import Consumer, settle
 from ._errors import rebuild_error
+from ._explain import Explanation, explain
 from ._operations import ENGINE_ACTOR, By, read_journal, read_record, scope_of
 from ._projection import ExecutionPage, Projection, Projector
 from ._registry import Registry
@@ -237,6 +238,36 @@ class Engine:
     async def migrate(self, eid: str, version: str, by: By = None, *, application: str | None = None) -> None:
         """Point a suspended execution at another version of its workflow, and resume it."""
         await ops.migrate(self._rt, self._archive, self.registry, eid, version, by, scope_of(by, application))
+
+    async def retry(self, eid: str, by: By = None, *, reason: str | None = None,
+                    application: str | None = None) -> str | None:
+        """Reopen a failed execution from its last good point: one journal entry records who and
+        why; the replay keeps every memo and runs the failed frame again with a fresh attempt
+        count (its failed child, if that is why, is reopened first). Refused (ExecutionStateError)
+        for a run that is not failed. Returns the frame id reopened."""
+        return await ops.retry(self._rt, self._archive, eid, by, reason, scope_of(by, application))
+
+    async def terminate(
+        self, eid: str, reason: str, by: By = None, *, min_idle: timedelta = timedelta(minutes=10),
+        expected_last_seq: int | None = None, application: str | None = None,
+    ) -> None:
+        """Append a failed terminal state (``Terminated``, with the reason and the actor) to a run
+        confirmed stale; refused (OperationRefused) when it progressed within ``min_idle``, when a
+        live worker holds its lease, or when ``expected_last_seq`` is given and its journal's last
+        seq differs. Its open delegations are withdrawn and its parent resumed."""
+        await ops.terminate(self._rt, self._archive, eid, reason, by, min_idle, expected_last_seq,
+                            scope_of(by, application))
+
+    async def explain(self, eid: str, *, application: str | None = None) -> Explanation:
+        """What a run waits on: a timer and its instant, a message on a channel, a child, a
+        DELEGATE task on a queue, a queue that no live worker serves, an expired lease."""
+        return await explain(self._rt, self._archive, eid, application)
+
+    async def workers(self, *, seen_within: timedelta | None = None) -> builtins.list[dict[str, Any]]:
+        """The workers seen within ``seen_within`` (default: the lease TTL): id, kind, queues,
+        started_at, seen_at."""
+        window = seen_within if seen_within is not None else self.options.lease_ttl
+        return await self._store.read_workers(self.clock.now() - window)
 
     async def journal(self, eid: str, *, application: str | None = None) -> builtins.list[Entry]:
         """Every entry of the execution, live or archived."""

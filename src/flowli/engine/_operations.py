@@ -9,6 +9,8 @@ the error says "unknown execution", never "forbidden".
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from datetime import timedelta
 from typing import Any
 
 from flowli.domain import (
@@ -21,6 +23,7 @@ from flowli.domain import (
     ExecutionStateError,
     ExecutionTerminalError,
     FrameKind,
+    OperationRefused,
     Principal,
     Status,
     Task,
@@ -31,7 +34,7 @@ from flowli.domain import (
     principal_for,
     task_id,
 )
-from flowli.store import Intent, NewMessage, Resume, StatusChange, WakeWaiters, Write
+from flowli.store import Guard, Intent, NewMessage, Resume, StatusChange, WakeWaiters, Write
 
 from ._archive import Archive, entry_from, record_from
 from ._core import global_channel
@@ -168,3 +171,78 @@ async def migrate(rt: Runtime, archive: Archive, registry: Registry, eid: str, v
         await commit(rt, Transition("migrate", write, eid, record.workflow, principal, record.application, entry.value))
     except ExecutionStateError as exc:
         raise ExecutionStateError(eid, exc.status, "migrate", "suspended") from None
+
+
+async def retry(rt: Runtime, archive: Archive, eid: str, by: By, reason: str | None, application: str | None) -> str | None:
+    """Reopen a failed execution from its last good point: one ``execution.retried`` entry (who,
+    why, which frame), after which the failure of that frame no longer counts; the replay keeps
+    every other memo and runs the frame again with a fresh attempt count. A frame that failed
+    because its child execution failed reopens the child first, the same way. Returns the fid
+    reopened (None when the workflow itself raised: the replay runs it again from its start)."""
+    record = await read_record(rt, archive, eid, application)
+    if record.status is not Status.FAILED:
+        raise ExecutionStateError(eid, record.status.value, "retry", "failed")
+    journal = await rt.store.read_journal(eid)
+    error = record.error or {}
+    fid = error.get("fid") if isinstance(error.get("fid"), str) else None
+    failed = next((e for e in reversed(journal) if e.fid == fid and e.kind is EntryKind.FRAME_FAILED), None)
+    child = (failed.error or {}).get("child") if failed is not None else None
+    if isinstance(child, str):
+        with contextlib.suppress(ExecutionStateError):  # a child cancelled, say, is not reopened
+            await retry(rt, archive, child, by, reason, application)
+    principal = principal_for(by, ENGINE_ACTOR, application)
+    now = rt.clock.now()
+    prov = rt.provenance(actor=principal.actor, code=Code(record.workflow, record.version, FrameKind.ROOT.value, ROOT))
+    value = {"fid": fid, "reason": reason, "by": str(principal.actor), "error": error}
+    entry = Entry(eid=eid, kind=EntryKind.EXECUTION_RETRIED, provenance=prov, fid=ROOT, value=value)
+    resume = Task(id=task_id(TaskKind.RESUME, eid, f"retry:{new_eid()}"), kind=TaskKind.RESUME, queue=record.queue,
+                  eid=eid, payload=None, provenance=prov, visible_at=now, application=record.application)
+    write = Write(expect=(eid, frozenset({Status.FAILED})), entries=[entry],
+                  status=StatusChange(eid, Status.SUSPENDED), tasks=[resume])
+    try:
+        await commit(rt, Transition("retry", write, eid, record.workflow, principal, record.application, value))
+    except ExecutionStateError as exc:
+        raise ExecutionStateError(eid, exc.status, "retry", "failed") from None
+    return fid
+
+
+async def terminate(
+    rt: Runtime, archive: Archive, eid: str, reason: str, by: By, min_idle: timedelta,
+    expected_last_seq: int | None, application: str | None,
+) -> None:
+    """Append a failed terminal state to a run confirmed stale: refused when it progressed within
+    ``min_idle``, when a live worker holds its lease, or when its journal's last seq is not
+    ``expected_last_seq`` (given). The guards hold in the write's transaction."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError("terminate needs a reason: it is recorded with the terminal state")
+    record = await read_record(rt, archive, eid, application)
+    if record.terminal:
+        raise ExecutionTerminalError(eid, record.status.value, "terminate")
+    journal = await rt.store.read_journal(eid)
+    last = journal[-1] if journal else None
+    last_seq = last.seq or 0 if last is not None else 0
+    now = rt.clock.now()
+    if expected_last_seq is not None and expected_last_seq != last_seq:
+        raise OperationRefused(eid, "terminate", f"its journal ends at seq {last_seq}, not at the expected {expected_last_seq}")
+    if last is not None and now - last.at < min_idle:
+        idle = (now - last.at).total_seconds()
+        raise OperationRefused(eid, "terminate", f"it progressed {idle:.0f} s ago, within min_idle of"
+                                                 f" {min_idle.total_seconds():.0f} s")
+    principal = principal_for(by, ENGINE_ACTOR, application)
+    prov = rt.provenance(actor=principal.actor, code=Code(record.workflow, record.version, FrameKind.ROOT.value, ROOT))
+    error = {"type": "Terminated", "module": None, "code": "TERMINATED", "message": reason,
+             "by": str(principal.actor), "last_seq": last_seq}
+    entry = Entry(eid=eid, kind=EntryKind.EXECUTION_FAILED, provenance=prov, fid=ROOT, error=error)
+    write = Write(expect=(eid, NOT_TERMINAL), guard=Guard(eid, last_seq, "terminate"), entries=[entry],
+                  status=StatusChange(eid, Status.FAILED, error=error), clear_timers=[eid], clear_waiters=[eid],
+                  withdraw_delegates=[eid])
+    if record.parent_eid is not None:
+        write.tasks.append(Task(
+            id=task_id(TaskKind.RESUME, record.parent_eid, f"child:{eid}@terminated"), kind=TaskKind.RESUME,
+            queue=record.queue, eid=record.parent_eid, payload=None, provenance=prov, visible_at=now,
+            application=record.application))
+    try:
+        await commit(rt, Transition("terminate", write, eid, record.workflow, principal, record.application,
+                                    {"reason": reason, "last_seq": last_seq}))
+    except ExecutionStateError as exc:
+        raise ExecutionTerminalError(eid, exc.status, "terminate") from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from datetime import timedelta
 from typing import Any, Awaitable, Sequence
@@ -41,6 +42,7 @@ from ._tasks import cancel_and_wait
 from ._transitions import Transition, commit
 
 log = logging.getLogger("flowli.worker")
+_numbers = itertools.count(1)
 _KINDS = (TaskKind.START, TaskKind.RESUME, TaskKind.RUN_STEP)
 
 
@@ -56,6 +58,8 @@ class Worker:
         self.grace = grace
         """Seconds that a stop waits for running activations before it cancels them."""
         self.queues = tuple(queues)
+        self.id = f"{rt.owner}/w{next(_numbers)}"
+        """This worker's row among the workers (``engine.explain`` tells a queue that none serves)."""
         self.running: dict[str, asyncio.Task[Any]] = {}
         self.held: dict[str, Activation] = {}
         self.sweeper = Sweeper(rt) if sweeper else None
@@ -313,7 +317,15 @@ class Worker:
     async def _renew_loop(self) -> None:
         rt = self.rt
         period = max(rt.options.lease_ttl.total_seconds() / 3, 0.05)
+        seen = 0.0
+        loop = asyncio.get_running_loop()
         while True:
+            if loop.time() - seen >= max(period, 1.0):  # this worker is alive: its row says so
+                try:
+                    await rt.store.register_worker(self.id, "engine", self.queues, rt.clock.now())
+                    seen = loop.time()
+                except Exception:
+                    log.exception("writing the worker's row failed")
             await asyncio.sleep(period)
             if not self.held:
                 continue

@@ -4,6 +4,7 @@ from ._protocol import Acquired as Acquired
 from ._protocol import Announcement as Announcement
 from ._protocol import Claim as Claim
 from ._protocol import Fence as Fence
+from ._protocol import Guard as Guard
 from ._protocol import Intent as Intent
 from ._protocol import NewExecution as NewExecution
 from ._protocol import NewMessage as NewMessage
@@ -28,6 +29,7 @@ __all__ = [
     "Announcement",
     "Claim",
     "Fence",
+    "Guard",
     "Intent",
     "NewExecution",
     "NewMessage",

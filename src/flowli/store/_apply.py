@@ -21,6 +21,7 @@ from flowli.domain import (
     Entry,
     ExecutionStateError,
     LeaseLost,
+    OperationRefused,
     StaleAnswer,
     Status,
     Task,
@@ -118,6 +119,19 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         fenced_seq = int(row[0])
     if w.hold is not None:
         yield from hold_task(w, now)
+    if w.guard is not None:
+        g = w.guard
+        row = yield ("one", "SELECT next_seq, lease_owner, lease_expires_at FROM executions WHERE eid = ?{lock}", (g.eid,))
+        if row is None:
+            raise UnknownExecutionError(g.eid)
+        if int(row[0]) - 1 != g.last_seq:
+            raise OperationRefused(g.eid, g.action, f"its journal moved on to seq {int(row[0]) - 1}"
+                                                    f" past the seq {g.last_seq} seen")
+        if row[1] is not None and row[2] is not None and row[2] > now:
+            raise OperationRefused(g.eid, g.action, f"a live worker holds its lease ({row[1]})")
+        # the lease ends and its epoch moves on: a holder that was only paused writes nothing more
+        yield ("exec", "UPDATE executions SET lease_owner = NULL, lease_expires_at = NULL, lease_epoch = lease_epoch + 1"
+                       " WHERE eid = ?", (g.eid,))
     if w.expect is not None:
         eid, statuses = w.expect
         row = yield ("one", "SELECT status, application FROM executions WHERE eid = ?{lock}", (eid,))

@@ -120,3 +120,7 @@ def message_record(row: Any) -> Message:
 
 def timer_record(row: Any) -> Timer:
     return Timer(eid=row[0], fid=row[1], at=dt_(row[2]))
+
+
+def worker_record(row: Any) -> dict[str, Any]:
+    return {"id": row[0], "kind": row[1], "queues": unjs(row[2]), "started_at": dt_(row[3]), "seen_at": dt_(row[4])}

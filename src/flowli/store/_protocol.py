@@ -134,6 +134,19 @@ class TaskHold:
 
 
 @dataclass(frozen=True)
+class Guard:
+    """What an operator's write requires of an execution, checked in its transaction: its journal
+    still ends at ``last_seq`` (nothing progressed since the caller looked), and no live worker
+    holds its lease (none, or expired at the write's instant). Else OperationRefused. The write
+    then ends the lease and moves its epoch on, so that a holder that was only paused writes
+    nothing more."""
+
+    eid: str
+    last_seq: int
+    action: str
+
+
+@dataclass(frozen=True)
 class WakeWaiters:
     """Enqueue a RESUME, with id ``RESUME:{eid}:{key}``, for every execution waiting on ``channel``."""
 
@@ -200,6 +213,8 @@ class Write:
     claims: list[Claim] = field(default_factory=list)
     hold: TaskHold | None = None
     """A task this write requires to be held (see TaskHold); checked before anything is applied."""
+    guard: Guard | None = None
+    """What the write requires of an execution (see Guard); checked before anything is applied."""
     delete_executions: list[str] = field(default_factory=list)
     """Eids whose live state is deleted: record, journal, scoped channels, tasks, timers (retention)."""
     timers: list[Timer] = field(default_factory=list)
@@ -415,6 +430,12 @@ class Store(Protocol):
 
     async def claim(self, key: str, owner: str, now: datetime) -> bool:
         """Put-if-absent: exactly one caller for ``key`` wins."""
+
+    async def register_worker(self, worker_id: str, kind: str, queues: Sequence[str], now: datetime) -> None:
+        """Write (or renew) the row of a running worker: its kind and the queues it serves."""
+
+    async def read_workers(self, seen_after: datetime) -> list[dict[str, Any]]:
+        """The workers seen after ``seen_after``: id, kind, queues, started_at, seen_at."""
 
     def views(self) -> Views:
         """The projection's tables of this store (see Views)."""

@@ -345,6 +345,19 @@ class PostgresStore:
             await self._pool.close()
             self._pool = None
 
+    async def register_worker(self, worker_id: str, kind: str, queues: Sequence[str], now: datetime) -> None:
+        assert self._pool is not None
+        await self._pool.execute(
+            "INSERT INTO workers (id, kind, queues, started_at, seen_at) VALUES ($1, $2, $3, $4, $4)"
+            " ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, queues = excluded.queues",
+            worker_id, kind, c.js(list(queues)), now.timestamp())
+
+    async def read_workers(self, seen_after: datetime) -> list[dict[str, Any]]:
+        assert self._pool is not None
+        rows = await self._pool.fetch("SELECT id, kind, queues, started_at, seen_at FROM workers WHERE seen_at > $1"
+                                      " ORDER BY id", seen_after.timestamp())
+        return [c.worker_record(r) for r in rows]
+
     async def watch(self, eid: str, until: datetime) -> None:
         assert self._pool is not None
         await self._pool.execute(

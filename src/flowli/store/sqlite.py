@@ -13,7 +13,7 @@ import asyncio
 import sqlite3
 from datetime import datetime, timedelta
 from importlib import resources
-from typing import Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 from urllib.parse import unquote, urlparse
 
 from flowli.domain import (
@@ -145,6 +145,22 @@ class SQLiteStore:
                 conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
                 current = version
         return int(current)
+
+    async def register_worker(self, worker_id: str, kind: str, queues: Sequence[str], now: datetime) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO workers (id, kind, queues, started_at, seen_at) VALUES (?,?,?,?,?)"
+                         " ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, queues = excluded.queues",
+                         (worker_id, kind, c.js(list(queues)), now.timestamp(), now.timestamp()))
+
+        await self._w(run)
+
+    async def read_workers(self, seen_after: datetime) -> list[dict[str, Any]]:
+        def run(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute("SELECT id, kind, queues, started_at, seen_at FROM workers WHERE seen_at > ?"
+                                " ORDER BY id", (seen_after.timestamp(),)).fetchall()
+            return [c.worker_record(r) for r in rows]
+
+        return await self._r(run)
 
     def views(self) -> SQLiteViews:
         """The projection: a file beside the database (``{path}-projection``), derived state."""

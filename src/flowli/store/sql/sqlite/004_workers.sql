@@ -1,0 +1,9 @@
+-- flowli schema for SQLite, version 4: the workers that run (each renews its row while it runs),
+-- so that a run can be told that no live worker serves its queue.
+CREATE TABLE workers (
+    id         TEXT PRIMARY KEY,
+    kind       TEXT NOT NULL,
+    queues     TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    seen_at    REAL NOT NULL
+) WITHOUT ROWID
