@@ -1,5 +1,5 @@
-"""The control log: announcements append with a global increasing seq; a mirror of a journal
-entry is idempotent; ``unmirrored`` finds the lifecycle entries that were never mirrored."""
+"""The control log: announcements append with a global increasing seq; an announcement of a journal
+entry is idempotent; ``unannounced`` finds the lifecycle entries that were never announced."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from flowli.store import Announcement, StatusChange, Write
 from .conftest import T0, at, create, entry, started
 
 
-def mirror_of(e):
-    """The control-log entry that mirrors journal entry ``e`` (as the engine builds it)."""
+def announcement_of(e):
+    """The control-log entry that announces journal entry ``e`` (as the engine builds it)."""
     return Announcement(dataclasses.replace(e, journal_seq=e.seq, seq=None))
 
 
@@ -69,23 +69,23 @@ async def test_the_memo_of_an_announcement_is_its_control_log_seq(store):
     assert (await store.read_journal(eid, after=2))[0].value == log[1].seq
 
 
-async def test_a_mirror_of_a_journal_entry_is_appended_once(store):
+async def test_a_announcement_of_a_journal_entry_is_appended_once(store):
     eid = await create(store)
     (started_entry,) = await store.read_journal(eid)
-    await store.write(Write(announcements=[mirror_of(started_entry)]), at(1))
-    await store.write(Write(announcements=[mirror_of(started_entry)]), at(2))
-    await store.write(Write(announcements=[mirror_of(started_entry), mirror_of(started_entry)]), at(3))
+    await store.write(Write(announcements=[announcement_of(started_entry)]), at(1))
+    await store.write(Write(announcements=[announcement_of(started_entry)]), at(2))
+    await store.write(Write(announcements=[announcement_of(started_entry), announcement_of(started_entry)]), at(3))
     log = await store.read_control_log()
     assert len(log) == 1
     assert (log[0].eid, log[0].kind, log[0].journal_seq) == (eid, EntryKind.EXECUTION_STARTED, 1)
     assert log[0].provenance == started_entry.provenance
     other = await create(store)  # the same journal seq of another execution is another entry
     (other_started,) = await store.read_journal(other)
-    await store.write(Write(announcements=[mirror_of(other_started)]), at(4))
+    await store.write(Write(announcements=[announcement_of(other_started)]), at(4))
     assert [e.eid for e in await store.read_control_log()] == [eid, other]
 
 
-async def test_unmirrored_lists_the_lifecycle_entries_not_yet_mirrored(store):
+async def test_unannounced_lists_the_lifecycle_entries_not_yet_announced(store):
     eid, fence = await started(store)
     await store.write(Write(fence=fence, entries=[entry(eid), entry(eid, EntryKind.FRAME_COMPLETED, value=1)]), at(1))
     suspended = await store.write(
@@ -107,35 +107,35 @@ async def test_unmirrored_lists_the_lifecycle_entries_not_yet_mirrored(store):
     journal = await store.read_journal(eid)
     assert [dataclasses.replace(e, journal_seq=None) for e in missing] == [journal[0], journal[3]]
 
-    await store.write(Write(announcements=[mirror_of(journal[0])]), at(11))
+    await store.write(Write(announcements=[announcement_of(journal[0])]), at(11))
     assert [e.seq for e in await store.unannounced(at(12), 100)] == [4]
-    await store.write(Write(announcements=[mirror_of(journal[3])]), at(12))
+    await store.write(Write(announcements=[announcement_of(journal[3])]), at(12))
     assert await store.unannounced(at(13), 100) == []
 
 
-async def test_unmirrored_waits_until_the_execution_is_older_than_before(store):
+async def test_unannounced_waits_until_the_execution_is_older_than_before(store):
     eid = await create(store, now=at(5))
-    assert await store.unannounced(at(4), 100) == []  # changed after `before`: a worker may still mirror it
+    assert await store.unannounced(at(4), 100) == []  # changed after `before`: a worker may still announce it
     assert [e.eid for e in await store.unannounced(at(6), 100)] == [eid]
 
 
-async def test_unmirrored_respects_the_limit(store):
+async def test_unannounced_respects_the_limit(store):
     for _ in range(3):
         await create(store)
     assert len(await store.unannounced(at(1), 2)) == 2
     assert len(await store.unannounced(at(1), 100)) == 3
 
 
-async def test_unmirrored_lists_an_entry_that_a_later_mirror_skipped(store):
-    """A worker appends execution.suspended and crashes before it mirrors it; the next worker
-    appends and mirrors execution.resumed. The suspension is still not on the control log."""
+async def test_unannounced_lists_an_entry_that_a_later_announcement_skipped(store):
+    """A worker appends execution.suspended and crashes before it announces it; the next worker
+    appends and announces execution.resumed. The suspension is still not on the control log."""
     eid = await create(store)
     (first,) = await store.read_journal(eid)
-    await store.write(Write(announcements=[mirror_of(first)]), at(1))
-    await store.write(Write(entries=[entry(eid, EntryKind.EXECUTION_SUSPENDED, "root")]), at(2))  # never mirrored
+    await store.write(Write(announcements=[announcement_of(first)]), at(1))
+    await store.write(Write(entries=[entry(eid, EntryKind.EXECUTION_SUSPENDED, "root")]), at(2))  # never announced
     await store.write(Write(entries=[entry(eid, EntryKind.EXECUTION_RESUMED, "root")]), at(3))
     resumed = (await store.read_journal(eid, after=2))[0]
-    await store.write(Write(announcements=[mirror_of(resumed)]), at(3))
+    await store.write(Write(announcements=[announcement_of(resumed)]), at(3))
 
     assert [e.journal_seq for e in await store.read_control_log()] == [1, 3]
     missing = await store.unannounced(at(10), 100)

@@ -16,8 +16,8 @@ from flowli.store import Announcement, Fence, NewExecution, StatusChange, Write
 from .conftest import T0, TTL, at, entry, new_execution, snapshot, started
 
 
-def mirror_of(e: Entry) -> Announcement:
-    """The control-log entry that mirrors journal entry ``e`` (as the engine builds it)."""
+def announcement_of(e: Entry) -> Announcement:
+    """The control-log entry that announces journal entry ``e`` (as the engine builds it)."""
     return Announcement(dataclasses.replace(e, journal_seq=e.seq, seq=None))
 
 
@@ -39,7 +39,7 @@ def stale(fence: Fence) -> Fence:
     return Fence(fence.eid, fence.owner, fence.epoch - 1)
 
 
-async def lifecycle_unmirrored(store, kind: EntryKind) -> list[tuple[str, int]]:
+async def lifecycle_unannounced(store, kind: EntryKind) -> list[tuple[str, int]]:
     return sorted((e.eid, e.seq) for e in await store.unannounced(at(1000), 1000) if e.kind is kind)
 
 
@@ -156,20 +156,20 @@ async def test_gathered_frames_and_ends_of_many_executions(store):
         ]
         assert journal[3].value == {"n": i}
 
-    # the ends wait for their mirror; the frames never do
-    ends = await lifecycle_unmirrored(store, EntryKind.EXECUTION_COMPLETED)
+    # the ends wait for their announcement; the frames never do
+    ends = await lifecycle_unannounced(store, EntryKind.EXECUTION_COMPLETED)
     assert ends == sorted((f.eid, 4) for f in fences)
     assert not [e for e in await store.unannounced(at(1000), 1000) if e.kind.value.startswith("frame.")]
     (missing,) = [e for e in await store.unannounced(at(1000), 1000)
                   if e.eid == fences[0].eid and e.kind is EntryKind.EXECUTION_COMPLETED]
     assert dataclasses.replace(missing, journal_seq=None) == (await store.read_journal(fences[0].eid))[3]
-    # an unmirrored entry waits until `before` passes the instant of its write
+    # an unannounced entry waits until `before` passes the instant of its write
     assert [e for e in await store.unannounced(at(1), 1000) if e.kind is EntryKind.EXECUTION_COMPLETED] == []
 
     for f in fences[:3]:
         (done,) = await store.read_journal(f.eid, after=3)
-        await store.write(Write(announcements=[mirror_of(done)]), at(3))
-    assert await lifecycle_unmirrored(store, EntryKind.EXECUTION_COMPLETED) == sorted((f.eid, 4) for f in fences[3:])
+        await store.write(Write(announcements=[announcement_of(done)]), at(3))
+    assert await lifecycle_unannounced(store, EntryKind.EXECUTION_COMPLETED) == sorted((f.eid, 4) for f in fences[3:])
 
     # an ended lease holds no more: a further append under it is refused
     for f in fences:
@@ -194,8 +194,8 @@ async def test_two_gathered_status_changes_of_one_execution_both_apply_and_the_l
         EntryKind.EXECUTION_STARTED, EntryKind.EXECUTION_SUSPENDED, EntryKind.FRAME_COMPLETED,
         EntryKind.EXECUTION_COMPLETED,
     ]
-    assert await lifecycle_unmirrored(store, EntryKind.EXECUTION_SUSPENDED) == [(eid, 2)]
-    assert await lifecycle_unmirrored(store, EntryKind.EXECUTION_COMPLETED) == [(eid, 4)]
+    assert await lifecycle_unannounced(store, EntryKind.EXECUTION_SUSPENDED) == [(eid, 2)]
+    assert await lifecycle_unannounced(store, EntryKind.EXECUTION_COMPLETED) == [(eid, 4)]
 
 
 async def test_gathered_status_changes_of_one_execution_in_the_order_issued(store):
@@ -229,12 +229,12 @@ async def ended(store, n: int) -> tuple[list[Fence], dict[str, list[Entry]], lis
     return fences, journals, lifecycle
 
 
-async def test_gathered_mirrors_append_each_entry_once_in_increasing_seqs(store):
+async def test_gathered_announcements_append_each_entry_once_in_increasing_seqs(store):
     fences, journals, lifecycle = await ended(store, 12)
 
-    # one mirror per write, and writes mirroring both entries of an execution
-    writes = [Write(announcements=[mirror_of(e)]) for e in lifecycle[:12]]
-    writes += [Write(announcements=[mirror_of(a), mirror_of(b)]) for a, b in zip(lifecycle[12::2], lifecycle[13::2])]
+    # one announcement per write, and writes announcing both entries of an execution
+    writes = [Write(announcements=[announcement_of(e)]) for e in lifecycle[:12]]
+    writes += [Write(announcements=[announcement_of(a), announcement_of(b)]) for a, b in zip(lifecycle[12::2], lifecycle[13::2])]
     outcomes = await asyncio.gather(*(store.write(w, at(2)) for w in writes), return_exceptions=True)
     assert not any(isinstance(o, BaseException) for o in outcomes), outcomes
 
@@ -246,7 +246,7 @@ async def test_gathered_mirrors_append_each_entry_once_in_increasing_seqs(store)
     for got in log:
         (source,) = [e for e in journals[got.eid] if e.seq == got.journal_seq]
         assert dataclasses.replace(got, seq=None, journal_seq=None) == dataclasses.replace(source, seq=None)
-    # the mirrors of one execution keep the order of its journal
+    # the announcements of one execution keep the order of its journal
     for f in fences:
         assert [e.journal_seq for e in log if e.eid == f.eid] == [1, 2]
     assert await store.unannounced(at(1000), 1000) == []
@@ -261,14 +261,14 @@ async def test_gathered_mirrors_append_each_entry_once_in_increasing_seqs(store)
     assert len(after) == 1 and after[0].seq > seqs[-1]
 
 
-async def test_a_mirror_repeated_in_one_gather_takes_the_place_of_its_first_write(store):
-    """The second mirror of an entry adds nothing, also when issued together with the first: the
+async def test_an_announcement_repeated_in_one_gather_takes_the_place_of_its_first_write(store):
+    """The second announcement of an entry adds nothing, also when issued together with the first: the
     entry is on the control log where the first put it, before the later entries of its execution.
-    (The sweeper's repair and a worker's own mirror can send the same entry at once.)"""
+    (The sweeper's repair and a worker's own announcement can send the same entry at once.)"""
     fences, journals, lifecycle = await ended(store, 12)
-    writes = [Write(announcements=[mirror_of(e)]) for e in lifecycle]
+    writes = [Write(announcements=[announcement_of(e)]) for e in lifecycle]
     # execution.started of each, again, behind every execution.completed
-    writes += [Write(announcements=[mirror_of(e)]) for e in lifecycle if e.kind is EntryKind.EXECUTION_STARTED]
+    writes += [Write(announcements=[announcement_of(e)]) for e in lifecycle if e.kind is EntryKind.EXECUTION_STARTED]
     outcomes = await asyncio.gather(*(store.write(w, at(2)) for w in writes), return_exceptions=True)
     assert not any(isinstance(o, BaseException) for o in outcomes), outcomes
 
@@ -280,17 +280,17 @@ async def test_a_mirror_repeated_in_one_gather_takes_the_place_of_its_first_writ
     assert await store.unannounced(at(1000), 1000) == []
 
 
-async def test_a_mirror_gathered_with_the_write_that_appends_its_entry(store):
-    """The engine mirrors an entry once its write returned; issued together with that write, the
-    mirror still comes after the append."""
+async def test_an_announcement_gathered_with_the_write_that_appends_its_entry(store):
+    """The engine announces an entry once its write returned; issued together with that write, the
+    announcement still comes after the append."""
     eid, fence = await started(store)
     (first,) = await store.read_journal(eid)
     ending = end(fence, "r")
     completed = dataclasses.replace(ending.entries[0], seq=2)  # the seq it will get
     outcomes = await asyncio.gather(
         store.write(ending, at(1)),
-        store.write(Write(announcements=[mirror_of(first)]), at(1)),
-        store.write(Write(announcements=[mirror_of(completed)]), at(1)),
+        store.write(Write(announcements=[announcement_of(first)]), at(1)),
+        store.write(Write(announcements=[announcement_of(completed)]), at(1)),
         return_exceptions=True,
     )
     assert not any(isinstance(o, BaseException) for o in outcomes), outcomes
@@ -349,7 +349,7 @@ async def test_a_start_of_an_existing_eid_changes_nothing(store):
         assert (await store.write(Write(executions=[new]), T0)).created == [True]
     eids = [queued.record.eid, direct.record.eid]
     before = await snapshot(store, eids)
-    unmirrored = await store.unannounced(at(1000), 100)
+    unannounced = await store.unannounced(at(1000), 100)
 
     # again, each in the other's form: leased over queued, queued over leased
     again = [
@@ -359,7 +359,7 @@ async def test_a_start_of_an_existing_eid_changes_nothing(store):
     for new in again:
         assert (await store.write(Write(executions=[new]), at(5))).created == [False]
     assert await snapshot(store, eids) == before
-    assert await store.unannounced(at(1000), 100) == unmirrored
+    assert await store.unannounced(at(1000), 100) == unannounced
 
 
 async def test_gathered_starts_each_apply(store):
@@ -379,14 +379,14 @@ async def test_gathered_starts_each_apply(store):
 
 
 async def test_an_ended_execution_is_retained_only_once_its_lifecycle_is_on_the_control_log(store):
-    """Retention deletes the unmirrored marks with the live state: an execution whose second append
+    """Retention deletes the unannounced marks with the live state: an execution whose second append
     is still pending is not offered for retention until it is done."""
     eid, fence = await started(store)
     (first,) = await store.read_journal(eid)
     await store.write(end(fence, "r"), at(1))
     journal = await store.read_journal(eid)
     assert await store.finished_before(at(100), 10) == []  # execution.started and .completed pending
-    await store.write(Write(announcements=[mirror_of(first)]), at(2))
+    await store.write(Write(announcements=[announcement_of(first)]), at(2))
     assert await store.finished_before(at(100), 10) == []  # .completed still pending
-    await store.write(Write(announcements=[mirror_of(journal[-1])]), at(3))
+    await store.write(Write(announcements=[announcement_of(journal[-1])]), at(3))
     assert await store.finished_before(at(100), 10) == [eid]

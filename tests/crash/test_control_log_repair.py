@@ -32,8 +32,8 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
     engine = await flowli.connect(workers.url, registry)
     async with engine:
         # a burst of one-step executions whose steps end at spread instants, so that at any
-        # moment some of them are between their last journal append and its mirror; a worker
-        # killed at a random point of the burst; again, until a kill left a mirror missing
+        # moment some of them are between their last journal append and its announcement; a worker
+        # killed at a random point of the burst; again, until a kill left an announcement missing
         eids: list[str] = []
         pids: set[int] = set()
         for burst in range(ROUNDS):
@@ -61,17 +61,17 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
         assert set(records.values()) == {Status.COMPLETED}
         listed = {s.eid: s.status for s in await fresh.list(limit=2 * len(eids))}
         stale = {eid for eid in eids if listed.get(eid) != records[eid]}
-        unmirrored = await fresh._store.unannounced(datetime.now(UTC), 10 * len(eids))
-        ends = sum(e.kind is EntryKind.EXECUTION_COMPLETED for e in unmirrored)
-        report = (f"seed {seed}, {burst + 1} burst(s): {len(unmirrored)} lifecycle entries missing from the control"
+        unannounced = await fresh._store.unannounced(datetime.now(UTC), 10 * len(eids))
+        ends = sum(e.kind is EntryKind.EXECUTION_COMPLETED for e in unannounced)
+        report = (f"seed {seed}, {burst + 1} burst(s): {len(unannounced)} lifecycle entries missing from the control"
                   f" log ({ends} execution.completed), {len(stale)} executions listed with a stale status before"
                   " the sweep")
         print(report)
-        record_property("unmirrored_before_sweep", len(unmirrored))
-        record_property("completed_unmirrored_before_sweep", ends)
-        assert stale <= {e.eid for e in unmirrored}, f"a stale status with no missing entry to repair it; {report}"
+        record_property("unannounced_before_sweep", len(unannounced))
+        record_property("completed_unannounced_before_sweep", ends)
+        assert stale <= {e.eid for e in unannounced}, f"a stale status with no missing entry to repair it; {report}"
 
-        for _ in range(len(unmirrored) // 100 + 2):  # a sweep repairs a batch at most
+        for _ in range(len(unannounced) // 100 + 2):  # a sweep repairs a batch at most
             if not await fresh.sweep():
                 break
         listed = {s.eid: s.status for s in await fresh.list(limit=2 * len(eids))}
@@ -79,7 +79,7 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
         assert await fresh._store.unannounced(datetime.now(UTC), 10 * len(eids)) == []
 
 
-async def test_sweep_appends_a_lifecycle_entry_that_a_worker_did_not_mirror(tmp_path: Path, db_url: str) -> None:
+async def test_sweep_appends_a_lifecycle_entry_that_a_worker_did_not_announce(tmp_path: Path, db_url: str) -> None:
     """Deterministic: a worker's last write (journal entry, status, release), through the Store,
     without the second append; a sweep after the repair grace appends it to the control log."""
     url = db_url
@@ -122,11 +122,11 @@ async def test_a_worker_that_does_not_crash_makes_both_appends(tmp_path: Path, d
             await engine.signal(eid, "go", 1, by="crash-test@example.com")
             assert await engine.result(eid, timeout=10) == f"after:{os.getpid()}"
 
-            async def mirrored_end() -> bool:  # the second append follows the last write
+            async def announced_end() -> bool:  # the second append follows the last write
                 control = await engine._store.read_control_log()
                 return any(e.eid == eid and e.kind is EntryKind.EXECUTION_COMPLETED for e in control)
 
-            await until(mirrored_end, 10, "the end of the execution on the control log")
+            await until(announced_end, 10, "the end of the execution on the control log")
         journal = await engine.journal(eid)
         lifecycle = [(e.kind, e.seq) for e in journal if e.kind.lifecycle]
         control = [(e.kind, e.journal_seq) for e in await engine._store.read_control_log() if e.eid == eid]

@@ -24,7 +24,7 @@ class Entry:
     error: dict[str, Any] | None = None
     seq: int | None = None
     journal_seq: int | None = None
-    """On a control-log entry that mirrors a journal entry: the seq of that journal entry."""
+    """On a control-log entry that announces a journal entry: the seq of that journal entry."""
 
     @property
     def at(self) -> datetime:

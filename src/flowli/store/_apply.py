@@ -55,15 +55,15 @@ def insert_entry(entry: Entry, seq: int, now: float) -> Plan:
     """Insert an entry at a seq reserved for it."""
     yield ("exec", f"INSERT INTO journal ({c.ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", c.entry_row(entry, seq))
     if entry.kind.lifecycle:
-        yield ("exec", "INSERT INTO unmirrored (eid, seq, at) VALUES (?,?,?)", (entry.eid, seq, now))
+        yield ("exec", "INSERT INTO unannounced (eid, seq, at) VALUES (?,?,?)", (entry.eid, seq, now))
     return seq
 
 
 def announce(entry: Entry) -> Plan:
     if entry.journal_seq is not None:
-        gone = yield ("one", "DELETE FROM unmirrored WHERE eid = ? AND seq = ? RETURNING seq", (entry.eid, entry.journal_seq))
+        gone = yield ("one", "DELETE FROM unannounced WHERE eid = ? AND seq = ? RETURNING seq", (entry.eid, entry.journal_seq))
         if gone is None:
-            return None  # mirrored already
+            return None  # announced already
     (seq,) = yield ("one", "UPDATE counters SET n = n + 1 WHERE name = 'control_log' RETURNING n", ())
     row = yield (
         "one",
@@ -229,7 +229,7 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         lo, hi = f"{eid}.", f"{eid}/"
         yield ("exec", "DELETE FROM messages WHERE channel >= ? AND channel < ?", (lo, hi))
         yield ("exec", "DELETE FROM channels WHERE name >= ? AND name < ?", (lo, hi))
-        for table in ("journal", "tasks", "timers", "waiters", "unmirrored"):
+        for table in ("journal", "tasks", "timers", "waiters", "unannounced"):
             yield ("exec", f"DELETE FROM {table} WHERE eid = ?", (eid,))
         yield ("exec", "DELETE FROM executions WHERE eid = ?", (eid,))
     woke = False

@@ -33,7 +33,7 @@ _plain_append = _is(Intent.APPEND)
 """A write of entries under its fence (with at most a status change of the fenced execution, its
 release and its timers and waiters cleared): a frame.started and its outcome, most writes of a
 running execution, and its end."""
-_mirror_only = _is(Intent.ANNOUNCE)
+_announce_only = _is(Intent.ANNOUNCE)
 """A write of the second append: control-log appends of journal entries, nothing else."""
 
 
@@ -70,7 +70,7 @@ _MANY_APPENDS = (
     " SELECT v.eid, f.base + row_number() OVER (PARTITION BY v.eid ORDER BY v.ord) - 1, v.kind, v.fid, v.attempt,"
     " v.digest, v.value, v.error, v.provenance FROM v JOIN f ON f.eid = v.eid AND f.owner = v.owner"
     " AND f.epoch = v.epoch RETURNING eid, seq, kind),"
-    " u AS (INSERT INTO unmirrored (eid, seq, at) SELECT eid, seq, $21 FROM j WHERE kind = ANY($22::text[])),"
+    " u AS (INSERT INTO unannounced (eid, seq, at) SELECT eid, seq, $21 FROM j WHERE kind = ANY($22::text[])),"
     # the timers and waiters of an execution whose fence held, cleared (an end after a wait)
     " ct AS (DELETE FROM timers t USING f, unnest($23::text[], $24::text[], $25::bigint[]) AS x(eid, owner, epoch)"
     " WHERE t.eid = x.eid AND f.eid = x.eid AND f.owner = x.owner AND f.epoch = x.epoch),"
@@ -157,11 +157,11 @@ def _append_runs(writes: list[Write]) -> list[list[Write]]:
     return runs
 
 
-_MIRRORS = (
+_ANNOUNCEMENTS = (
     "WITH x AS (SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::bigint[],"
     " $7::text[], $8::text[], $9::text[], $10::text[]) AS x(ord, eid, journal_seq, kind, fid, attempt, digest, value,"
     " error, provenance)),"
-    " d AS (DELETE FROM unmirrored u USING x WHERE u.eid = x.eid AND u.seq = x.journal_seq RETURNING x.ord),"
+    " d AS (DELETE FROM unannounced u USING x WHERE u.eid = x.eid AND u.seq = x.journal_seq RETURNING x.ord),"
     " k AS (UPDATE counters SET n = n + (SELECT count(*) FROM d) WHERE name = 'control_log'"
     " RETURNING n - (SELECT count(*) FROM d) AS base)"
     " INSERT INTO control_log (seq, eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
@@ -170,9 +170,9 @@ _MIRRORS = (
 )
 
 
-async def _many_mirrors(conn: asyncpg.Connection, writes: list[Write], origin: str) -> list[tuple[WriteResult, None]]:
+async def _many_announcements(conn: asyncpg.Connection, writes: list[Write], origin: str) -> list[tuple[WriteResult, None]]:
     """A run of control-log appends of journal entries in one statement: the entries still
-    unmirrored take the next control-log seqs in order; the others were mirrored already."""
+    unannounced take the next control-log seqs in order; the others were announced already."""
     cols: list[list[Any]] = [[] for _ in range(10)]
     i = 0
     seen: set[tuple[str, int | None]] = set()
@@ -180,13 +180,13 @@ async def _many_mirrors(conn: asyncpg.Connection, writes: list[Write], origin: s
         for a in w.announcements:
             e = a.entry
             if (e.eid, e.journal_seq) in seen:
-                continue  # a repeat (a repair beside the worker's own mirror) takes no place of its own
+                continue  # a repeat (a repair beside the worker's own announcement) takes no place of its own
             seen.add((e.eid, e.journal_seq))
             for col, v in zip(cols, (i, e.eid, e.journal_seq, e.kind.value, e.fid, e.attempt, e.digest, c.js(e.value),
                                      c.js(e.error), c.prov(e.provenance))):
                 col.append(v)
             i += 1
-    await conn.execute(_MIRRORS, *cols)
+    await conn.execute(_ANNOUNCEMENTS, *cols)
     await notify(conn, origin, log_notes([a for w in writes for a in w.announcements]))
     return [(WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[]), None) for _ in writes]
 
@@ -197,7 +197,7 @@ _START_HEAD = (
     f" VALUES ({', '.join(f'${i}' for i in range(1, _E + 1))}, 2) ON CONFLICT (eid) DO NOTHING RETURNING eid),"
     f" j AS (INSERT INTO journal ({c.ENTRY_COLUMNS}) SELECT eid, 1, ${_E + 1}::text, ${_E + 2}::text,"
     f" ${_E + 3}::bigint, ${_E + 4}::text, ${_E + 5}::text, ${_E + 6}::text, ${_E + 7}::text FROM e),"
-    f" u AS (INSERT INTO unmirrored (eid, seq, at) SELECT eid, 1, ${_E + 8}::double precision FROM e)"
+    f" u AS (INSERT INTO unannounced (eid, seq, at) SELECT eid, 1, ${_E + 8}::double precision FROM e)"
 )
 _START_LEASED = _START_HEAD + " SELECT count(*) FROM e"
 _TASK_TYPES = ("text", "text", "text", "text", "text", "text", "double precision", "bigint", "text", "text", "bigint",
@@ -213,7 +213,7 @@ _START_QUEUED = (
 
 async def _start(conn: asyncpg.Connection, w: Write, now: datetime, origin: str) -> WriteResult:
     """A plain start in one statement (one round trip; no BEGIN and COMMIT of its own): the
-    record, the execution.started entry at seq 1, its unmirrored mark, and the START task (which
+    record, the execution.started entry at seq 1, its unannounced mark, and the START task (which
     notifies the workers of other processes) unless the record is created leased."""
     new = w.executions[0]
     record = c.execution_row(new.record)
@@ -323,7 +323,7 @@ async def _fenced(conn: asyncpg.Connection, w: Write, now: datetime, origin: str
             f"j AS (INSERT INTO journal ({c.ENTRY_COLUMNS}) SELECT {p(f.eid)}::text, f.base + v.ord, v.kind, v.fid,"
             " v.attempt, v.digest, v.value, v.error, v.provenance FROM f, v RETURNING seq, kind)"
         )
-        ctes.append(f"u AS (INSERT INTO unmirrored (eid, seq, at) SELECT {p(f.eid)}::text, seq, {p(t)}::double precision"
+        ctes.append(f"u AS (INSERT INTO unannounced (eid, seq, at) SELECT {p(f.eid)}::text, seq, {p(t)}::double precision"
                      f" FROM j WHERE kind = ANY({p(_LIFECYCLE)}::text[]))")
     if w.clear_timers:
         keep = [tm.fid for tm in w.timers]

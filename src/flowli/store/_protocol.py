@@ -412,7 +412,7 @@ class Store(Protocol):
 
     async def unannounced(self, before: datetime, limit: int) -> list[Entry]:
         """Lifecycle journal entries appended before ``before`` and not yet appended to the
-        control log (a worker crashed between the two appends), each until it is mirrored."""
+        control log (a worker crashed between the two appends), each until it is announced."""
 
     async def waiters(self, channel: str) -> list[str]: ...
 

@@ -43,7 +43,7 @@ from ._apply import apply_write, settle, stale_hold
 from ._pg_forms import (
     _FIRE,
     _MANY_APPENDS,
-    _MIRRORS,
+    _ANNOUNCEMENTS,
     _SIGNAL,
     _SINGLE,
     _START_LEASED,
@@ -52,8 +52,8 @@ from ._pg_forms import (
     _fenced,
     _fire,
     _many_appends,
-    _many_mirrors,
-    _mirror_only,
+    _many_announcements,
+    _announce_only,
     _plain_append,
     _signal,
     _start,
@@ -142,7 +142,7 @@ _READ_MESSAGES = (
 )
 
 # the statements of the hot path, prepared on each connection when the store opens (``_warm``)
-_WARM_WRITES = (_MANY_APPENDS, _MIRRORS, _START_LEASED, _START_QUEUED, _SIGNAL, _FIRE)
+_WARM_WRITES = (_MANY_APPENDS, _ANNOUNCEMENTS, _START_LEASED, _START_QUEUED, _SIGNAL, _FIRE)
 _WARM_READS = (_ACQUIRE_MANY, _READ_JOURNALS, _DEQUEUE, _READ_MESSAGES)
 
 
@@ -178,7 +178,7 @@ SESSION_SETTINGS = {
     # Every statement of the store finds its rows by a key or a queue's index. A prepared
     # statement keeps the generic plan made at its sixth execution, and on a schema that is new
     # (a fresh deployment: no statistics yet, every table taken for ten pages) that plan scans
-    # executions, unmirrored and tasks whole, then keeps doing so as they grow to thousands of
+    # executions, unannounced and tasks whole, then keeps doing so as they grow to thousands of
     # rows: each batch of appends grew with the number of executions. With sequential scans
     # priced out, the plans use the indexes whatever the statistics said when they were made; a
     # query that has no index to use still scans.
@@ -394,7 +394,7 @@ class PostgresStore:
                 if exc is not None:
                     raise exc
                 return result  # type: ignore[no-any-return]
-        elif _mirror_only(write) and len({hash(a.entry.eid) % len(self._queues) for a in write.announcements}) > 1:
+        elif _announce_only(write) and len({hash(a.entry.eid) % len(self._queues) for a in write.announcements}) > 1:
             # control-log appends of executions of several writers: each part on the writer of its
             # executions, behind their journal writes, in order
             parts: dict[int, list[Any]] = {}
@@ -424,7 +424,7 @@ class PostgresStore:
                 continue
             # a write that appends to the control log takes its counter row lock: put those last,
             # so that a batch holding it asks for no other lock (no lock cycle with another
-            # process's batch); the sort is stable, so a mirror still follows what it mirrors
+            # process's batch); the sort is stable, so an announcement still follows the append it announces
             batch.sort(key=lambda item: bool(item[0].announcements))
             try:
                 async with self._locks[slot]:
@@ -474,8 +474,8 @@ class PostgresStore:
             return [await self._one_statement(conn, writes[0], now, form)]
         if not isolated and all(_plain_append(w) for w in writes) and len(_append_runs(writes)) == 1:
             return await _many_appends(conn, writes, now, self.origin)
-        if not isolated and all(_mirror_only(w) for w in writes):
-            return await _many_mirrors(conn, writes, self.origin)
+        if not isolated and all(_announce_only(w) for w in writes):
+            return await _many_announcements(conn, writes, self.origin)
         out: list[tuple[Any, BaseException | None]] = []
         notify = timers = False
         appended: set[str] = set()  # executions whose journals the generic writes appended to
@@ -484,15 +484,15 @@ class PostgresStore:
             async with conn.transaction():
                 i = 0
                 while i < len(batch):
-                    if not isolated and (_plain_append(writes[i]) or _mirror_only(writes[i])):
+                    if not isolated and (_plain_append(writes[i]) or _announce_only(writes[i])):
                         # a run of plain appends (the bulk of a busy worker's writes), or of control-log
                         # appends: one statement each
-                        kind = _plain_append if _plain_append(writes[i]) else _mirror_only
+                        kind = _plain_append if _plain_append(writes[i]) else _announce_only
                         j = i
                         while j < len(batch) and kind(writes[j]):
                             j += 1
-                        if kind is _mirror_only:
-                            out.extend(await _many_mirrors(conn, writes[i:j], self.origin))
+                        if kind is _announce_only:
+                            out.extend(await _many_announcements(conn, writes[i:j], self.origin))
                         else:
                             for run in _append_runs(writes[i:j]):
                                 out.extend(await _many_appends(conn, run, batch[i][1], self.origin))
@@ -801,7 +801,7 @@ class PostgresStore:
         assert self._pool is not None
         rows = await self._pool.fetch(
             f"SELECT {', '.join('j.' + x.strip() for x in c.ENTRY_COLUMNS.split(','))}"
-            " FROM unmirrored u JOIN journal j ON j.eid = u.eid AND j.seq = u.seq"
+            " FROM unannounced u JOIN journal j ON j.eid = u.eid AND j.seq = u.seq"
             " WHERE u.at <= $1 ORDER BY u.at, j.eid, j.seq LIMIT $2",
             before.timestamp(), limit,
         )
@@ -812,8 +812,8 @@ class PostgresStore:
         rows = await self._pool.fetch(
             "SELECT eid FROM executions e WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at <= $1"
                 # not before its lifecycle entries reached the control log (the archive keeps no
-                # unmirrored mark): a pending second append, or the sweeper's repair, comes first
-                " AND NOT EXISTS (SELECT 1 FROM unmirrored u WHERE u.eid = e.eid)"
+                # unannounced mark): a pending second append, or the sweeper's repair, comes first
+                " AND NOT EXISTS (SELECT 1 FROM unannounced u WHERE u.eid = e.eid)"
             " ORDER BY updated_at LIMIT $2",
             before.timestamp(), limit,
         )

@@ -370,7 +370,7 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> list[Entry]:
             rows = conn.execute(
                 f"SELECT {', '.join('j.' + x.strip() for x in c.ENTRY_COLUMNS.split(','))}"
-                " FROM unmirrored u JOIN journal j ON j.eid = u.eid AND j.seq = u.seq"
+                " FROM unannounced u JOIN journal j ON j.eid = u.eid AND j.seq = u.seq"
                 " WHERE u.at <= ? ORDER BY u.at, j.eid, j.seq LIMIT ?",
                 (before.timestamp(), limit),
             )
@@ -383,8 +383,8 @@ class SQLiteStore:
             rows = conn.execute(
                 "SELECT eid FROM executions e WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at <= ?"
                 # not before its lifecycle entries reached the control log (the archive keeps no
-                # unmirrored mark): a pending second append, or the sweeper's repair, comes first
-                " AND NOT EXISTS (SELECT 1 FROM unmirrored u WHERE u.eid = e.eid)"
+                # unannounced mark): a pending second append, or the sweeper's repair, comes first
+                " AND NOT EXISTS (SELECT 1 FROM unannounced u WHERE u.eid = e.eid)"
                 " ORDER BY updated_at LIMIT ?",
                 (before.timestamp(), limit),
             )
