@@ -400,7 +400,7 @@ class PostgresStore:
             parts: dict[int, list[Any]] = {}
             for a in write.announcements:
                 parts.setdefault(hash(a.entry.eid) % len(self._queues), []).append(a)
-            await asyncio.gather(*(self.write(Write(announcements=part), now) for part in parts.values()))
+            await asyncio.gather(*(self.write(Write(intent=Intent.ANNOUNCE, announcements=part), now) for part in parts.values()))
             return WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[])
         else:
             key = _shard_key(write)
