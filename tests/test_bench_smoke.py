@@ -298,3 +298,20 @@ def test_ratios_say_greater_than_one_when_flowli_is_better() -> None:
     got = {(r["workload"], r["figure"]): r["ratio"] for r in bench_run.engine_ratios(rows)}
     assert got == {("W1", "steps/s"): 3.0, ("W3", "p50 ms"): 2.0, ("W3", "p99 ms"): 0.5, ("W6", "drain s"): 3.0,
                    ("W6", "peak RSS MB"): 0.5, ("W6", "KiB per suspended"): 1.0}
+
+
+def test_the_projection_bench_fills_catches_up_and_times_a_new_process(capfd: pytest.CaptureFixture[str]) -> None:
+    """``bench.projection`` with a tiny n: its lines name the first catch-up and a new process's
+    first list, which sees every execution (it reads the persisted projection, not a replay)."""
+    import subprocess
+
+    server_url()  # skips without a server
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-m", "bench.projection", "--n", "300", "--runs", "1"], cwd=root,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "FLOWLI_BENCH_POSTGRES": server_url()})
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [line["workload"] for line in lines] == ["projection-catch-up", "projection-first-list"]
+    assert lines[0]["completed"] == lines[1]["completed"] == 300
+    assert lines[1]["first_list_s"] > 0
