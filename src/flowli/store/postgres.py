@@ -41,19 +41,19 @@ from flowli.domain import (
 from . import _codec as c
 from ._apply import apply_write, settle, stale_hold
 from ._pg_forms import (
+    _ANNOUNCEMENTS,
     _FIRE,
     _MANY_APPENDS,
-    _ANNOUNCEMENTS,
     _SIGNAL,
     _SINGLE,
     _START_LEASED,
     _START_QUEUED,
+    _announce_only,
     _append_runs,
     _fenced,
     _fire,
-    _many_appends,
     _many_announcements,
-    _announce_only,
+    _many_appends,
     _plain_append,
     _signal,
     _start,
