@@ -80,8 +80,8 @@ async def main_async(n: int, runs: int) -> int:
                           "catch_up_s": round(catch_up, 3), **{k: round(v, 4) for k, v in first.items()}}), flush=True)
         times = []
         for run in range(runs):
-            out = subprocess.run([sys.executable, "-m", "bench.projection", "--child", url], capture_output=True,
-                                 text=True, check=True)
+            out = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "bench.projection", "--child", url],
+                                          capture_output=True, text=True, check=True)
             line = json.loads(out.stdout)
             times.append(line["first_list_s"])
             print(json.dumps({"workload": "projection-first-list", "n": n, "run": run + 1, **line}), flush=True)
