@@ -32,7 +32,7 @@ from ._context import Context, Scope
 from ._frames import ROOT, FrameIds, Memo, Wait, divergence, unvisited
 from ._registry import WorkflowDef
 from ._runtime import Runtime
-from ._transitions import Transition, commit
+from ._transitions import Transition, append, commit
 
 T = TypeVar("T")
 
@@ -158,9 +158,12 @@ class Core(Context):
                     setattr(write, f.name, [_shift(item, shift) for item in items])
             self.pending = []
         write.fence = self.fence
-        t = Transition(kind, write, self.eid, self.wf.name, self.rt.principal, self.record.application, payload)
         try:
-            result = await store_call(commit(self.rt, t))
+            if kind == "append" and write.intent is Intent.APPEND and not self.rt.observers:
+                result = await store_call(append(self.rt, write))  # the fast lane
+            else:
+                t = Transition(kind, write, self.eid, self.wf.name, self.rt.principal, self.record.application, payload)
+                result = await store_call(commit(self.rt, t))
         except LeaseLost:
             self.mark_lost()
             raise

@@ -56,6 +56,21 @@ Middleware = Callable[[Transition, CallNext], Awaitable[WriteResult]]
 Observer = Callable[[Transition, WriteResult], None]
 
 
+async def append(rt: Runtime, write: Write) -> WriteResult:
+    """The fast lane: a plain append of a running activation's frame entries (``Intent.APPEND``)
+    when no observer is registered (else it is a Transition of kind ``append``, for them). No
+    middleware sees it; its reactions are those a plain append can call for: the second append
+    of its lifecycle entries (an end, an execution.resumed), the wake-ups of who waits for the
+    execution."""
+    now = rt.clock.now()
+    result = await rt.store.write(write, now)
+    if write.status is not None or any(e.kind.lifecycle for e in write.entries):
+        react(rt, write, result, now)  # an end, or an execution.resumed: the second append, the waiters
+    elif rt.hub.active:
+        rt.hub.touch(("journal", write.entries[0].eid))
+    return result
+
+
 async def commit(rt: Runtime, t: Transition) -> WriteResult:
     """Commit one transition: the middleware chain (not for ``append``), the store write, the
     reactions, the observers. A middleware that raises refuses it: nothing is written."""
