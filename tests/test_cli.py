@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -47,6 +48,18 @@ APP_SOURCE = textwrap.dedent(
     @registry.workflow("explode")
     async def explode_wf(ctx) -> None:
         await ctx.step(explode)
+
+
+    def slow(marker: str, seconds: float) -> str:
+        import pathlib, time
+        pathlib.Path(marker).write_text("began")
+        time.sleep(seconds)
+        return "slept"
+
+
+    @registry.workflow("slow_then_more")
+    async def slow_then_more(ctx, marker: str, seconds: float) -> list:
+        return [await ctx.step(slow, marker, seconds), await ctx.step(double, 1)]
     """
 )
 
@@ -271,3 +284,49 @@ def test_explain_terminate_and_retry_from_the_command_line(flowli, worker):
     again = wait_for_show(flowli, exploded, "execution.retried")
     assert "human:ops@example.com" in again
     assert_refused(flowli("retry", eid.replace(eid[-4:], "0000")), "unknown execution")
+
+
+# ---- a stop waits for the steps under way ----------------------------------------------------
+
+
+def _worker_with_a_slow_step(flowli: Any, cwd: Path, seconds: float) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flowli.cli", "worker", "--app", APP, "--grace", "30"],
+        cwd=cwd, env=cli_env(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    marker = cwd / "began"
+    eid = flowli("start", "slow_then_more", f'"{marker}"', str(seconds), "--app", APP).stdout.strip()
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "the slow step did not begin"
+        time.sleep(0.05)
+    return proc, eid
+
+
+def test_sigterm_waits_for_the_step_under_way_then_hands_the_run_back(flowli, cwd):
+    proc, eid = _worker_with_a_slow_step(flowli, cwd, 3.0)
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - began
+    assert proc.returncode == 0, err
+    assert "stopping: the running activations end first (up to 30 s)" in out and "worker stopped" in out
+    assert 2.0 < took < 25, took  # it waited for the 3 s step, not for the grace
+    shown = flowli("show", eid).stdout
+    assert "root/slow#0" in shown and "slept" in shown  # the step's outcome is in the journal
+    assert "worker stopped" in shown and "root/double#0" not in shown  # handed back at the next frame
+
+
+def test_a_second_sigterm_stops_at_once_and_hands_the_step_back(flowli, cwd):
+    proc, eid = _worker_with_a_slow_step(flowli, cwd, 20.0)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert time.monotonic() - began < 10
+    assert "stopping at once" in out
+    shown = flowli("show", eid).stdout
+    assert "worker stopped" in shown and "slept" not in shown
+

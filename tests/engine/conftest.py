@@ -18,6 +18,7 @@ FAST = {
     "poll_interval": 0.05,
     "sweep_interval": 0.05,
     "repair_grace": timedelta(0),
+    "grace": 2.0,
 }
 
 

@@ -171,8 +171,8 @@ def missing_database(url: str) -> str | None:
 
 
 @contextlib.asynccontextmanager
-async def open_engine(s: Settings, registry: Registry | None = None) -> AsyncIterator[Engine]:
-    engine = await flowli.connect(s.url, registry if registry is not None else Registry())
+async def open_engine(s: Settings, registry: Registry | None = None, **tuning: Any) -> AsyncIterator[Engine]:
+    engine = await flowli.connect(s.url, registry if registry is not None else Registry(), **tuning)
     async with engine:
         yield engine
 
@@ -213,39 +213,54 @@ def worker(
     ctx: typer.Context,
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, help="Executions run at once.")] = 64,
     queue: Annotated[list[str] | None, typer.Option("--queue", "-q", help="A queue to dequeue from (repeat it).")] = None,
+    grace: Annotated[float, typer.Option("--grace", min=0, metavar="SECONDS",
+                                         help="On a stop, wait this long for the steps under way.")] = 30.0,
+    lease_ttl: Annotated[float, typer.Option("--lease-ttl", min=0.1, metavar="SECONDS",
+                                             help="How long a lease lasts unrenewed: a crashed worker's runs"
+                                                  " move on after it.")] = 30.0,
     app_: AppOption = None,
     db: DbOption = None,
 ) -> None:
-    """Run a worker in the foreground until Ctrl-C or SIGTERM."""
-    run(_worker(_settings(ctx, app_, db), concurrency, queue or ["default"]))
+    """Run a worker in the foreground until Ctrl-C or SIGTERM (a second one stops it at once)."""
+    run(_worker(_settings(ctx, app_, db), concurrency, queue or ["default"], grace, lease_ttl))
 
 
-async def _worker(s: Settings, concurrency: int, queues: list[str]) -> int:
+async def _worker(s: Settings, concurrency: int, queues: list[str], grace: float = 30.0, lease_ttl: float = 30.0) -> int:
     if not s.app:
         raise CLIError("flowli worker needs --app module:registry (or FLOWLI_APP): a worker runs the workflows of a registry")
     registry = load_registry(s.app)
     setup_logging()
-    async with open_engine(s, registry) as engine:
+    async with open_engine(s, registry, lease_ttl=timedelta(seconds=lease_ttl)) as engine:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         installed = []
+        running: asyncio.Task[None] | None = None
+
+        def on_signal() -> None:
+            if stop.is_set() and running is not None:
+                out.print("stopping at once: what still runs is handed back")
+                running.cancel()  # the second signal: the worker stops draining
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, on_signal)
                 installed.append(sig)
         out.print(
             f"flowli worker: {', '.join(registry.names()) or 'no workflows'} from {s.app} on {s.url}; "
-            f"queues {', '.join(queues)}; concurrency {concurrency}. Ctrl-C or SIGTERM stops it.",
+            f"queues {', '.join(queues)}; concurrency {concurrency}; lease {lease_ttl:g} s. Ctrl-C or SIGTERM"
+            f" stops it (the steps under way get {grace:g} s; a second signal stops it at once).",
             soft_wrap=True,
         )
-        running = asyncio.create_task(engine.run_worker(concurrency=concurrency, queues=queues), name="flowli-cli-worker")
+        running = asyncio.create_task(engine.run_worker(concurrency=concurrency, queues=queues, grace=grace),
+                                      name="flowli-cli-worker")
         stopping = asyncio.create_task(stop.wait())
         try:
             await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if running.done():
                 running.result()  # the worker ended on its own: show why
                 return 1
-            out.print("stopping: the running activations end first")
+            out.print(f"stopping: the running activations end first (up to {grace:g} s)")
             running.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await running

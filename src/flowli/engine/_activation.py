@@ -11,13 +11,14 @@ timers and waits set, and a wake check that closes the race with what would resu
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 from flowli.domain import (
     Cancelled,
     EntryKind,
     FrameKind,
     LeaseLost,
+    NondeterminismError,
     NotJSONCompatibleError,
     Status,
     StepFailed,
@@ -29,7 +30,7 @@ from flowli.domain import (
 )
 from flowli.store import Intent, StatusChange, WakeCheck, Write
 
-from ._core import StoreFailure
+from ._core import Stopping, StoreFailure
 from ._errors import error_data
 from ._frames import ROOT
 from ._tasks import cancel_and_wait
@@ -66,6 +67,15 @@ class Activation(Waits):
                 if self.nondeterminism is None:
                     self._check_all_visited()
                 return await (self._block() if self.nondeterminism is not None else self._suspend())
+            stuck = self._stuck_at_a_gate()
+            if stuck is not None and await self._settled(wf_task, self._stuck_at_a_gate):
+                new, ahead = stuck
+                self.nondeterminism = NondeterminismError(
+                    self.eid, new, f"the code creates frame {new}, which the journal does not hold, before frame"
+                    f" {ahead}, which the journal holds from an earlier run: code was inserted or frames were reordered"
+                    " or renamed")
+                await self._close(wf_task)
+                return await self._block()
             await self.changed.wait()
         await self._close(wf_task, finished=True)
         exc = wf_task.exception() if not wf_task.cancelled() else Cancelled("the workflow task was cancelled")
@@ -73,6 +83,8 @@ class Activation(Waits):
             raise LeaseLost(self.eid, self.epoch)
         if isinstance(exc, StoreFailure):
             raise exc.cause  # the worker hands the execution back
+        if isinstance(exc, Stopping):
+            raise exc  # the worker stops: it hands the execution back
         if isinstance(exc, LeaseLost):
             raise exc
         if self.nondeterminism is None:
@@ -97,14 +109,16 @@ class Activation(Waits):
     def _quiescent(self) -> bool:
         return self.live == 0 and bool(self.waits)
 
-    async def _settled(self, wf_task: asyncio.Task[Any]) -> bool:
-        """Whether every live frame waits, and stays so for a few turns of the loop (a frame
-        that just completed may be about to resume the workflow, which creates more)."""
+    async def _settled(self, wf_task: asyncio.Task[Any], still: Callable[[], Any] | None = None) -> bool:
+        """Whether every live frame waits (or ``still()`` holds), and stays so for a few turns of
+        the loop (a frame that just completed may be about to resume the workflow, which creates
+        more)."""
+        check = still or self._quiescent
         for _ in range(4):
-            if not self._quiescent() or wf_task.done():
+            if not check() or wf_task.done():
                 return False
             await asyncio.sleep(0)
-        return self._quiescent() and not wf_task.done()
+        return bool(check()) and not wf_task.done()
 
     async def _close(self, wf_task: asyncio.Task[Any], finished: bool = False) -> None:
         self.closing = True

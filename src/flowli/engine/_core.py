@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 from collections import defaultdict
 from typing import Any, Awaitable, TypeVar
 
@@ -39,6 +40,11 @@ T = TypeVar("T")
 
 class Closed(BaseException):
     """The activation is ending: no frame may write any more."""
+
+
+class Stopping(BaseException):
+    """The worker stops: the workflow goes no further than the frames under way, and the
+    execution is handed back (a BaseException: a workflow's ``except Exception:`` lets it by)."""
 
 
 class StoreFailure(BaseException):
@@ -94,7 +100,17 @@ class Core(Context):
         self.nondeterminism: NondeterminismError | None = None
         self.lost = False
         self.closing = False
+        self.stopping = False
         self.frame_tasks: set[asyncio.Task[Any]] = set()
+        self.unmet = len(self.memo.started)
+        """Frames of the journal that this replay has not created yet."""
+        self.all_met = asyncio.Event()
+        if not self.unmet:
+            self.all_met.set()
+        self.gates: dict[str, str] = {}
+        """New frames held until the replay meets the journal's frames (see ``_gate``): each with the
+        first recorded frame that it would run ahead of."""
+        self._next_gate: tuple[str, str] | None = None
 
     # ---- identity -------------------------------------------------------------------------
 
@@ -116,6 +132,11 @@ class Core(Context):
 
     def mark_cancel_requested(self) -> None:
         self.cancel_requested = True
+
+    def mark_stopping(self) -> None:
+        """The worker stops: the frames under way finish, no new one starts."""
+        self.stopping = True
+        self.changed.set()
 
     # ---- writes ---------------------------------------------------------------------------
 
@@ -178,15 +199,26 @@ class Core(Context):
 
         Returns the fid and its outcome entry when the frame has one (its memo, or its final failure).
         """
+        self._next_gate = None
         fid = self.ids.assign(name, key)
         if self.nondeterminism is not None:
             raise self.nondeterminism
         detail = divergence(self.memo, fid, kind, dig)
         if detail is not None:
             self._nondeterministic(fid, detail)
+        if fid in self.memo.started:
+            self.unmet -= 1
+            if not self.unmet:
+                self.all_met.set()
         outcome = self.memo.outcome.get(fid)
         if outcome is None and self.cancel_requested and not self.closing:
             raise Cancelled(f"execution {self.eid} was cancelled (seen at frame {fid})")
+        if outcome is None and self.stopping:
+            raise Stopping(f"the worker stops: execution {self.eid} is handed back at frame {fid}")
+        if self.unmet and fid not in self.memo.started:
+            # a frame the journal does not hold, while it holds frames this replay has not met: it
+            # runs only once those are met (they were concurrent with it in the earlier run)
+            self._next_gate = (fid, next(f for f in self.memo.order if f not in self.ids.visited))
         return fid, outcome
 
     def _nondeterministic(self, fid: str, detail: str) -> None:
@@ -203,9 +235,17 @@ class Core(Context):
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         self.live += 1
+        gate, self._next_gate = self._next_gate, None
 
         async def run() -> Any:
             try:
+                if gate is not None:
+                    try:
+                        await self._gate(*gate)
+                    except BaseException:
+                        if inspect.iscoroutine(coro):
+                            coro.close()  # never started: it ran nothing
+                        raise
                 return await coro
             finally:
                 self.live -= 1
@@ -215,6 +255,26 @@ class Core(Context):
         self.frame_tasks.add(task)
         task.add_done_callback(self.frame_tasks.discard)
         return task
+
+    async def _gate(self, fid: str, ahead: str) -> None:
+        """Hold a new frame until this replay has met every frame of the journal. In the earlier
+        run those frames were created while this one was under way (a gather): the replay meets
+        them without it. If instead the replay cannot go on without it (the workflow awaits it),
+        the code created it before a frame it created later in the earlier run: inserted code, a
+        reordering, a renamed function. The drive loop says so (NondeterminismError naming both)."""
+        self.gates[fid] = ahead
+        self.changed.set()
+        try:
+            await self.all_met.wait()
+        finally:
+            del self.gates[fid]
+
+    def _stuck_at_a_gate(self) -> tuple[str, str] | None:
+        """The first held frame and what it would run ahead of, when every live frame is held."""
+        if self.gates and self.live == len(self.gates):
+            fid = next(iter(self.gates))
+            return fid, self.gates[fid]
+        return None
 
     def _done(self, value: Any = None, exc: BaseException | None = None) -> asyncio.Future[Any]:
         fut = asyncio.get_running_loop().create_future()

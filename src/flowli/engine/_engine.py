@@ -121,10 +121,12 @@ class Engine:
 
     @contextlib.asynccontextmanager
     async def worker(
-        self, concurrency: int = 64, queues: Sequence[str] = ("default",), *, sweeper: bool = True
+        self, concurrency: int = 64, queues: Sequence[str] = ("default",), *, sweeper: bool = True,
+        grace: float | None = None,
     ) -> AsyncIterator[Worker]:
-        """Run a worker (and the sweeper) in the background for the duration of the block."""
-        w = Worker(self._rt, concurrency=concurrency, queues=queues, sweeper=sweeper)
+        """Run a worker (and the sweeper) in the background for the duration of the block. At its
+        end the steps under way finish, for ``grace`` seconds at most (``Options.grace``)."""
+        w = Worker(self._rt, concurrency=concurrency, queues=queues, sweeper=sweeper, grace=grace)
         w.accept()
         self._running.append(w)
         task = asyncio.create_task(w.run(), name="flowli-worker")
@@ -137,9 +139,13 @@ class Engine:
             self._workers.remove(task)
             self._running.remove(w)
 
-    async def run_worker(self, concurrency: int = 64, queues: Sequence[str] = ("default",), *, sweeper: bool = True) -> None:
-        """Run a worker in the foreground until cancelled."""
-        w = Worker(self._rt, concurrency=concurrency, queues=queues, sweeper=sweeper)
+    async def run_worker(
+        self, concurrency: int = 64, queues: Sequence[str] = ("default",), *, sweeper: bool = True,
+        grace: float | None = None,
+    ) -> None:
+        """Run a worker in the foreground until cancelled. A cancel stops it as the end of
+        ``worker()`` does; a second cancel while it drains stops it at once."""
+        w = Worker(self._rt, concurrency=concurrency, queues=queues, sweeper=sweeper, grace=grace)
         self._running.append(w)
         try:
             await w.run()

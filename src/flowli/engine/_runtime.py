@@ -46,6 +46,10 @@ class Options:
     """How long after it finished an execution keeps its live state before it is archived."""
     retention_interval: float = 3600.0
     """Seconds between retention passes (each worker's sweeper runs them)."""
+    grace: float = 30.0
+    """Seconds a stopping worker (SIGTERM, Ctrl-C, the end of ``engine.worker()``) waits for the
+    steps under way to finish; each execution is handed back at its next frame, and what still
+    runs after the grace is handed back as it is."""
     delegate_expiries: int = 3
     """How many times the leases of a DELEGATE frame's attempts may expire (a consumer that died or
     stalled) before the frame fails with LEASE_EXPIRED: a poison task cannot loop forever."""

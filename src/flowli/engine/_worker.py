@@ -33,7 +33,7 @@ from flowli.log import Attempt, attempt_scope
 from flowli.store import Acquired, Fence, Resume, StatusChange, Write
 
 from ._activation import Activation
-from ._core import StoreFailure, store_call
+from ._core import Stopping, StoreFailure, store_call
 from ._errors import error_data
 from ._runtime import Runtime
 from ._steps import failure_entry_value, import_ref, policy_from_json, run_function
@@ -49,14 +49,14 @@ _KINDS = (TaskKind.START, TaskKind.RESUME, TaskKind.RUN_STEP)
 class Worker:
     def __init__(
         self, rt: Runtime, *, concurrency: int = 64, queues: Sequence[str] = ("default",), sweeper: bool = True,
-        grace: float = 2.0,
+        grace: float | None = None,
     ):
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.rt = rt
         self.concurrency = concurrency
-        self.grace = grace
-        """Seconds that a stop waits for running activations before it cancels them."""
+        self.grace = rt.options.grace if grace is None else grace
+        """Seconds that a stop waits for the steps under way before it hands back what still runs."""
         self.queues = tuple(queues)
         self.id = f"{rt.owner}/w{next(_numbers)}"
         """This worker's row among the workers (``engine.explain`` tells a queue that none serves)."""
@@ -80,11 +80,29 @@ class Worker:
         finally:
             self._leave()
             await cancel_and_wait(side)
-            # let running activations reach a clean end for a grace period; then stop them,
-            # and each hands its execution back (no other worker waits out its lease)
-            if self.running:
-                _, pending = await asyncio.wait(list(self.running.values()), timeout=self.grace)
-                await cancel_and_wait(pending)
+            await self._drain()
+
+    async def _drain(self) -> None:
+        """The steps under way finish (for ``grace`` seconds at most); each execution is handed
+        back at its next frame, or suspends if it waits. What still runs after the grace is handed
+        back as it is, and the log says which. A second stop (a cancel of the wait) stops at once."""
+        if not self.running:
+            return
+        for activation in self.held.values():
+            activation.mark_stopping()
+        log.info("stopping: the running activations end first (%d; up to %g s)", len(self.running), self.grace)
+        pending: set[asyncio.Task[Any]] = set()
+        try:
+            _, pending = await asyncio.wait(list(self.running.values()), timeout=self.grace)
+        except asyncio.CancelledError:
+            pending = set(self.running.values())
+            raise
+        finally:
+            if pending:
+                names = [eid for eid, a in self.held.items()]
+                log.warning("handing back %d execution(s) still running after the grace: %s", len(pending),
+                            ", ".join(names) or "(their tasks had not started)")
+            await cancel_and_wait(pending)
 
     # ---- direct starts: an execution started in this process runs here at once -------------
 
@@ -247,6 +265,10 @@ class Worker:
             with contextlib.suppress(BaseException):
                 await asyncio.shield(self._hand_back(record, epoch, None))
             raise
+        except Stopping:
+            # the worker stops: the frames under way finished; hand the execution back now
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._hand_back(record, epoch, None))
         except (Exception, StoreFailure) as failure:
             cause = failure.cause if isinstance(failure, StoreFailure) else failure
             # not the workflow's failure (that is an outcome): the store or the engine itself.
