@@ -45,6 +45,11 @@ APP_SOURCE = textwrap.dedent(
         return await ctx.receive("go")
 
 
+    @registry.workflow("waiter_for")
+    async def waiter_for(ctx, what: str) -> str:
+        return what + ": " + await ctx.receive("go")
+
+
     @registry.workflow("explode")
     async def explode_wf(ctx) -> None:
         await ctx.step(explode)
@@ -329,4 +334,38 @@ def test_a_second_sigterm_stops_at_once_and_hands_the_step_back(flowli, cwd):
     assert "stopping at once" in out
     shown = flowli("show", eid).stdout
     assert "worker stopped" in shown and "slept" not in shown
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+
+
+def test_a_value_that_is_not_json_is_refused_with_where_and_taken_as_a_string_only_with_string(flowli, cwd):
+    assert_refused(flowli("start", "double", "[a,b]", "--app", APP), "argument 1 '[a,b]' is not JSON",
+                   "Expecting value at column 2", "--string")
+    assert_refused(flowli("start", "double", '{"order": 1', "--app", APP), "is not JSON", "column 12")
+    as_string = flowli("start", "waiter_for", "[a,b]", "--string", "--app", APP)
+    assert as_string.returncode == 0, as_string.stderr
+    eid = as_string.stdout.strip()
+    assert '"[a,b]"' in flowli("show", eid).stdout
+    assert_refused(flowli("signal", eid, "go", "not json"), "the payload 'not json' is not JSON")
+    sent = flowli("signal", eid, "go", "not json", "--string")
+    assert sent.returncode == 0, sent.stderr
+
+
+def test_review_takes_one_decision_and_a_rejection_takes_a_reason(flowli):
+    eid = "01234567-89ab-7cde-8f01-23456789abcd"
+    assert_refused(flowli("review", eid, "--approve", "--reject", "--by", "c@example.com"), "one decision", "not both")
+    assert_refused(flowli("review", eid, "--reject", "--by", "c@example.com"), "a rejection needs --reason")
+    assert_refused(flowli("review", eid, "--reject", "--reason", "  ", "--by", "c@example.com"), "needs --reason")
+
+
+def test_an_empty_database_url_and_an_unreachable_server_are_named(flowli, cwd):
+    assert_refused(flowli("--db", "", "ls"), "the database URL is empty")
+    env = {**cli_env(cwd), "FLOWLI_DB": ""}
+    empty = subprocess.run([sys.executable, "-m", "flowli.cli", "ls"], cwd=cwd, env=env, capture_output=True, text=True)
+    assert_refused(empty, "the database URL is empty")
+    closed = flowli("--db", "postgresql://flowli:secret@127.0.0.1:1/test", "ls")
+    assert_refused(closed, "cannot connect to the database at postgresql://flowli:***@127.0.0.1:1/test",
+                   "no server answered", "the URL parsed: host 127.0.0.1, port 1, database test")
+    assert "secret" not in closed.stderr
 

@@ -21,7 +21,7 @@ def test_top_level_names():
 
 PINNED = {
     flowli.domain: [
-        "Actor", "Cancelled", "Code", "DuplicateFrameError", "ENTRY_STATUS", "Entry", "EntryKind", "ExecutionFailed",
+        "Actor", "Cancelled", "Code", "DatabaseUnavailable", "DuplicateFrameError", "ENTRY_STATUS", "Entry", "EntryKind", "ExecutionFailed",
         "ExecutionRecord", "ExecutionStateError", "ExecutionTerminalError", "FlowliError", "FrameKind",
         "InvalidDatabaseURL", "LeaseLost", "Message", "NO_RETRY", "NoOpenReviewError", "NonRetryableError",
         "NondeterminismError", "NotJSONCompatibleError", "OperationRefused", "Principal", "Provenance", "RegistrationError", "RetryPolicy",

@@ -56,8 +56,8 @@ def test_nan_in_a_list_is_refused_naming_the_path():
         check_json({"xs": [1.0, float("nan")]}, "the arguments")
     assert "value['xs'][1]" in str(info.value) and "nan" in str(info.value)
     with pytest.raises(NotJSONCompatibleError) as top:
-        check_json([float("inf")], "the arguments")
-    assert "value[0]" in str(top.value)
+        check_json([float("inf")], "the arguments", "args")
+    assert "args[0] is inf" in str(top.value)
 
 
 def test_a_set_is_refused():

@@ -46,11 +46,11 @@ async def test_unknown_workflow_and_version_and_bad_arguments(open_engine):
             await engine.start("nope")
         with pytest.raises(UnknownWorkflowError, match="'pay' version '9'"):
             await engine.start("pay", 1, version="9")
-        with pytest.raises(WorkflowArgumentsError, match="'pay'"):
+        with pytest.raises(WorkflowArgumentsError, match=r"'pay'.*; it takes pay\(amount: int, currency: str = 'EUR'\)"):
             await engine.start("pay")
         with pytest.raises(WorkflowArgumentsError, match="'pay'"):
             await engine.start("pay", 1, "EUR", "extra")
-        with pytest.raises(NotJSONCompatibleError, match="workflow 'pay'.*set"):
+        with pytest.raises(NotJSONCompatibleError, match=r"workflow 'pay' is not JSON-compatible: args\[0\] is of type set"):
             await engine.start("pay", {1, 2})
         assert await engine.list() == []
 
@@ -110,7 +110,7 @@ async def test_step_arguments_that_are_not_json_name_the_step(open_engine):
 
     async with open_engine(registry) as engine:
         eid = await engine.start("badarg")
-        with pytest.raises(NotJSONCompatibleError, match="step 'takes'.*workflow 'badarg'"):
+        with pytest.raises(NotJSONCompatibleError, match=r"step .takes. in workflow .badarg. is not JSON-compatible: args\[0\] is of type object"):
             await engine.result(eid, timeout=30)
 
 
@@ -118,3 +118,15 @@ async def test_step_arguments_that_are_not_json_name_the_step(open_engine):
 async def test_malformed_database_url(url):
     with pytest.raises(InvalidDatabaseURL, match="URL"):
         await flowli.connect(url, Registry())
+
+
+async def test_a_missing_postgresql_database_is_the_servers_answer_not_a_bad_url():
+    from flowli.domain import DatabaseUnavailable
+
+    from ..pg import server_url
+
+    base = server_url().rsplit("/", 1)[0]
+    with pytest.raises(DatabaseUnavailable, match='database "flowli_missing" does not exist') as missing:
+        await flowli.connect(f"{base}/flowli_missing", Registry())
+    assert "the URL parsed: host" in str(missing.value) and "database flowli_missing" in str(missing.value)
+    assert not isinstance(missing.value, InvalidDatabaseURL)

@@ -82,7 +82,11 @@ class Settings:
 
     @property
     def url(self) -> str:
-        return self.db or default_url()
+        url = self.db if self.db is not None else default_url()
+        if not url.strip():
+            raise CLIError("the database URL is empty (--db or FLOWLI_DB): give one, e.g. sqlite:///flowli.db"
+                           " or postgresql://user@host:5432/db")
+        return url
 
 
 _APP_HELP = "The registry of your workflows, as module:attribute (env FLOWLI_APP)."
@@ -103,7 +107,7 @@ def _root(
 def _settings(ctx: typer.Context, app_: str | None, db: str | None) -> Settings:
     """A command's own --app/--db win over the global ones, which win over the environment."""
     base = ctx.obj if isinstance(ctx.obj, Settings) else Settings()
-    return Settings(app_ or base.app, db or base.db)
+    return Settings(app_ or base.app, db if db is not None else base.db)
 
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -183,12 +187,16 @@ def require_database(s: Settings, eid: str) -> None:
         raise CLIError(f"unknown execution {eid}: there is no database at {path} (pass --db URL or set FLOWLI_DB)")
 
 
-def parse_value(text: str) -> Any:
-    """A command-line value: JSON when it parses, else the plain string."""
+def parse_value(text: str, what: str, plain: bool = False) -> Any:
+    """A command-line value: JSON (``plain``: the string as it is). What is not JSON is refused,
+    with the position of the error: a string is turned into nothing it was not meant to be."""
+    if plain:
+        return text
     try:
         return json.loads(text)
-    except ValueError:
-        return text
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"{what} {text!r} is not JSON: {exc.msg} at column {exc.colno}; quote a string as"
+                       f" '\"{text}\"', or pass --string to take every value as a plain string") from None
 
 
 def with_app_hint(exc: UnknownWorkflowError, s: Settings) -> FlowliError:
@@ -276,18 +284,22 @@ async def _worker(s: Settings, concurrency: int, queues: list[str], grace: float
 def start(
     ctx: typer.Context,
     workflow: Annotated[str, typer.Argument(help="The workflow's name.")],
-    args: Annotated[list[str] | None, typer.Argument(help="Its arguments, each JSON or a plain string.")] = None,
+    args: Annotated[list[str] | None, typer.Argument(help="Its arguments, each JSON (with --string: plain strings).")] = None,
     by: Annotated[str | None, typer.Option("--by", metavar="EMAIL", help="Who starts it.")] = None,
     key: Annotated[str | None, typer.Option("--key", help="Idempotency key: a second start returns the first eid.")] = None,
     version: Annotated[str | None, typer.Option("--version", help="The workflow version (default: the highest).")] = None,
     queue: Annotated[str, typer.Option("--queue", help="The queue of its tasks.")] = "default",
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Run a worker here and wait for the result.")] = False,
     timeout: Annotated[float | None, typer.Option("--timeout", help="With --wait: give up after this many seconds.")] = None,
+    string: Annotated[bool, typer.Option("--string", help="Take each argument as a plain string, not JSON.")] = False,
     app_: AppOption = None,
     db: DbOption = None,
 ) -> None:
     """Start an execution and print its eid (and, with --wait, its result as JSON)."""
-    values = [parse_value(a) for a in args or []]
+    try:
+        values = [parse_value(a, f"argument {i + 1}", string) for i, a in enumerate(args or [])]
+    except CLIError as exc:
+        fail(str(exc))
     run(_start(_settings(ctx, app_, db), workflow, values, by, key, version, queue, wait, timeout))
 
 
@@ -387,13 +399,18 @@ def signal_(
     ctx: typer.Context,
     eid: Annotated[str, typer.Argument(help="The execution's eid.")],
     channel: Annotated[str, typer.Argument(help="The channel, e.g. decision.")],
-    payload: Annotated[str, typer.Argument(help="The payload, JSON or a plain string.")],
+    payload: Annotated[str, typer.Argument(help="The payload, JSON (with --string: a plain string).")],
     by: Annotated[str | None, typer.Option("--by", metavar="EMAIL", help="Who sends it.")] = None,
+    string: Annotated[bool, typer.Option("--string", help="Take the payload as a plain string, not JSON.")] = False,
     app_: AppOption = None,
     db: DbOption = None,
 ) -> None:
     """Send one message to an execution's channel; a worker resumes it."""
-    run(_signal(_settings(ctx, app_, db), eid, channel, parse_value(payload), by))
+    try:
+        value = parse_value(payload, "the payload", string)
+    except CLIError as exc:
+        fail(str(exc))
+    run(_signal(_settings(ctx, app_, db), eid, channel, value, by))
 
 
 async def _signal(s: Settings, eid: str, channel: str, payload: Any, by: str | None) -> int:
@@ -543,15 +560,20 @@ async def _inbox(s: Settings, closed: bool) -> int:
 def review(
     ctx: typer.Context,
     eid: Annotated[str, typer.Argument(help="The execution whose review you answer.")],
-    approve: Annotated[bool | None, typer.Option("--approve/--reject", help="The decision.")] = None,
-    reason: Annotated[str | None, typer.Option("--reason", help="Why.")] = None,
+    approve: Annotated[bool, typer.Option("--approve", help="Approve it.")] = False,
+    reject: Annotated[bool, typer.Option("--reject", help="Reject it (with --reason).")] = False,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (required to reject).")] = None,
     by: Annotated[str | None, typer.Option("--by", metavar="EMAIL", help="Who answers: your email address.")] = None,
     app_: AppOption = None,
     db: DbOption = None,
 ) -> None:
     """Answer the open review of an execution; the answer carries your provenance."""
-    if approve is None:
+    if approve and reject:
+        fail("give one decision: --approve or --reject, not both")
+    if not approve and not reject:
         fail("give the decision: --approve or --reject")
+    if reject and not (reason and reason.strip()):
+        fail("a rejection needs --reason: the workflow receives it with the decision")
     if not by:
         fail("give who answers: --by EMAIL (the answer carries the person's provenance)")
     run(_review(_settings(ctx, app_, db), eid, approve, reason, by))

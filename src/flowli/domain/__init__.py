@@ -1,6 +1,7 @@
 """Value types, statuses, errors, RetryPolicy and provenance. Imports nothing of flowli."""
 
 from ._errors import Cancelled as Cancelled
+from ._errors import DatabaseUnavailable as DatabaseUnavailable
 from ._errors import DuplicateFrameError as DuplicateFrameError
 from ._errors import ExecutionFailed as ExecutionFailed
 from ._errors import ExecutionStateError as ExecutionStateError
@@ -53,6 +54,7 @@ __all__ = [
     "Actor",
     "Cancelled",
     "Code",
+    "DatabaseUnavailable",
     "DuplicateFrameError",
     "ENTRY_STATUS",
     "Entry",

@@ -25,7 +25,8 @@ survive a user's ``except Exception:`` — cancellation and a lost lease — der
           ├── UnknownTaskError         no open task with that id
           ├── StaleAnswer              an answer or failure for an attempt that is not current
           ├── NoOpenReviewError        an execution with no review waiting for an answer
-          └── InvalidDatabaseURL       a database URL that no backend understands
+          ├── InvalidDatabaseURL       a database URL that no backend understands
+          └── DatabaseUnavailable      a database URL that parsed, whose server did not let flowli in
 """
 
 from __future__ import annotations
@@ -194,3 +195,12 @@ class LeaseLost(BaseException):
         self.eid = eid
         self.epoch = epoch
         super().__init__(f"lease of execution {eid} at epoch {epoch} is lost")
+
+
+class DatabaseUnavailable(FlowliError):
+    """The URL parsed, but the database did not answer, or refused: the server's own answer."""
+
+    def __init__(self, url: str, answer: str, parsed: str):
+        self.url = url
+        self.answer = answer
+        super().__init__(f"cannot connect to the database at {url}: {answer} (the URL parsed: {parsed})")

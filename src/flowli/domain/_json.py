@@ -50,17 +50,18 @@ def _plain(value: Any) -> bool:
     return False
 
 
-def check_json(value: Any, what: str) -> Any:
+def check_json(value: Any, what: str, root: str = "value") -> Any:
     """Return ``value`` as the journal will give it back (tuples become lists), or raise.
 
     The first run returns this round-tripped value too, so a replay and a first run see the same.
     A value made of JSON's own types only is returned as it is (the round trip would not change it).
+    The error names where the bad part is, from ``root`` (``args[0] is of type set``).
     """
     if _plain(value):
         return value
     from ._errors import NotJSONCompatibleError
 
-    bad = _find_bad(value, "value")
+    bad = _find_bad(value, root)
     if bad:
         raise NotJSONCompatibleError(what, bad)
     return json.loads(dumps(value))

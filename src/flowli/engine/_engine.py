@@ -170,7 +170,7 @@ class Engine:
         app = scope_of(by, application)
         wf = self.registry.get(workflow, version)
         wf.bind(args)
-        json_args = check_json(list(args), f"the arguments of workflow {wf.name!r}")
+        json_args = check_json(list(args), f"the arguments of workflow {wf.name!r}", "args")
         eid = keyed_eid(wf.name, key if app is None else f"{app}/{key}") if key is not None else new_eid()
         principal = principal_for(by, ENGINE_ACTOR, app)
         # a worker of this process with a free slot on the queue runs the execution at once: the

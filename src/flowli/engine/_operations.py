@@ -92,7 +92,7 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
     """Send one message to ``{eid}.{channel}`` and enqueue a RESUME, in one write: the store checks
     the status (and the application), appends the message and enqueues the RESUME on the
     execution's queue."""
-    payload = check_json(payload, f"the payload of signal {channel!r} to execution {eid}")
+    payload = check_json(payload, f"the payload of signal {channel!r} to execution {eid}", "payload")
     principal = principal_for(by, ENGINE_ACTOR, application)
     prov = rt.provenance(actor=principal.actor)
     resume = Resume(
@@ -116,7 +116,7 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
 
 async def broadcast(rt: Runtime, channel: str, payload: Any, by: By, application: str | None) -> int:
     """Send one message on a global channel (of the application) and resume every waiter of it."""
-    payload = check_json(payload, f"the payload of broadcast {channel!r}")
+    payload = check_json(payload, f"the payload of broadcast {channel!r}", "payload")
     principal = principal_for(by, ENGINE_ACTOR, application)
     prov = rt.provenance(actor=principal.actor)
     full = global_channel(channel, application)

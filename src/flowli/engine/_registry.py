@@ -34,7 +34,23 @@ class WorkflowDef:
         try:
             self.signature.bind(None, *args)
         except TypeError as exc:
-            raise WorkflowArgumentsError(self.name, str(exc)) from None
+            raise WorkflowArgumentsError(self.name, f"{exc}; it takes {self.name}({self.parameters})") from None
+
+    @functools.cached_property
+    def parameters(self) -> str:
+        """The parameters after the context, as the code declares them: ``invoice_id: str, amount: float``."""
+        shown = []
+        for p in list(self.signature.parameters.values())[1:]:
+            text = p.name if p.kind is not p.VAR_POSITIONAL else f"*{p.name}"
+            if p.kind is p.VAR_KEYWORD:
+                text = f"**{p.name}"
+            if p.annotation is not p.empty:
+                ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", repr(p.annotation))
+                text += f": {ann}"
+            if p.default is not p.empty:
+                text += f" = {p.default!r}"
+            shown.append(text)
+        return ", ".join(shown)
 
 
 def _version_key(version: str) -> tuple[Any, ...]:

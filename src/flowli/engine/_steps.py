@@ -110,9 +110,9 @@ class Steps(Core):
         **kwargs: Any,
     ) -> Awaitable[Any]:
         name = getattr(fn, "__name__", None) or type(fn).__name__
-        json_args, json_kwargs = check_json(
-            [list(args), kwargs], f"the arguments of step {name!r} in workflow {self.wf.name!r}"
-        )
+        what = f"the arguments of step {name!r} in workflow {self.wf.name!r}"
+        json_args = check_json(list(args), what, "args")
+        json_kwargs = check_json(kwargs, what, "kwargs")
         dig = digest([json_args, json_kwargs] if kwargs else json_args)
         fid, outcome = self._frame(name, key, FrameKind.STEP, dig)
         if outcome is not None:

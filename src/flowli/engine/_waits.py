@@ -204,7 +204,7 @@ class Waits(Steps):
     def child(self, workflow: str | Callable[..., Any], /, *args: Any, key: str | None = None) -> Awaitable[Any]:
         wf = self.rt.registry.get(workflow)
         wf.bind(args)
-        child_args = check_json(list(args), f"the arguments of child workflow {wf.name!r}")
+        child_args = check_json(list(args), f"the arguments of child workflow {wf.name!r}", "args")
         dig = digest({"workflow": wf.name, "args": child_args})
         fid, outcome = self._frame(wf.name, key, FrameKind.CHILD, dig)
         if outcome is not None:
@@ -246,7 +246,8 @@ class Waits(Steps):
     ) -> Pending:
         if not isinstance(queue, str) or not queue:
             raise ValueError(f"ctx.delegate takes a queue name, got {queue!r}")
-        payload = check_json(payload, f"the payload of delegate on queue {queue!r} in workflow {self.wf.name!r}")
+        payload = check_json(payload, f"the payload of delegate on queue {queue!r} in workflow {self.wf.name!r}",
+                             "payload")
         _timeout_of(timeout, "delegate")
         dig = digest([queue, payload])
         fid, outcome = self._frame("delegate", key, FrameKind.DELEGATE, dig)

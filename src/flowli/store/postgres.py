@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 import asyncpg
 
 from flowli.domain import (
+    DatabaseUnavailable,
     Entry,
     ExecutionRecord,
     ExecutionStateError,
@@ -68,6 +69,26 @@ _BATCH = 256
 _CHANNEL = CHANNEL
 _LOCK_KEY = 0x666C6F776C69  # "flowli": the advisory lock of schema migrations
 _RETRYABLE = ("40001", "40P01")  # serialization failure, deadlock
+
+
+def redacted(url: str) -> str:
+    """A URL without its password."""
+    parsed = urlparse(url)
+    if parsed.password is None:
+        return url
+    netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@")
+    return urlunparse(parsed._replace(netloc=netloc))
+
+
+def unavailable(url: str, dsn: str, schema: str, exc: BaseException) -> DatabaseUnavailable:
+    """A failed connection, with the server's answer and what the URL said."""
+    p = urlparse(dsn)
+    parsed = (f"host {p.hostname or 'the local socket'}, port {p.port or 5432}, database {p.path.lstrip('/') or '(default)'}"
+              f", user {p.username or '(default)'}, schema {schema}")
+    answer = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError) and not isinstance(exc, asyncpg.PostgresError):
+        answer = f"no server answered ({answer})"
+    return DatabaseUnavailable(redacted(url), answer, parsed)
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -242,8 +263,10 @@ class PostgresStore:
                 # startup parameters, not SETs: they hold on every connection of the pool
                 server_settings=SESSION_SETTINGS | {"search_path": f'"{self.schema}"'},
             )
-        except (OSError, asyncpg.PostgresError, ValueError) as exc:
-            raise InvalidDatabaseURL(self.url, f"cannot connect: {exc}") from None
+        except ValueError as exc:
+            raise InvalidDatabaseURL(self.url, str(exc)) from None
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise unavailable(self.url, self.dsn, self.schema, exc) from None
 
     async def open(self) -> None:
         self._pool = await self._connect_pool()
