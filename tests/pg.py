@@ -1,14 +1,17 @@
-"""The PostgreSQL server of the tests: its URL comes from one environment variable.
+"""The PostgreSQL server of the tests.
 
-``FLOWLI_TEST_POSTGRES`` (e.g. ``postgresql://postgres@127.0.0.1:5432/test``). Unset: the
-PostgreSQL tests skip with a message saying so. Set (as ``.ci/run`` does): an unreachable server
-fails them. Each test gets a schema of its own, dropped afterwards.
+``FLOWLI_TEST_POSTGRES`` names it (``.ci/run`` sets it): then an unreachable server fails the
+PostgreSQL tests. Unset, they use the local server at ``postgresql://postgres@127.0.0.1:5432/test``
+when it answers, and skip when it does not (the summary says so in one line). Each test gets a
+schema of its own, dropped afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,13 +19,26 @@ from typing import Any
 import pytest
 
 ENV = "FLOWLI_TEST_POSTGRES"
+DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
+SKIP = f"no PostgreSQL server answers at {DEFAULT}: set {ENV}=postgresql://user@host:5432/db to run the PostgreSQL tests"
+
+
+@functools.lru_cache(maxsize=1)
+def _local_server_answers() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 5432), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def server_url() -> str:
     url = os.environ.get(ENV)
-    if not url:
-        pytest.skip(f"PostgreSQL tests need a server: set {ENV}=postgresql://user@host:5432/db (CI sets it)")
-    return url
+    if url:
+        return url
+    if _local_server_answers():
+        return DEFAULT
+    pytest.skip(SKIP)
 
 
 @contextlib.asynccontextmanager
