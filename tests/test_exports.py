@@ -15,7 +15,7 @@ from flowli import Context, Engine, Registry
 
 
 def test_top_level_names():
-    assert sorted(flowli.__all__) == ["Context", "Engine", "Options", "Principal", "Registry", "connect"]
+    assert sorted(flowli.__all__) == ["Context", "Engine", "Options", "Principal", "Registry", "connect", "testing"]
     assert inspect.iscoroutinefunction(flowli.connect)
 
 

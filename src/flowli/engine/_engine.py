@@ -41,7 +41,7 @@ from ._tasks import cancel_and_wait
 from ._transitions import Middleware, Observer, Transition, commit
 from ._views import RunView, run_view
 from ._waits import new_execution
-from ._watch import await_end, watch
+from ._watch import await_end, await_suspended, watch
 from ._worker import Worker
 
 
@@ -196,6 +196,12 @@ class Engine:
     async def status(self, eid: str, *, application: str | None = None) -> ExecutionRecord:
         """The execution record: status, result or error, version, lease state (live or archived)."""
         return await read_record(self._rt, self._archive, eid, application)
+
+    async def wait_suspended(self, eid: str, timeout: float | None = 30.0, *, application: str | None = None) -> ExecutionRecord:
+        """Wait until the execution is suspended (its timers and waits are set: a test may advance
+        its clock now) or terminal; returns its record."""
+        return await await_suspended(self._rt, self._archive, eid, timeout, application,
+                                     lambda e: self._held(e) is not None)
 
     async def statuses(self, eids: Sequence[str], *, application: str | None = None) -> builtins.list[ExecutionRecord]:
         """The live records of many executions at once (in no set order); unknown ones, archived

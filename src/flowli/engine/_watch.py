@@ -126,3 +126,29 @@ async def await_end(
                 bound = left if bound is None else min(bound, left)
             await _wake(ended, bound)
             touched = ended.is_set()
+
+
+async def await_suspended(
+    rt: Runtime, archive: Archive, eid: str, timeout: float | None, application: str | None,
+    held: Callable[[str], bool],
+) -> ExecutionRecord:
+    """Wait until ``eid`` is suspended (its waits, timers included, are set) or terminal; woken as
+    ``await_end`` is, by every append to its journal too."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    poll = 0.01
+    with rt.hub.subscribe(("journal", eid), ("end", eid)) as changed:
+        while True:
+            changed.clear()
+            record = await read_record(rt, archive, eid, application)
+            if record.terminal or (record.status.value == "suspended" and not held(eid)):
+                return record
+            bound = _fallback(rt)
+            if bound is not None:
+                bound, poll = min(poll, bound), min(poll * 2, bound)
+            if deadline is not None:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise TimeoutError(f"execution {eid} is still {record.status.value} after {timeout} s")
+                bound = left if bound is None else min(bound, left)
+            await _wake(changed, bound if bound is not None else 1.0)
