@@ -45,6 +45,14 @@ APP_SOURCE = textwrap.dedent(
         return await ctx.receive("go")
 
 
+    @registry.workflow("changes")
+    async def changes(ctx) -> int:
+        import pathlib
+        first = await ctx.step(double, int(pathlib.Path("n.txt").read_text()))  # a change of code, as a deploy
+        await ctx.receive("go")
+        return first
+
+
     @registry.workflow("waiter_for")
     async def waiter_for(ctx, what: str) -> str:
         return what + ": " + await ctx.receive("go")
@@ -368,4 +376,24 @@ def test_an_empty_database_url_and_an_unreachable_server_are_named(flowli, cwd):
     assert_refused(closed, "cannot connect to the database at postgresql://flowli:***@127.0.0.1:1/test",
                    "no server answered", "the URL parsed: host 127.0.0.1, port 1, database test")
     assert "secret" not in closed.stderr
+
+
+def test_a_blocked_run_is_listed_warned_about_and_shown_with_its_arguments(flowli, worker, cwd):
+    (cwd / "n.txt").write_text("1")
+    eid = flowli("start", "changes", "--app", APP).stdout.strip()
+    wait_for_show(flowli, eid, "execution.suspended")
+    (cwd / "n.txt").write_text("5")  # the code now passes another argument
+    sent = flowli("signal", eid, "go", "true")
+    assert sent.returncode == 0, sent.stderr
+    deadline = time.monotonic() + 30
+    while eid not in (listed := flowli("ls", "--status", "blocked")).stdout:
+        assert time.monotonic() < deadline, listed.stdout
+        time.sleep(0.2)
+    [row] = [line for line in listed.stdout.splitlines() if eid in line]
+    assert "blocked" in row
+    warned = flowli("signal", eid, "go", "true")
+    assert warned.returncode == 0 and f"warning: execution {eid} is blocked" in warned.stderr
+    shown = flowli("show", eid).stdout
+    assert "recorded args" in shown and '{"args": [1]}' in shown
+    assert "current args" in shown and '{"args": [5]}' in shown
 

@@ -180,3 +180,26 @@ async def test_a_gather_whose_later_frame_was_recorded_first_replays_without_div
         async with engine.worker():
             assert await engine.result(eid, timeout=30) == ["slow", "fast"]
         assert (await engine.status(eid)).blocked is None
+
+
+async def test_a_blocked_run_is_listed_as_blocked_with_what_changed_and_logged_once(open_engine, caplog):
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="flowli.worker")
+    tag = f"visible-{id(open_engine)}"
+    eid = await run_until_waiting(open_engine, tag)
+    CODE[tag] = "inserted before"  # effect#0 is now called with other arguments
+    async with open_engine(app()) as engine:
+        await engine.signal(eid, "go", True)
+        record = await blocked(engine, eid)
+        assert (record.blocked["recorded"], record.blocked["current"]) == (
+            {"args": [f"{tag} label"]}, {"args": [f"{tag} audit"]})
+        page = await engine.list(status="blocked")
+        assert [(r.eid, r.blocked["fid"]) for r in page] == [(eid, "root/effect#0")]
+        assert page.counts["blocked"] == 1 and page.counts["suspended"] >= 1
+        assert eid in {r.eid for r in await engine.list(status="suspended")}  # its status is suspended
+        lines = [r for r in caplog.records if "is blocked" in r.getMessage()]
+        assert len(lines) == 1 and eid in lines[0].getMessage() and "migrate it" in lines[0].getMessage()
+        await engine.cancel(eid)
+        await wait_status(engine, eid, "cancelled")
+        assert await engine.list(status="blocked") == []

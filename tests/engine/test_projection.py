@@ -77,7 +77,7 @@ async def test_list_pages_by_cursor_newest_first_and_counts_per_status(open_engi
         by_workflow = await engine.list(workflow="waits")
         assert {r.eid for r in by_workflow} == set(waiting) and by_workflow.next is None
         assert by_workflow.counts == {"pending": 0, "running": 0, "suspended": 2, "completed": 0, "failed": 0,
-                                      "cancelled": 0}
+                                      "cancelled": 0, "blocked": 0}
         with pytest.raises(ValueError, match="invalid cursor 'nonsense'"):
             await engine.list(cursor="nonsense")
         with pytest.raises(ValueError, match="limit must be at least 1"):

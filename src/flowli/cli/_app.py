@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import importlib
 import json
 import logging
@@ -216,6 +217,10 @@ def setup_logging() -> None:
 # ---- commands ------------------------------------------------------------------------------
 
 
+ListState = enum.StrEnum("ListState", [(st.value.upper(), st.value) for st in Status] + [("BLOCKED", "blocked")])  # type: ignore[misc]
+"""What ``flowli ls --status`` takes: a status, or blocked."""
+
+
 @app.command()
 def worker(
     ctx: typer.Context,
@@ -336,7 +341,8 @@ async def _start(
 @app.command("ls")
 def ls_(
     ctx: typer.Context,
-    status: Annotated[Status | None, typer.Option("--status", help="Only executions with this status.")] = None,
+    status: Annotated[ListState | None, typer.Option("--status", help="Only executions with this status"
+                                                    " (blocked: suspended for an operator).")] = None,
     workflow: Annotated[str | None, typer.Option("--workflow", help="Only executions of this workflow.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many, newest first.")] = 50,
     app_: AppOption = None,
@@ -346,13 +352,13 @@ def ls_(
     run(_ls(_settings(ctx, app_, db), status, workflow, limit))
 
 
-async def _ls(s: Settings, status: Status | None, workflow: str | None, limit: int) -> int:
+async def _ls(s: Settings, status: ListState | None, workflow: str | None, limit: int) -> int:
     path = missing_database(s.url)
     if path is not None:
         out.print(f"no executions: there is no database at {path}")
         return 0
     async with open_engine(s) as engine:
-        rows = await engine.list(status=status, workflow=workflow, limit=limit)
+        rows = await engine.list(status=status.value if status else None, workflow=workflow, limit=limit)
     if not rows:
         filters = [f"status {status.value}" if status else "", f"workflow {workflow}" if workflow else ""]
         out.print("no executions" + (" with " + " and ".join(f for f in filters if f) if any(filters) else ""))
@@ -417,7 +423,13 @@ async def _signal(s: Settings, eid: str, channel: str, payload: Any, by: str | N
     require_database(s, eid)
     async with open_engine(s) as engine:
         seq = await engine.signal(eid, channel, payload, by=by)
+        record = await engine.status(eid)
     out.print(f"sent message #{seq} on {channel!r} to execution {eid}", soft_wrap=True)
+    if record.blocked:
+        b = record.blocked
+        err.print(Text(f"warning: execution {eid} is blocked ({b.get('reason')} at {b.get('fid')}): the message waits"
+                       " until it is migrated to a version that replays it, or cancelled", style="yellow"),
+                  soft_wrap=True)
     return 0
 
 

@@ -244,6 +244,9 @@ def record_view(record: ExecutionRecord, children: Sequence[ExecutionRecord] = (
             Text(f"{b.get('reason')} at {b.get('fid')}: {b.get('detail')} (cancel it, or migrate it to another version)",
                  style="red"),
         )
+        if "recorded" in b or "current" in b:
+            grid.add_row("recorded args", short(b.get("recorded"), 400))
+            grid.add_row("current args", short(b.get("current"), 400))
     for child in children:
         grid.add_row("child", Text.assemble(f"{child.eid} {child.workflow} v{child.version} ", status_text(child.status)))
     return grid
@@ -327,7 +330,8 @@ class Executions:
         if parent:
             table.add_column("parent", no_wrap=True, style="dim")
         for r in self.rows:
-            cells: list[Any] = [r.eid, r.workflow, r.version, status_text(r.status)]
+            state = Text("blocked", style="bold red") if getattr(r, "blocked", None) else status_text(r.status)
+            cells: list[Any] = [r.eid, r.workflow, r.version, state]
             if created:
                 cells.append(r.created_at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S"))
             if updated:

@@ -11,6 +11,7 @@ timers and waits set, and a wake check that closes the race with what would resu
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, Callable
 
 from flowli.domain import (
@@ -35,6 +36,8 @@ from ._errors import error_data
 from ._frames import ROOT
 from ._tasks import cancel_and_wait
 from ._waits import Waits
+
+log = logging.getLogger("flowli.worker")
 
 
 class Activation(Waits):
@@ -165,7 +168,10 @@ class Activation(Waits):
     async def _block(self) -> Status:
         assert self.nondeterminism is not None
         nd = self.nondeterminism
-        blocked = {"reason": "nondeterminism", "fid": nd.fid, "detail": nd.detail, "version": self.wf.version}
+        blocked = {"reason": "nondeterminism", "fid": nd.fid, "detail": nd.detail, "version": self.wf.version,
+                   **self.diverged}
+        log.warning("execution %s (%s version %s) is blocked: %s; cancel it, or migrate it to a version that"
+                    " replays it", self.eid, self.wf.name, self.wf.version, nd.detail)
         entry = self._entry(EntryKind.EXECUTION_SUSPENDED, ROOT, FrameKind.ROOT, value=blocked, error=error_data(nd))
         write = Write(
             intent=Intent.FENCED, entries=[entry], status=StatusChange(self.eid, Status.SUSPENDED, blocked=blocked),

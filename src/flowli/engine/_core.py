@@ -98,6 +98,8 @@ class Core(Context):
         self.channel_locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self.cancel_requested = record.cancel_requested is not None
         self.nondeterminism: NondeterminismError | None = None
+        self.diverged: dict[str, Any] = {}
+        """The arguments the journal recorded and the code passes now, at a changed digest."""
         self.lost = False
         self.closing = False
         self.stopping = False
@@ -194,7 +196,7 @@ class Core(Context):
 
     # ---- frames ---------------------------------------------------------------------------
 
-    def _frame(self, name: str, key: str | None, kind: FrameKind, dig: str) -> tuple[str, Entry | None]:
+    def _frame(self, name: str, key: str | None, kind: FrameKind, dig: str, args: Any = None) -> tuple[str, Entry | None]:
         """Assign the frame id (at call time) and check it against the journal.
 
         Returns the fid and its outcome entry when the frame has one (its memo, or its final failure).
@@ -205,6 +207,9 @@ class Core(Context):
             raise self.nondeterminism
         detail = divergence(self.memo, fid, kind, dig)
         if detail is not None:
+            recorded = self.memo.started[fid].value
+            recorded = {k: v for k, v in recorded.items() if k in ("args", "kwargs")} if isinstance(recorded, dict) else {}
+            self.diverged = {"recorded": recorded or None, "current": args}
             self._nondeterministic(fid, detail)
         if fid in self.memo.started:
             self.unmet -= 1

@@ -305,7 +305,8 @@ class Engine:
         application: str | None = None, cursor: str | None = None,
     ) -> ExecutionPage:
         """Executions from the projection, newest first, a page at a time: pass a page's ``next``
-        as ``cursor`` for the one after it. The page also counts the executions per status."""
+        as ``cursor`` for the one after it. The page also counts the executions per status.
+        ``status="blocked"`` lists the suspended ones that wait for an operator (a nondeterminism)."""
         await self._rt.drain()  # read your own writes: this process's control-log appends first
         return await self._projection.list(status, workflow, limit, application, cursor)
 

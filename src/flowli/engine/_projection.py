@@ -11,16 +11,19 @@ none of their vocabulary.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from flowli.domain import ENTRY_STATUS, Entry, EntryKind, RegistrationError, Status
+from flowli.domain import ENTRY_STATUS, Entry, EntryKind, RegistrationError, Status, dumps
 from flowli.store import Plan, Store
 
 _BATCH = 1000
+BLOCKED = "blocked"
+"""The state a list can filter on beside the statuses: suspended for an operator (a nondeterminism)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class ExecutionSummary:
     updated_at: datetime
     parent_eid: str | None = None
     application: str | None = None
+    blocked: dict[str, Any] | None = None
+    """Why a suspended execution waits for an operator (a nondeterminism), else None."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,20 +101,24 @@ def _executions_plan(entries: list[Entry]) -> Plan:
                    (e.eid, v.get("workflow"), v.get("version"), Status.PENDING.value, v.get("parent_eid"),
                     v.get("application"), at, at, seq))
         elif e.kind in ENTRY_STATUS:
-            yield ("exec", "UPDATE view_executions SET status = ?, updated_at = ?, last_seq = ? WHERE eid = ?"
-                           " AND last_seq < ?", (ENTRY_STATUS[e.kind].value, at, seq, e.eid, seq))
+            # a suspension for an operator (a nondeterminism) is "blocked" until the next change
+            v = e.value if isinstance(e.value, dict) else {}
+            blocked = dumps(v) if e.kind is EntryKind.EXECUTION_SUSPENDED and v.get("reason") == "nondeterminism" \
+                else None
+            yield ("exec", "UPDATE view_executions SET status = ?, updated_at = ?, last_seq = ?, blocked = ? WHERE eid = ?"
+                           " AND last_seq < ?", (ENTRY_STATUS[e.kind].value, at, seq, blocked, e.eid, seq))
         elif e.kind is EntryKind.EXECUTION_MIGRATED:
             yield ("exec", "UPDATE view_executions SET version = ? WHERE eid = ?", ((e.value or {}).get("to"), e.eid))
 
 
 EXECUTIONS = Projector(
     name="executions",
-    version=1,
+    version=2,
     tables=("view_executions",),
     schema=(
         "CREATE TABLE IF NOT EXISTS view_executions (eid TEXT PRIMARY KEY, workflow TEXT, version TEXT, status TEXT,"
         " parent_eid TEXT, application TEXT, created_at DOUBLE PRECISION, updated_at DOUBLE PRECISION,"
-        " last_seq BIGINT)",
+        " last_seq BIGINT, blocked TEXT)",
         "CREATE INDEX IF NOT EXISTS view_executions_created ON view_executions (created_at, eid)",
         "CREATE INDEX IF NOT EXISTS view_executions_status ON view_executions (status, created_at, eid)",
         "CREATE INDEX IF NOT EXISTS view_executions_workflow ON view_executions (workflow, created_at, eid)",
@@ -187,17 +196,24 @@ class Projection:
     ) -> ExecutionPage:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        st = Status(status).value if status is not None else None
+        st = status if status == BLOCKED else Status(status).value if status is not None else None
         where: list[str] = []
         params: list[Any] = []
         for column, value in (("workflow", workflow), ("application", application)):
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
-        counted = await self.read("executions", "SELECT status, COUNT(*) FROM view_executions"
-                                  + (" WHERE " + " AND ".join(where) if where else "") + " GROUP BY status", params)
-        counts = {s.value: 0 for s in Status} | {str(s): int(n) for s, n in counted}
-        if st is not None:
+        counted = await self.read("executions", "SELECT status, blocked IS NOT NULL, COUNT(*) FROM view_executions"
+                                  + (" WHERE " + " AND ".join(where) if where else "")
+                                  + " GROUP BY status, blocked IS NOT NULL", params)
+        counts = {s.value: 0 for s in Status} | {BLOCKED: 0}
+        for status_, is_blocked, n in counted:
+            counts[str(status_)] += int(n)
+            if is_blocked:
+                counts[BLOCKED] += int(n)
+        if st == BLOCKED:
+            where.append("blocked IS NOT NULL")
+        elif st is not None:
             where.append("status = ?")
             params.append(st)
         if cursor is not None:
@@ -205,11 +221,13 @@ class Projection:
             where.append("(created_at < ? OR (created_at = ? AND eid < ?))")
             params += [at, at, eid]
         rows = await self._views.read(
-            "SELECT eid, workflow, version, status, created_at, updated_at, parent_eid, application FROM view_executions"
+            "SELECT eid, workflow, version, status, created_at, updated_at, parent_eid, application, blocked"
+            " FROM view_executions"
             + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at DESC, eid DESC LIMIT ?",
             [*params, limit + 1],
         )
         items = [ExecutionSummary(eid=r[0], workflow=r[1], version=r[2], status=Status(r[3]), created_at=_stamp(r[4]),
-                                  updated_at=_stamp(r[5]), parent_eid=r[6], application=r[7]) for r in rows[:limit]]
+                                  updated_at=_stamp(r[5]), parent_eid=r[6], application=r[7],
+                                  blocked=json.loads(r[8]) if r[8] else None) for r in rows[:limit]]
         more = len(rows) > limit
         return ExecutionPage(items, _cursor_of(items[-1]) if more and items else None, counts)

@@ -114,13 +114,14 @@ class Steps(Core):
         json_args = check_json(list(args), what, "args")
         json_kwargs = check_json(kwargs, what, "kwargs")
         dig = digest([json_args, json_kwargs] if kwargs else json_args)
-        fid, outcome = self._frame(name, key, FrameKind.STEP, dig)
+        shown = {"args": json_args, "kwargs": json_kwargs} if kwargs else {"args": json_args}
+        fid, outcome = self._frame(name, key, FrameKind.STEP, dig, shown)
         if outcome is not None:
             return self._outcome_value(fid, outcome)
         policy = retry or NO_RETRY
         if queue is not None:
             return self._spawn(self._remote_step(fid, name, fn, json_args, json_kwargs, dig, policy, queue))
-        return self._spawn(self._local_step(fid, name, fn, args, kwargs, policy, dig))
+        return self._spawn(self._local_step(fid, name, fn, args, kwargs, policy, dig, shown))
 
     async def _retry_gate(self, fid: str, deadline: datetime | None = None) -> int:
         """The number of the next attempt; waits on a timer while a retry delay runs (until the
@@ -136,12 +137,14 @@ class Steps(Core):
 
     async def _local_step(
         self, fid: str, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-        policy: RetryPolicy, dig: str,
+        policy: RetryPolicy, dig: str, shown: dict[str, Any],
     ) -> Any:
         ref = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', name)}"
         while True:
             attempt = await self._retry_gate(fid)
-            started = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, name=name, attempt=attempt, dig=dig, ref=ref)
+            # the arguments are in the journal too (not only their digest): a changed one shows
+            started = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, name=name, attempt=attempt, dig=dig,
+                                  ref=ref, value=shown)
             # frame.started goes to the store while the function runs, unless the function is done
             # within STARTED_AFTER: then frame.started and the outcome share one write (one round
             # trip per step). A store applies the writes of one execution in order, so an outcome
@@ -191,9 +194,9 @@ class Steps(Core):
         attempt = await self._retry_gate(fid)
         write = Write()
         if (fid, attempt) not in self.memo.attempts_started:
-            write.entries.append(
-                self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, name=name, attempt=attempt, dig=dig, ref=ref)
-            )
+            shown = {"args": args, "kwargs": kwargs} if kwargs else {"args": args}
+            write.entries.append(self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, name=name, attempt=attempt,
+                                             dig=dig, ref=ref, value=shown))
         payload = {"fid": fid, "ref": ref, "args": args, "kwargs": kwargs, "attempt": attempt,
                    "tries": self.memo.tries(fid, attempt), "retry": policy_json(policy),
                    "workflow": self.wf.name, "version": self.wf.version}

@@ -206,7 +206,7 @@ class Waits(Steps):
         wf.bind(args)
         child_args = check_json(list(args), f"the arguments of child workflow {wf.name!r}", "args")
         dig = digest({"workflow": wf.name, "args": child_args})
-        fid, outcome = self._frame(wf.name, key, FrameKind.CHILD, dig)
+        fid, outcome = self._frame(wf.name, key, FrameKind.CHILD, dig, {"args": child_args})
         if outcome is not None:
             return self._outcome_value(fid, outcome)
         return self._spawn(self._child(fid, wf, child_args, dig))
@@ -215,7 +215,7 @@ class Waits(Steps):
         ceid = child_eid(self.eid, fid)
         if fid not in self.memo.started:
             started = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.CHILD, name=wf.name, attempt=1, dig=dig,
-                                  value={"child": ceid}, ref=wf.ref)
+                                  value={"child": ceid, "args": args}, ref=wf.ref)
             # a child runs on its parent's queue, in its parent's application
             new = new_execution(self.rt, wf, ceid, args, queue=self.record.queue, parent=(self.eid, fid),
                                 application=self.record.application)
@@ -250,7 +250,7 @@ class Waits(Steps):
                              "payload")
         _timeout_of(timeout, "delegate")
         dig = digest([queue, payload])
-        fid, outcome = self._frame("delegate", key, FrameKind.DELEGATE, dig)
+        fid, outcome = self._frame("delegate", key, FrameKind.DELEGATE, dig, {"args": [queue, payload]})
         if outcome is not None:
             return Pending(fid, self._outcome_value(fid, outcome))
         return Pending(fid, self._spawn(self._delegate(fid, queue, payload, dig, retry or NO_RETRY, timeout)))
