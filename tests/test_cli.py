@@ -162,7 +162,7 @@ def test_demo_runs_the_invoice_approval_and_prints_its_journal(flowli, cwd):
     assert "invoice_approval" in listed.stdout and "notify_accounting" in listed.stdout
     eid = next(w for w in out.split() if w.count("-") == 4 and len(w) == 36)
     shown = flowli("show", eid, "--evidence").stdout.splitlines()
-    evidence = line_index(shown, "evidence")
+    evidence = line_index(shown, "evidence from", str(cwd / "flowli.db-bucket"))  # it says where it looked
     first = line_index(shown, "root/check_fraud#0", "scoring", after=evidence)
     line_index(shown, "root/check_fraud#0", "scoring", after=first)  # one log per attempt: two attempts
 
@@ -396,4 +396,41 @@ def test_a_blocked_run_is_listed_warned_about_and_shown_with_its_arguments(flowl
     shown = flowli("show", eid).stdout
     assert "recorded args" in shown and '{"args": [1]}' in shown
     assert "current args" in shown and '{"args": [5]}' in shown
+
+
+def _worker_stderr(cwd: Path, url: str, **env: str) -> str:
+    """The stderr of a worker on ``url`` that started (its banner printed) and was stopped."""
+    proc = subprocess.Popen([sys.executable, "-m", "flowli.cli", "worker", "--app", APP, "--db", url],
+                            cwd=cwd, env={**cli_env(cwd), **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+        assert "flowli worker:" in banner, banner
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        return err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_the_bucket_is_named_by_bucket_or_flowli_bucket_and_a_shared_database_warns_without_one(flowli, cwd):
+    from .pg import server_url
+
+    other = cwd / "elsewhere"
+    shown = flowli("--bucket", str(other), "show", "01234567-89ab-7cde-8f01-23456789abcd", "--evidence")
+    assert shown.returncode == 2 and "unknown execution" in shown.stderr  # the bucket option is taken
+    err = _worker_stderr(cwd, server_url())
+    assert "warning: evidence goes to" in err and "give every worker one bucket (--bucket DIR or FLOWLI_BUCKET)" in err
+    assert "warning: evidence goes to" not in _worker_stderr(cwd, server_url(), FLOWLI_BUCKET=str(other))
+
+
+async def test_flowli_bucket_sets_where_connect_puts_evidence(tmp_path, monkeypatch):
+    import flowli
+
+    monkeypatch.setenv("FLOWLI_BUCKET", str(tmp_path / "shared-bucket"))
+    engine = await flowli.connect(f"sqlite:///{tmp_path / 'x.db'}", flowli.Registry())
+    async with engine:
+        assert engine.options.bucket == str(tmp_path / "shared-bucket")
 

@@ -27,7 +27,11 @@ def open_store(url: str) -> Store:
 
 
 def bucket_path(store: Store) -> str:
-    """Evidence sits beside a SQLite file; otherwise in ``flowli-bucket`` in the working directory."""
+    """Where evidence goes: ``FLOWLI_BUCKET`` when set; else beside a SQLite file; else
+    ``flowli-bucket`` in the working directory (on a shared database, give every process one
+    bucket: ``FLOWLI_BUCKET`` or ``bucket=``)."""
+    if os.environ.get("FLOWLI_BUCKET"):
+        return os.environ["FLOWLI_BUCKET"]
     path = getattr(store, "path", None)
     if isinstance(path, str) and path != ":memory:":
         return f"{path}-bucket"

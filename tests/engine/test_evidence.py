@@ -93,3 +93,27 @@ async def test_the_bucket_sits_beside_a_sqlite_file(tmp_path):
         eid = await engine.start("ev3")
         await engine.result(eid, timeout=30)
     assert (tmp_path / "app.db-bucket" / eid).is_dir()
+
+
+def logs_fields_named_as_flowlis(order: str) -> str:
+    log.info("shipping", attempt="the user's own", eid="an order id", fid=7, level="gold", order=order)
+    return order
+
+
+async def test_a_field_named_as_one_of_flowlis_is_kept_beside_it(open_engine, tmp_path):
+    registry = Registry()
+
+    @registry.workflow("fields")
+    async def fields(ctx: Context) -> str:
+        return await ctx.step(logs_fields_named_as_flowlis, "o-1")
+
+    async with open_engine(registry, bucket=str(tmp_path / "bucket")) as engine:
+        eid = await engine.start("fields")
+        assert await engine.result(eid, timeout=30) == "o-1"
+        [written] = [e for e in await engine.evidence(eid) if e.event]
+    event = written.event
+    assert (event["eid"], event["fid"], event["attempt"], event["level"]) == (eid, "root/logs_fields_named_as_flowlis#0",
+                                                                               1, "info")
+    assert (event["user.attempt"], event["user.eid"], event["user.fid"], event["user.level"]) == (
+        "the user's own", "an order id", 7, "gold")
+    assert event["order"] == "o-1"

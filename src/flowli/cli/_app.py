@@ -19,6 +19,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Any, AsyncIterator, Coroutine, NoReturn
 from urllib.parse import unquote, urlparse
 
@@ -101,7 +102,12 @@ def _root(
     ctx: typer.Context,
     app_: Annotated[str | None, typer.Option("--app", envvar="FLOWLI_APP", metavar="MODULE:REGISTRY", help=_APP_HELP)] = None,
     db: Annotated[str | None, typer.Option("--db", envvar="FLOWLI_DB", metavar="URL", help=_DB_HELP)] = None,
+    bucket: Annotated[str | None, typer.Option("--bucket", envvar="FLOWLI_BUCKET", metavar="DIR",
+                                               help="Where evidence goes (env FLOWLI_BUCKET; default: beside a SQLite"
+                                                    " file, else ./flowli-bucket).")] = None,
 ) -> None:
+    if bucket:
+        os.environ["FLOWLI_BUCKET"] = bucket  # flowli.connect reads it
     ctx.obj = Settings(app_, db)
 
 
@@ -244,6 +250,10 @@ async def _worker(s: Settings, concurrency: int, queues: list[str], grace: float
     registry = load_registry(s.app)
     setup_logging()
     async with open_engine(s, registry, lease_ttl=timedelta(seconds=lease_ttl)) as engine:
+        if engine.options.bucket == "flowli-bucket" and not s.url.startswith("sqlite"):
+            err.print(Text(f"warning: evidence goes to {Path.cwd() / 'flowli-bucket'} on this host while the"
+                           " database is shared: give every worker one bucket (--bucket DIR or FLOWLI_BUCKET)",
+                           style="yellow"), soft_wrap=True)
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         installed = []
@@ -392,11 +402,12 @@ async def _show(s: Settings, eid: str, evidence: bool = False) -> int:
             with contextlib.suppress(UnknownExecutionError):
                 children.append(await engine.status(ceid))
         written = await engine.evidence(eid) if evidence else []
+        bucket = str(Path.cwd() / engine.options.bucket)
         view = await engine.run_view(eid)
     out.print(execution_view(record, entries, children))
     out.print(frames_view(view))
     if evidence:
-        out.print(evidence_view(written))
+        out.print(evidence_view(written, bucket))
     return 0
 
 

@@ -346,13 +346,15 @@ def executions_table(rows: Sequence[ExecutionSummary]) -> Executions:
     return Executions(rows)
 
 
-def evidence_view(items: Sequence[Any]) -> RenderableType:
+def evidence_view(items: Sequence[Any], bucket: str = "") -> RenderableType:
     """What the steps wrote while they ran, frame by frame and attempt by attempt."""
-    table = Table(title="evidence (explains the journal; never authority)", title_justify="left", box=None, pad_edge=False)
+    table = Table(title="evidence (explains the journal; never authority)", title_justify="left", box=None,
+                  pad_edge=False)
     for name in ("frame", "att", "time (UTC)", "level", "event", "fields"):
         table.add_column(name, overflow="fold")
     if not items:
-        return Text("no evidence: no step wrote to its attempt log (or the bucket is elsewhere)", style="dim")
+        return Text(f"no evidence in the bucket {bucket or '(none)'}: no step wrote to its attempt log, or the workers"
+                    " wrote to another bucket (--bucket, FLOWLI_BUCKET)", style="dim")
     for e in items:
         if e.event is not None:
             ev = dict(e.event)
@@ -361,7 +363,7 @@ def evidence_view(items: Sequence[Any]) -> RenderableType:
             table.add_row(e.fid, str(e.attempt), at, str(ev.get("level", "")), str(ev.get("event", "")), short(fields))
         else:
             table.add_row(e.fid, str(e.attempt), "", "", "attachment", str(e.attachment))
-    return table
+    return Group(Text(f"evidence from {bucket}", style="dim"), table) if bucket else table
 
 
 def reviews_table(rows: Sequence[Any]) -> RenderableType:

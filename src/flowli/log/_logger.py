@@ -47,6 +47,18 @@ def current_attempt() -> Attempt | None:
     return _current.get()
 
 
+RESERVED = ("eid", "fid", "attempt", "logger", "level", "timestamp")
+"""The fields flowli sets on every event; a field of the caller's with one of these names is kept
+under ``user.{name}``, so that neither is lost."""
+
+
+def _keep_users_fields(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    for key in RESERVED:
+        if key in event:
+            event[f"user.{key}"] = event.pop(key)
+    return event
+
+
 def _bind_attempt(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
     attempt = _current.get()
     if attempt is not None:
@@ -93,10 +105,12 @@ class _Sink:
 
 
 def get_logger(name: str) -> Any:
-    """A structlog logger for evidence: ``log.info("fetched", invoice=..., rows=3)``."""
+    """A structlog logger for evidence: ``log.info("fetched", invoice=..., rows=3)``. A field named
+    as one of flowli's (eid, fid, attempt, logger, level, timestamp) goes in as ``user.{name}``."""
     return structlog.wrap_logger(
         _Sink(name),
         processors=[
+            _keep_users_fields,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             _bind_attempt,
