@@ -434,3 +434,36 @@ async def test_flowli_bucket_sets_where_connect_puts_evidence(tmp_path, monkeypa
     async with engine:
         assert engine.options.bucket == str(tmp_path / "shared-bucket")
 
+
+
+def test_migrate_checks_the_version_and_warns_when_no_live_worker_runs_it(flowli, worker, cwd):
+    (cwd / "cliapp2.py").write_text(textwrap.dedent("""
+        import flowli
+
+        registry = flowli.Registry()
+
+
+        @registry.workflow("waiter", version="1")
+        async def waiter(ctx) -> str:
+            return await ctx.receive("go")
+
+
+        @registry.workflow("waiter", version="3")
+        async def waiter_v3(ctx) -> str:
+            return "v3: " + await ctx.receive("go")
+
+
+        @registry.workflow("waiter", version="4")
+        async def waiter_v4(ctx) -> str:
+            await ctx.sleep(__import__("datetime").timedelta(seconds=1))
+            return await ctx.receive("go")
+    """))
+    eid = flowli("start", "waiter", "--app", APP).stdout.strip()
+    wait_for_show(flowli, eid, "execution.suspended")
+    time.sleep(1.5)  # the worker has written its row: it runs waiter version 1 only
+    refused = flowli("migrate", eid, "4", "--app", "cliapp2:registry")
+    assert_refused(refused, "version 4 does not replay it", "root/sleep#0", "force it")
+    moved = flowli("migrate", eid, "3", "--app", "cliapp2:registry", "--by", "ops@example.com")
+    assert moved.returncode == 0, moved.stderr
+    assert "now runs version 3" in moved.stdout
+    assert "warning: no live worker registers waiter version 3" in moved.stderr

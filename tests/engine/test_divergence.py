@@ -203,3 +203,71 @@ async def test_a_blocked_run_is_listed_as_blocked_with_what_changed_and_logged_o
         await engine.cancel(eid)
         await wait_status(engine, eid, "cancelled")
         assert await engine.list(status="blocked") == []
+
+
+def versions_app() -> Registry:
+    registry = Registry()
+
+    @registry.workflow("order", version="1")
+    async def order_v1(ctx: Context, tag: str) -> list[str]:
+        label = await ctx.step(effect, f"{tag} label")
+        await ctx.receive("go")
+        return [label, await ctx.step(effect, f"{tag} dispatch")]
+
+    @registry.workflow("order", version="2")  # compatible: a new step after everything recorded
+    async def order_v2(ctx: Context, tag: str) -> list[str]:
+        label = await ctx.step(effect, f"{tag} label")
+        await ctx.receive("go")
+        return [label, await ctx.step(effect, f"{tag} dispatch"), await ctx.step(effect, f"{tag} receipt")]
+
+    @registry.workflow("order", version="3")  # incompatible: a check inserted before the receive
+    async def order_v3(ctx: Context, tag: str) -> list[str]:
+        label = await ctx.step(effect, f"{tag} label")
+        await ctx.step(effect, f"{tag} fraud-check")
+        await ctx.receive("go")
+        return [label, await ctx.step(effect, f"{tag} dispatch")]
+
+    @registry.workflow("order", version="4")  # incompatible: another label
+    async def order_v4(ctx: Context, tag: str) -> list[str]:
+        label = await ctx.step(effect, f"{tag} LABEL")
+        await ctx.receive("go")
+        return [label]
+
+    return registry
+
+
+async def test_migrate_replays_the_target_version_first_and_refuses_one_that_diverges(open_engine):
+    from flowli.domain import OperationRefused
+
+    tag = f"migrate-{id(open_engine)}"
+    async with open_engine(versions_app()) as engine:
+        eid = await engine.start("order", tag, version="1")
+        await wait_status(engine, eid, "suspended")
+        before = list(EFFECTS)
+        assert await engine.replays(eid) is None and await engine.replays(eid, "2") is None
+        inserted = await engine.replays(eid, "3")
+        assert inserted is not None and inserted.fid == "root/effect#1" and "before frame root/receive#0" in inserted.detail
+        changed = await engine.replays(eid, "4")
+        assert changed.fid == "root/effect#0" and (changed.recorded, changed.current) == (
+            {"args": [f"{tag} label"]}, {"args": [f"{tag} LABEL"]})
+        assert EFFECTS == before, "a dry replay runs no step"
+        with pytest.raises(OperationRefused, match=r"version 3 does not replay it: at frame root/effect#1"):
+            await engine.migrate(eid, "3", by="ops@example.com")
+        with pytest.raises(OperationRefused, match="version 4 does not replay it.*recorded"):
+            await engine.migrate(eid, "4")
+        assert (await engine.status(eid)).version == "1"  # nothing changed
+        await engine.migrate(eid, "2", by="ops@example.com")
+        await engine.signal(eid, "go", True)
+        assert await engine.result(eid, timeout=30) == [f"{tag} label", f"{tag} dispatch", f"{tag} receipt"]
+
+
+async def test_migrate_with_force_migrates_a_version_that_does_not_replay(open_engine):
+    tag = f"force-{id(open_engine)}"
+    async with open_engine(versions_app()) as engine:
+        eid = await engine.start("order", tag, version="1")
+        await wait_status(engine, eid, "suspended")
+        await engine.migrate(eid, "4", force=True)
+        assert (await engine.status(eid)).version == "4"
+        await engine.signal(eid, "go", True)
+        record = await blocked(engine, eid)  # it blocks on the nondeterminism, as it was told
+        assert record.blocked["fid"] == "root/effect#0"

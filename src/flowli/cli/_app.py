@@ -470,21 +470,28 @@ def migrate(
     eid: Annotated[str, typer.Argument(help="The execution's eid.")],
     version: Annotated[str, typer.Argument(help="The version of its workflow to run from now on.")],
     by: Annotated[str | None, typer.Option("--by", metavar="EMAIL", help="Who migrates it.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Migrate even when that version does not replay it.")] = False,
     app_: AppOption = None,
     db: DbOption = None,
 ) -> None:
-    """Point a suspended execution at another version of its workflow, and resume it."""
-    run(_migrate(_settings(ctx, app_, db), eid, version, by))
+    """Point a suspended execution at another version of its workflow (checked first: that version
+    must replay its journal), and resume it."""
+    run(_migrate(_settings(ctx, app_, db), eid, version, by, force))
 
 
-async def _migrate(s: Settings, eid: str, version: str, by: str | None) -> int:
+async def _migrate(s: Settings, eid: str, version: str, by: str | None, force: bool = False) -> int:
     require_database(s, eid)
     async with open_engine(s, registry_of(s)) as engine:
         try:
-            await engine.migrate(eid, version, by=by)
+            await engine.migrate(eid, version, by=by, force=force)
         except UnknownWorkflowError as exc:
             raise with_app_hint(exc, s) from None
+        workflow = (await engine.status(eid)).workflow
+        runs_it = [w for w in await engine.workers() if version in (w.get("workflows") or {}).get(workflow, [])]
     out.print(f"execution {eid} now runs version {version}; a worker resumes it", soft_wrap=True)
+    if not runs_it:
+        err.print(Text(f"warning: no live worker registers {workflow} version {version}: the execution waits until"
+                       " one runs it", style="yellow"), soft_wrap=True)
     return 0
 
 

@@ -30,6 +30,7 @@ from . import _operations as ops
 from ._archive import Archive
 from ._clock import Clock, SystemClock
 from ._consumer import Consumer, settle
+from ._dry import Divergence, dry_replay
 from ._errors import rebuild_error
 from ._explain import Explanation, explain
 from ._operations import ENGINE_ACTOR, By, read_journal, read_record, scope_of
@@ -247,9 +248,20 @@ class Engine:
         if activation is not None:
             activation.mark_cancel_requested()
 
-    async def migrate(self, eid: str, version: str, by: By = None, *, application: str | None = None) -> None:
-        """Point a suspended execution at another version of its workflow, and resume it."""
-        await ops.migrate(self._rt, self._archive, self.registry, eid, version, by, scope_of(by, application))
+    async def migrate(
+        self, eid: str, version: str, by: By = None, *, force: bool = False, application: str | None = None
+    ) -> None:
+        """Point a suspended execution at another version of its workflow, and resume it. Refused
+        (OperationRefused, naming the first difference) when that version does not replay its
+        journal, checked by a replay that writes nothing and runs no step; ``force`` skips it."""
+        await ops.migrate(self._rt, self._archive, self.registry, eid, version, by, scope_of(by, application), force)
+
+    async def replays(self, eid: str, version: str | None = None, *, application: str | None = None) -> Divergence | None:
+        """Whether a version of the execution's workflow (default: its own) replays its journal:
+        None, or where it leaves it. Writes nothing, runs no step."""
+        record = await read_record(self._rt, self._archive, eid, application)
+        wf = self.registry.get(record.workflow, version or record.version)
+        return await dry_replay(self._rt, wf, record, await read_journal(self._rt, self._archive, eid, application))
 
     async def retry(self, eid: str, by: By = None, *, reason: str | None = None,
                     application: str | None = None) -> str | None:

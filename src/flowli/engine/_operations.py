@@ -38,6 +38,7 @@ from flowli.store import Guard, Intent, NewMessage, Resume, StatusChange, WakeWa
 
 from ._archive import Archive, entry_from, record_from
 from ._core import global_channel
+from ._dry import dry_replay
 from ._frames import ROOT
 from ._registry import Registry
 from ._runtime import Runtime
@@ -150,10 +151,18 @@ async def cancel(rt: Runtime, archive: Archive, eid: str, by: By, application: s
 
 
 async def migrate(rt: Runtime, archive: Archive, registry: Registry, eid: str, version: str, by: By,
-                  application: str | None) -> None:
-    """Point a suspended execution at another version of its workflow, and resume it."""
+                  application: str | None, force: bool = False) -> None:
+    """Point a suspended execution at another version of its workflow, and resume it. The version
+    must replay its journal first (a dry replay: nothing written, no step run), unless ``force``."""
     record = await read_record(rt, archive, eid, application)
     wf = registry.get(record.workflow, version)
+    if not force and record.status is Status.SUSPENDED:
+        diverged = await dry_replay(rt, wf, record, await rt.store.read_journal(eid))
+        if diverged is not None:
+            shown = "" if diverged.recorded is None and diverged.current is None else \
+                f" (recorded {diverged.recorded}, now {diverged.current})"
+            raise OperationRefused(eid, "migrate", f"version {wf.version} does not replay it: at frame {diverged.fid},"
+                                                   f" {diverged.detail}{shown}; force it to migrate all the same")
     principal = principal_for(by, ENGINE_ACTOR, application)
     now = rt.clock.now()
     prov = rt.provenance(actor=principal.actor, code=Code(wf.name, wf.version, FrameKind.ROOT.value, ROOT, wf.ref))

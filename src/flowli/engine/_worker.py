@@ -344,7 +344,8 @@ class Worker:
         while True:
             if loop.time() - seen >= max(period, 1.0):  # this worker is alive: its row says so
                 try:
-                    await rt.store.register_worker(self.id, "engine", self.queues, rt.clock.now())
+                    versions = {name: rt.registry.versions(name) for name in rt.registry.names()}
+                    await rt.store.register_worker(self.id, "engine", self.queues, rt.clock.now(), versions)
                     seen = loop.time()
                 except Exception:
                     log.exception("writing the worker's row failed")

@@ -123,4 +123,5 @@ def timer_record(row: Any) -> Timer:
 
 
 def worker_record(row: Any) -> dict[str, Any]:
-    return {"id": row[0], "kind": row[1], "queues": unjs(row[2]), "started_at": dt_(row[3]), "seen_at": dt_(row[4])}
+    return {"id": row[0], "kind": row[1], "queues": unjs(row[2]), "started_at": dt_(row[3]), "seen_at": dt_(row[4]),
+            "workflows": unjs(row[5]) or {}}

@@ -431,11 +431,15 @@ class Store(Protocol):
     async def claim(self, key: str, owner: str, now: datetime) -> bool:
         """Put-if-absent: exactly one caller for ``key`` wins."""
 
-    async def register_worker(self, worker_id: str, kind: str, queues: Sequence[str], now: datetime) -> None:
-        """Write (or renew) the row of a running worker: its kind and the queues it serves."""
+    async def register_worker(
+        self, worker_id: str, kind: str, queues: Sequence[str], now: datetime,
+        workflows: dict[str, list[str]] | None = None,
+    ) -> None:
+        """Write (or renew) the row of a running worker: its kind, the queues it serves, the
+        versions of the workflows it runs."""
 
     async def read_workers(self, seen_after: datetime) -> list[dict[str, Any]]:
-        """The workers seen after ``seen_after``: id, kind, queues, started_at, seen_at."""
+        """The workers seen after ``seen_after``: id, kind, queues, workflows, started_at, seen_at."""
 
     def views(self) -> Views:
         """The projection's tables of this store (see Views)."""

@@ -368,16 +368,21 @@ class PostgresStore:
             await self._pool.close()
             self._pool = None
 
-    async def register_worker(self, worker_id: str, kind: str, queues: Sequence[str], now: datetime) -> None:
+    async def register_worker(
+        self, worker_id: str, kind: str, queues: Sequence[str], now: datetime,
+        workflows: dict[str, list[str]] | None = None,
+    ) -> None:
         assert self._pool is not None
         await self._pool.execute(
-            "INSERT INTO workers (id, kind, queues, started_at, seen_at) VALUES ($1, $2, $3, $4, $4)"
-            " ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, queues = excluded.queues",
-            worker_id, kind, c.js(list(queues)), now.timestamp())
+            "INSERT INTO workers (id, kind, queues, workflows, started_at, seen_at) VALUES ($1, $2, $3, $4, $5, $5)"
+            " ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, queues = excluded.queues,"
+            " workflows = excluded.workflows",
+            worker_id, kind, c.js(list(queues)), c.js(workflows), now.timestamp())
 
     async def read_workers(self, seen_after: datetime) -> list[dict[str, Any]]:
         assert self._pool is not None
-        rows = await self._pool.fetch("SELECT id, kind, queues, started_at, seen_at FROM workers WHERE seen_at > $1"
+        rows = await self._pool.fetch("SELECT id, kind, queues, started_at, seen_at, workflows FROM workers"
+                                      " WHERE seen_at > $1"
                                       " ORDER BY id", seen_after.timestamp())
         return [c.worker_record(r) for r in rows]
 

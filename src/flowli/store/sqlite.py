@@ -146,17 +146,21 @@ class SQLiteStore:
                 current = version
         return int(current)
 
-    async def register_worker(self, worker_id: str, kind: str, queues: Sequence[str], now: datetime) -> None:
+    async def register_worker(
+        self, worker_id: str, kind: str, queues: Sequence[str], now: datetime,
+        workflows: dict[str, list[str]] | None = None,
+    ) -> None:
         def run(conn: sqlite3.Connection) -> None:
-            conn.execute("INSERT INTO workers (id, kind, queues, started_at, seen_at) VALUES (?,?,?,?,?)"
-                         " ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, queues = excluded.queues",
-                         (worker_id, kind, c.js(list(queues)), now.timestamp(), now.timestamp()))
+            conn.execute("INSERT INTO workers (id, kind, queues, workflows, started_at, seen_at) VALUES (?,?,?,?,?,?)"
+                         " ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at, queues = excluded.queues,"
+                         " workflows = excluded.workflows",
+                         (worker_id, kind, c.js(list(queues)), c.js(workflows), now.timestamp(), now.timestamp()))
 
         await self._w(run)
 
     async def read_workers(self, seen_after: datetime) -> list[dict[str, Any]]:
         def run(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-            rows = conn.execute("SELECT id, kind, queues, started_at, seen_at FROM workers WHERE seen_at > ?"
+            rows = conn.execute("SELECT id, kind, queues, started_at, seen_at, workflows FROM workers WHERE seen_at > ?"
                                 " ORDER BY id", (seen_after.timestamp(),)).fetchall()
             return [c.worker_record(r) for r in rows]
 

@@ -1,9 +1,10 @@
 -- flowli schema for PostgreSQL, version 6: the workers that run (each renews its row while it
--- runs), so that a run can be told that no live worker serves its queue.
+-- runs), so that a run can be told that no live worker serves its queue, or runs a version.
 CREATE TABLE workers (
     id         TEXT PRIMARY KEY,
     kind       TEXT NOT NULL,
     queues     TEXT NOT NULL,
+    workflows  TEXT,
     started_at DOUBLE PRECISION NOT NULL,
     seen_at    DOUBLE PRECISION NOT NULL
 );

@@ -1,0 +1,81 @@
+"""A dry replay: a workflow function run against an execution's journal in memory, writing nothing
+and running no step, to tell whether (a version of) the code still replays it.
+
+Every frame with a memo returns it, as in a replay; the first frame without one is the frontier:
+it does not run, it only waits. When the function can go no further, the replay has met the
+journal up to the frontier, and the checks of a real replay decide: a changed kind or argument
+digest, a frame the journal does not hold created ahead of frames it holds, a frame the journal
+holds that the code never created. ``flowli migrate`` checks the target version with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Awaitable
+
+from flowli.domain import Entry, ExecutionRecord, NondeterminismError
+
+from ._activation import Activation
+from ._registry import WorkflowDef
+from ._runtime import Runtime
+from ._tasks import cancel_and_wait
+
+_QUIET_TURNS = 20
+"""Turns of the event loop with no new frame after which the function can go no further."""
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a replay of the code leaves the journal: the frame and why (and, for changed
+    arguments, the recorded and the current ones)."""
+
+    fid: str
+    detail: str
+    recorded: Any = None
+    current: Any = None
+
+
+class DryReplay(Activation):
+    """An activation that writes nothing and runs no frame: each frame without a memo waits."""
+
+    def __init__(self, rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, journal: list[Entry]):
+        super().__init__(rt, wf, record, record.lease_epoch, journal)
+        self.frontier: list[str] = []
+        self.held_new: list[tuple[str, str]] = []
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Future[Any]:  # type: ignore[override]
+        close = getattr(coro, "close", None)
+        if close is not None:
+            close()  # never run: a dry replay runs no frame
+        gate, self._next_gate = self._next_gate, None
+        if gate is not None:
+            self.held_new.append(gate)
+        self.frontier.append(self.ids.created[-1])
+        return asyncio.get_running_loop().create_future()  # it waits for ever
+
+    async def check(self) -> Divergence | None:
+        task: asyncio.Task[Any] = asyncio.create_task(self.wf.fn(self, *self.record.args))
+        quiet, seen = 0, -1
+        while not task.done() and quiet < _QUIET_TURNS:
+            await asyncio.sleep(0)
+            created = len(self.ids.created)
+            quiet = quiet + 1 if created == seen else 0
+            seen = created
+        await cancel_and_wait([task])
+        if self.nondeterminism is None and self.held_new and self.unmet:
+            new, ahead = self.held_new[0]
+            self.nondeterminism = NondeterminismError(
+                self.eid, new, f"the code creates frame {new}, which the journal does not hold, before frame {ahead},"
+                " which the journal holds from an earlier run: code was inserted or frames were reordered or renamed")
+        if self.nondeterminism is None:
+            self._check_all_visited()
+        nd = self.nondeterminism
+        if nd is None:
+            return None
+        return Divergence(nd.fid, nd.detail, self.diverged.get("recorded"), self.diverged.get("current"))
+
+
+async def dry_replay(rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, journal: list[Entry]) -> Divergence | None:
+    """Whether ``wf`` replays the journal of ``record`` (None), or where it leaves it."""
+    return await DryReplay(rt, wf, record, journal).check()
