@@ -100,6 +100,10 @@ def test_inbox_lists_the_review_and_flowli_review_approves_it(flowli_cli, worker
     assert eid in reviewed.stdout and "carol@example.com" in reviewed.stdout
 
     shown = wait_for_output(flowli_cli, ("show", eid), "execution.completed")
+    frames = shown.splitlines()[[i for i, line in enumerate(shown.splitlines()) if "frames of" in line][0]:]
+    group = next(i for i, line in enumerate(frames) if "review expense c-17" in line)
+    assert all(any(fid in line for line in frames[group + 1:group + 4])
+               for fid in ("root/delegate#0", "root/announce#0", "root/announce#1"))  # under the pattern
     assert any("root/delegate#0" in line and "human:carol@example.com" in line for line in shown.splitlines()), shown
     value, memo_by = asyncio.run(result_and_receiver(cwd / "flowli.db", eid))
     assert value == {"approved": True, "reason": "ok", "by": "carol@example.com"}
@@ -109,7 +113,7 @@ def test_inbox_lists_the_review_and_flowli_review_approves_it(flowli_cli, worker
     closed = [line for line in flowli_cli("inbox", "--all").stdout.splitlines() if eid in line]
     assert len(closed) == 1 and '"approved": true' in closed[0]
     # answered: a second review of it is refused, naming it
-    assert_refused(flowli_cli("review", eid, "--reject", "--by", "carol@example.com"), eid)
+    assert_refused(flowli_cli("review", eid, "--reject", "--reason", "late", "--by", "carol@example.com"), eid)
 
 
 async def result_and_receiver(db: Path, eid: str) -> tuple[object, str]:

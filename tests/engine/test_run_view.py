@@ -123,6 +123,7 @@ async def test_a_failed_saga_shows_the_failed_action_and_its_compensation(open_e
         assert [(f.fid, f.status) for f in view.frames] == [
             ("root/reserve:0", "completed"), ("root/charge:1", "failed"), ("root/cancel:undo-0", "completed")]
         assert view.frame("root/charge:1").error["message"] == "card declined"
+        assert {f.group for f in view.frames} == {"saga"}  # the pattern's frames, under its name
         assert view.status == "failed" and view.root.error["fid"] == "root/charge:1"
         check_consistent(view, await engine.journal(eid))
 
@@ -141,8 +142,11 @@ async def test_a_review_and_a_delegate_wait_on_their_queues_with_their_attempts(
     async with open_engine(patterns()) as engine:
         eid = await engine.start("expense")
         await until(lambda: _waits_on(engine, eid, "root/delegate#0"), 40, "the review to wait")
-        frame = (await engine.run_view(eid)).frame("root/delegate#0")
+        view = await engine.run_view(eid)
+        frame = view.frame("root/delegate#0")
         assert (frame.kind, frame.status, frame.queue, frame.wait["queue"]) == ("delegate", "waiting", "humans", "humans")
+        assert [(f.fid, f.group) for f in view.frames] == [
+            ("root/delegate#0", "review expense 7"), ("root/announce#0", "review expense 7")]
 
         scored = await engine.start("scored")
         await until(lambda: _waits_on(engine, scored, "root/delegate:score"), 40, "the delegate to wait")

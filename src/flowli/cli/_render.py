@@ -287,7 +287,11 @@ def frames_view(view: Any) -> RenderableType:
     who holds the lease while one does."""
     tree = Tree(Text.assemble(("frames", "bold underline"), " of ", (view.workflow, "bold"), " ",
                               status_text(Status(view.status))))
+    branch, label = tree, None
     for f in view.frames:
+        if f.group != label:  # the frames of one pattern, as the workflow wrote it, under its name
+            label = f.group
+            branch = tree if label is None else tree.add(Text(label, style="bold cyan"))
         line = Text.assemble((f"{f.status:<9}", FRAME_STYLE.get(f.status, "")), " ", (f.fid, "bold"), f"  {f.kind}")
         if len(f.attempts) > 1 or any(a.outcome not in ("completed", "running") for a in f.attempts):
             line.append("  attempts " + ", ".join(f"{a.number} {a.outcome}" for a in f.attempts), style="dim")
@@ -299,7 +303,7 @@ def frames_view(view: Any) -> RenderableType:
             line.append(f"  child {f.child}", style="dim")
         if f.error:
             line.append("  " + error_line(f.error), style="red")
-        tree.add(line)
+        branch.add(line)
     if view.lease is not None:
         expires = view.lease.get("expires_at")
         tree.add(Text(f"lease held by {view.lease['owner']} at epoch {view.lease['epoch']}"

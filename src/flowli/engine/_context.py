@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import abc
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Literal, ParamSpec, TypeVar
 
@@ -13,12 +16,27 @@ T = TypeVar("T")
 Scope = Literal["execution", "global"]
 
 
+GROUP: ContextVar[str | None] = ContextVar("flowli_frame_group", default=None)
+"""The label of the frames being created (``Context.group``)."""
+
+
 class Context(abc.ABC):
     """The handle of one execution, given to its workflow function as the first argument.
 
     Each method but :meth:`gather` creates exactly one frame when it is called (not when it is
     awaited), so frame ids do not depend on the order in which concurrent frames complete.
     """
+
+    @contextlib.contextmanager
+    def group(self, label: str) -> Iterator[None]:
+        """Label the frames created inside the block (their frame.started says so), so that views
+        of the run show them together under ``label``: a pattern's frames under the pattern. It
+        changes no frame id and no digest."""
+        token = GROUP.set(label)
+        try:
+            yield
+        finally:
+            GROUP.reset(token)
 
     @property
     @abc.abstractmethod

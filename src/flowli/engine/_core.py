@@ -29,7 +29,7 @@ from flowli.domain import (
 from flowli.domain import FlowliError as FlowliErrorBase
 from flowli.store import Fence, Intent, Write, WriteResult
 
-from ._context import Context, Scope
+from ._context import GROUP, Context, Scope
 from ._frames import ROOT, FrameIds, Memo, Wait, divergence, unvisited
 from ._registry import WorkflowDef
 from ._runtime import Runtime
@@ -99,6 +99,8 @@ class Core(Context):
         self.cancel_requested = record.cancel_requested is not None
         self.nondeterminism: NondeterminismError | None = None
         self.diverged: dict[str, Any] = {}
+        self.groups: dict[str, str] = {}
+        """The label (``ctx.group``) of each frame created inside one."""
         """The arguments the journal recorded and the code passes now, at a changed digest."""
         self.lost = False
         self.closing = False
@@ -156,6 +158,10 @@ class Core(Context):
         ref: str | None = None,
     ) -> Entry:
         code = Code(self.wf.name, self.wf.version, frame_kind.value, name or fid.rsplit("/", 1)[-1], ref or self.wf.ref)
+        if kind is EntryKind.FRAME_STARTED:
+            label = self.groups.get(fid)
+            if label is not None:
+                value = {**value, "group": label} if isinstance(value, dict) else {"group": label}
         return Entry(
             eid=self.eid, kind=kind, fid=fid, attempt=attempt, digest=dig, value=value, error=error,
             provenance=self.rt.provenance(epoch=self.epoch, code=code, attempt=attempt),
@@ -203,6 +209,9 @@ class Core(Context):
         """
         self._next_gate = None
         fid = self.ids.assign(name, key)
+        label = GROUP.get()
+        if label is not None:
+            self.groups[fid] = label
         if self.nondeterminism is not None:
             raise self.nondeterminism
         detail = divergence(self.memo, fid, kind, dig)

@@ -54,6 +54,8 @@ class FrameView:
     """The eid of a child frame's execution."""
     queue: str | None = None
     """The queue of a delegate frame, or of a step run on another queue."""
+    group: str | None = None
+    """The label of the pattern (``ctx.group``) whose frame this is, if any."""
     frames: tuple[FrameView, ...] = ()
 
 
@@ -96,6 +98,7 @@ class _Frame:
     last_failure: Entry | None = None
     child: str | None = None
     queue: str | None = None
+    group: str | None = None
 
 
 def _attempt_outcome(e: Entry) -> str:
@@ -139,6 +142,7 @@ def run_view(record: ExecutionRecord, journal: list[Entry]) -> RunView:
             value = e.value if isinstance(e.value, dict) else {}
             f.child = f.child or value.get("child")
             f.queue = f.queue or value.get("queue")
+            f.group = f.group or value.get("group")
             continue
         attempt = f.attempts.get(n, AttemptView(n))
         if attempt.outcome == "running":  # the first outcome of an attempt wins
@@ -183,5 +187,5 @@ def _view(f: _Frame, wait: dict[str, Any] | None) -> FrameView:
         started_at=f.started_at, ended_at=f.ended_at,
         value=out.value if out is not None and out.kind is EntryKind.FRAME_COMPLETED else None,
         error=out.error if out is not None and out.kind is EntryKind.FRAME_FAILED else None,
-        wait=wait if out is None else None, child=f.child, queue=f.queue,
+        wait=wait if out is None else None, child=f.child, queue=f.queue, group=f.group,
     )

@@ -58,15 +58,16 @@ async def review(
     ...     decision = await review(ctx, f"expense {claim['id']}", claim)
     ...     return "paid" if decision["approved"] else "refused"
     """
-    pending = ctx.delegate(queue, {"review": subject, "data": data}, key=key, timeout=timeout)
-    frame = getattr(pending, "fid", None)  # the frame id is known once the frame is created
-    await ctx.announce("review.opened", {"frame": frame, "subject": subject, "data": data, "queue": queue})
-    try:
-        answer = await pending
-    except TimeoutError:
-        await ctx.announce("review.closed", {"frame": frame, "answer": None, "timeout": True})
-        raise
-    await ctx.announce("review.closed", {"frame": frame, "answer": answer})
+    with ctx.group(f"review {subject}"):
+        pending = ctx.delegate(queue, {"review": subject, "data": data}, key=key, timeout=timeout)
+        frame = getattr(pending, "fid", None)  # the frame id is known once the frame is created
+        await ctx.announce("review.opened", {"frame": frame, "subject": subject, "data": data, "queue": queue})
+        try:
+            answer = await pending
+        except TimeoutError:
+            await ctx.announce("review.closed", {"frame": frame, "answer": None, "timeout": True})
+            raise
+        await ctx.announce("review.closed", {"frame": frame, "answer": answer})
     return answer  # type: ignore[no-any-return]
 
 
@@ -97,17 +98,18 @@ async def saga(ctx: Context, actions: Sequence[Action]) -> list[Any]:
     ...     ])
     """
     done: list[tuple[int, Action, Any]] = []
-    for i, action in enumerate(actions):
-        key = action.key or str(i)
-        try:
-            value = await ctx.step(action.do, *action.args, key=key, retry=action.retry)
-        except StepFailed:
-            for j, undone, undo_value in reversed(done):
-                assert undone.undo is not None
-                await ctx.step(undone.undo, undo_value, key=f"undo-{undone.key or str(j)}", retry=undone.undo_retry)
-            raise
-        if action.undo is not None:
-            done.append((i, action, value))
+    with ctx.group("saga"):
+        for i, action in enumerate(actions):
+            key = action.key or str(i)
+            try:
+                value = await ctx.step(action.do, *action.args, key=key, retry=action.retry)
+            except StepFailed:
+                for j, undone, undo_value in reversed(done):
+                    assert undone.undo is not None
+                    await ctx.step(undone.undo, undo_value, key=f"undo-{undone.key or str(j)}", retry=undone.undo_retry)
+                raise
+            if action.undo is not None:
+                done.append((i, action, value))
     return [v for _, _, v in done]
 
 
@@ -117,7 +119,9 @@ async def fan_out(ctx: Context, workflow: str | Callable[..., Any], items: Seque
     >>> async def resize_all(ctx, images):
     ...     return await fan_out(ctx, "resize", images)
     """
-    return await ctx.gather(*(ctx.child(workflow, item, key=str(i)) for i, item in enumerate(items)))
+    with ctx.group("fan_out"):
+        children = [ctx.child(workflow, item, key=str(i)) for i, item in enumerate(items)]
+    return await ctx.gather(*children)
 
 
 async def on_tick(
