@@ -125,10 +125,11 @@ async def test_a_gather_of_one_function_reordered_changes_the_arguments_of_its_f
 
 async def test_a_removed_frame_leaves_the_journal_with_frames_the_replay_never_met(open_engine):
     registry = Registry()
+    tag = f"trim-{id(open_engine)}"
 
     @registry.workflow("trim")
     async def trim(ctx: Context) -> str:
-        if CODE.get("trim") != "removed":
+        if CODE.get(tag) != "removed":
             await ctx.step(effect, "trim first")
             await ctx.step(effect, "trim second")
         await ctx.receive("go")
@@ -137,7 +138,7 @@ async def test_a_removed_frame_leaves_the_journal_with_frames_the_replay_never_m
     async with open_engine(registry) as engine:
         eid = await engine.start("trim")
         await wait_status(engine, eid, "suspended")
-    CODE["trim"] = "removed"
+    CODE[tag] = "removed"
     async with open_engine(registry) as engine:
         await engine.signal(eid, "go", True)
         record = await blocked(engine, eid)
