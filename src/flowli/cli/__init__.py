@@ -1,6 +1,11 @@
 """The ``flowli`` command: a thin layer over :class:`flowli.Engine` (see ``flowli --help``)."""
 
+from . import _commands, _operators  # noqa: F401  (they register their commands on the app)
 from ._app import app as app
-from ._app import main as main
 
 __all__ = ["app", "main"]
+
+
+def main() -> None:
+    """The console script ``flowli``."""
+    app(prog_name="flowli")
