@@ -18,7 +18,7 @@ import logging
 import re
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
@@ -27,20 +27,15 @@ import asyncpg
 
 from flowli.domain import (
     DatabaseUnavailable,
-    Entry,
-    ExecutionRecord,
     ExecutionStateError,
     InvalidDatabaseURL,
     LeaseLost,
     Message,
-    Task,
-    TaskKind,
-    Timer,
     UnknownExecutionError,
 )
 
 from . import _codec as c
-from ._apply import apply_write, settle, stale_hold
+from ._apply import apply_write, settle
 from ._pg_forms import (
     _ANNOUNCEMENTS,
     _FIRE,
@@ -59,16 +54,17 @@ from ._pg_forms import (
     _signal,
     _start,
 )
-from ._pg_sql import CHANNEL, drive, journal_notes, log_notes, payload, rowcount
+from ._pg_leases import ACQUIRE_MANY, DEQUEUE, READ_JOURNALS, RETRYABLE, PostgresLeases
+from ._pg_reads import READ_MESSAGES
+from ._pg_sql import CHANNEL, drive, journal_notes, log_notes, payload
 from ._pg_sql import notify as notify_notes
 from ._pg_views import PostgresViews
-from ._protocol import Acquired, Intent, Renewal, Write, WriteResult
+from ._protocol import Intent, Write, WriteResult
 
 log = logging.getLogger("flowli.store.postgres")
 _BATCH = 256
 _CHANNEL = CHANNEL
 _LOCK_KEY = 0x666C6F776C69  # "flowli": the advisory lock of schema migrations
-_RETRYABLE = ("40001", "40P01")  # serialization failure, deadlock
 
 
 def redacted(url: str) -> str:
@@ -118,53 +114,9 @@ class _Connection(asyncpg.Connection):  # type: ignore[misc]
         return ""
 
 
-_LEASE = (
-    "WITH x AS (UPDATE executions SET lease_owner = $1, lease_epoch = lease_epoch + 1, lease_expires_at = $2,"
-    " status = 'running', updated_at = $3 WHERE eid = $4 AND status NOT IN ('completed', 'failed', 'cancelled')"
-    " AND (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= $3)"
-    f" RETURNING {c.EXECUTION_COLUMNS})"
-)
-_ACQUIRE = _LEASE + f" SELECT {c.EXECUTION_COLUMNS} FROM x"
-_ACQUIRE_ACK = (
-    _LEASE + ", a AS (UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = $5"
-    " AND (SELECT count(*) FROM x) >= 0)"
-    f" SELECT {c.EXECUTION_COLUMNS} FROM x"
-)
-
-
-# the rows locked in eid order first (as in every batch that locks several), then the leases,
-# then the acks (the subquery on x makes them wait for the leases)
-_ACQUIRE_MANY = (
-    "WITH l AS (SELECT eid FROM executions WHERE eid = ANY($4::text[]) ORDER BY eid FOR UPDATE),"
-    " x AS (UPDATE executions e SET lease_owner = $1, lease_epoch = e.lease_epoch + 1, lease_expires_at = $2,"
-    " status = 'running', updated_at = $3 FROM l WHERE e.eid = l.eid"
-    " AND e.status NOT IN ('completed', 'failed', 'cancelled')"
-    " AND (e.lease_owner IS NULL OR e.lease_expires_at IS NULL OR e.lease_expires_at <= $3)"
-    f" RETURNING {', '.join('e.' + col.strip() for col in c.EXECUTION_COLUMNS.split(','))}),"
-    " a AS (UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ANY($5::text[])"
-    " AND (SELECT count(*) FROM x) >= 0)"
-    f" SELECT {c.EXECUTION_COLUMNS} FROM x"
-)
-
-
-_READ_JOURNALS = f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = ANY($1::text[]) ORDER BY eid, seq"
-_DEQUEUE = (
-    "UPDATE tasks SET lease_owner = $1, visible_at = $2, deliveries = deliveries + 1"
-    " WHERE id IN (SELECT id FROM tasks WHERE state = 'ready' AND queue = ANY($3::text[])"
-    " AND kind = ANY($4::text[]) AND visible_at <= $5 ORDER BY visible_at LIMIT $6 FOR UPDATE SKIP LOCKED)"
-    f" RETURNING {c.TASK_READ}"
-)
-
-_READ_MESSAGES = (
-    "SELECT q.i, m.channel, m.seq, m.payload, m.provenance, m.application"
-    " FROM unnest($1::text[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(channel, after, lim, i)"
-    " CROSS JOIN LATERAL (SELECT channel, seq, payload, provenance, application FROM messages"
-    " WHERE channel = q.channel AND seq > q.after ORDER BY seq LIMIT q.lim) m ORDER BY q.i, m.seq"
-)
-
 # the statements of the hot path, prepared on each connection when the store opens (``_warm``)
 _WARM_WRITES = (_MANY_APPENDS, _ANNOUNCEMENTS, _START_LEASED, _START_QUEUED, _SIGNAL, _FIRE)
-_WARM_READS = (_ACQUIRE_MANY, _READ_JOURNALS, _DEQUEUE, _READ_MESSAGES)
+_WARM_READS = (ACQUIRE_MANY, READ_JOURNALS, DEQUEUE, READ_MESSAGES)
 
 
 def _shard_key(w: Write) -> str | None:
@@ -207,7 +159,7 @@ SESSION_SETTINGS = {
 }
 
 
-class PostgresStore:
+class PostgresStore(PostgresLeases):
     """The Store protocol on one PostgreSQL database (and schema)."""
 
     notifies = True
@@ -379,13 +331,6 @@ class PostgresStore:
             " workflows = excluded.workflows",
             worker_id, kind, c.js(list(queues)), c.js(workflows), now.timestamp())
 
-    async def read_workers(self, seen_after: datetime) -> list[dict[str, Any]]:
-        assert self._pool is not None
-        rows = await self._pool.fetch("SELECT id, kind, queues, started_at, seen_at, workflows FROM workers"
-                                      " WHERE seen_at > $1"
-                                      " ORDER BY id", seen_after.timestamp())
-        return [c.worker_record(r) for r in rows]
-
     async def watch(self, eid: str, until: datetime) -> None:
         assert self._pool is not None
         await self._pool.execute(
@@ -470,7 +415,7 @@ class PostgresStore:
         try:
             return await self._apply_batch(batch, slot)
         except (asyncpg.PostgresError, OSError) as exc:
-            if getattr(exc, "sqlstate", None) in _RETRYABLE or len(batch) > 1:
+            if getattr(exc, "sqlstate", None) in RETRYABLE or len(batch) > 1:
                 return [await self._apply_alone(item, slot) for item in batch]
             return [(None, exc)]
 
@@ -590,288 +535,7 @@ class PostgresStore:
             try:
                 return (await self._apply_batch([item], slot))[0]
             except (asyncpg.PostgresError, OSError) as exc:
-                if getattr(exc, "sqlstate", None) not in _RETRYABLE or attempt == 4:
+                if getattr(exc, "sqlstate", None) not in RETRYABLE or attempt == 4:
                     return (None, exc)
                 await asyncio.sleep(0.01 * (attempt + 1))
         raise AssertionError("unreachable")
-
-    # ---- leases and tasks -----------------------------------------------------------------
-
-    async def acquire(
-        self, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None = None
-    ) -> Acquired:
-        for attempt in range(5):
-            try:
-                return await self._acquire(eid, owner, ttl, now, ack)
-            except asyncpg.PostgresError as exc:
-                if getattr(exc, "sqlstate", None) not in _RETRYABLE or attempt == 4:
-                    raise
-                await asyncio.sleep(0.01 * (attempt + 1))
-        raise AssertionError("unreachable")
-
-    async def _acquire(
-        self, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None
-    ) -> Acquired:
-        assert self._pool is not None
-        # one statement: the lease, then the ack of the task (the subquery on x makes the task's
-        # update wait for the execution's row: the order a writer's batch locks them in)
-        row = await self._pool.fetchrow(
-            _ACQUIRE_ACK if ack is not None else _ACQUIRE,
-            owner, (now + ttl).timestamp(), now.timestamp(), eid, *([ack] if ack is not None else []),
-        )
-        if row is None:  # terminal, unknown, or leased by a live worker
-            row = await self._pool.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1", eid)
-            return Acquired(None if row is None else c.execution_record(row), None, [])
-        record = c.execution_record(row)
-        # the journal, read under the lease just taken
-        rows = await self._pool.fetch(f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = $1 ORDER BY seq", eid)
-        return Acquired(record, record.lease_epoch, [c.entry_record(r) for r in rows])
-
-    async def acquire_many(
-        self, wanted: Sequence[tuple[str, str]], owner: str, ttl: timedelta, now: datetime
-    ) -> list[Acquired]:
-        assert self._pool is not None
-        eids = sorted({eid for eid, _ in wanted})
-        for attempt in range(5):
-            try:
-                rows = await self._pool.fetch(
-                    _ACQUIRE_MANY, owner, (now + ttl).timestamp(), now.timestamp(), eids, [ack for _, ack in wanted]
-                )
-                break
-            except asyncpg.PostgresError as exc:
-                if getattr(exc, "sqlstate", None) not in _RETRYABLE or attempt == 4:
-                    raise
-                await asyncio.sleep(0.01 * (attempt + 1))
-        records = {r.eid: r for r in (c.execution_record(row) for row in rows)}
-        journals: dict[str, list[Entry]] = {eid: [] for eid in records}
-        if records:
-            # the journals, read under the leases just taken (a statement of its own: it sees what
-            # the previous holders committed before they let go)
-            for row in await self._pool.fetch(_READ_JOURNALS, list(records)):
-                journals[row[0]].append(c.entry_record(row))
-        out = []
-        for eid, _ in wanted:
-            record = records.pop(eid, None)
-            out.append(Acquired(None, None, []) if record is None else Acquired(record, record.lease_epoch, journals[eid]))
-        return out
-
-    async def renew(
-        self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime
-    ) -> Renewal:
-        assert self._pool is not None
-        lost, cancel = [], []
-        # one row per statement, each its own transaction: a renewal never holds two row locks,
-        # so it cannot deadlock with a writer's batch. An expired lease is not renewed: the
-        # sweeper may have handed the execution to another worker already.
-        async with self._pool.acquire() as conn:
-            for eid, epoch in leases:
-                for attempt in range(5):
-                    try:
-                        row = await conn.fetchrow(
-                            "UPDATE executions SET lease_expires_at = $1 WHERE eid = $2 AND lease_owner = $3"
-                            " AND lease_epoch = $4 AND lease_expires_at > $5 RETURNING cancel_requested IS NOT NULL",
-                            (now + ttl).timestamp(), eid, owner, epoch, now.timestamp(),
-                        )
-                        break
-                    except asyncpg.PostgresError as exc:
-                        if getattr(exc, "sqlstate", None) not in _RETRYABLE or attempt == 4:
-                            raise
-                        await asyncio.sleep(0.01 * (attempt + 1))
-                if row is None:
-                    lost.append(eid)
-                elif row[0]:
-                    cancel.append(eid)
-        return Renewal(lost, cancel)
-
-    async def dequeue(
-        self,
-        queues: Sequence[str],
-        kinds: Sequence[TaskKind],
-        owner: str,
-        limit: int,
-        ttl: timedelta,
-        now: datetime,
-    ) -> list[Task]:
-        assert self._pool is not None
-        t = now.timestamp()
-        rows = await self._pool.fetch(
-            _DEQUEUE, owner, t + ttl.total_seconds(), list(queues), [k.value for k in kinds], t, limit,
-        )
-        return sorted((c.task_record(r) for r in rows), key=lambda task: task.visible_at)
-
-    async def nack(self, task_id: str, owner: str | None, delay: timedelta, now: datetime) -> bool:
-        assert self._pool is not None
-        status = await self._pool.execute(
-            "UPDATE tasks SET lease_owner = NULL, visible_at = $1 WHERE id = $2 AND state = 'ready'"
-            " AND ($3::text IS NULL OR lease_owner = $3::text)",
-            (now + delay).timestamp(), task_id, owner,
-        )
-        return rowcount(status) > 0
-
-    async def renew_task(self, task_id: str, owner: str, ttl: timedelta, now: datetime) -> Task:
-        assert self._pool is not None
-        row = await self._pool.fetchrow(
-            "UPDATE tasks SET visible_at = $1 WHERE id = $2 AND state = 'ready' AND lease_owner = $3 AND visible_at > $4"
-            f" RETURNING {c.TASK_READ}", (now + ttl).timestamp(), task_id, owner, now.timestamp(),
-        )
-        if row is None:
-            raise stale_hold(task_id, owner, await self.read_task(task_id), now)
-        return c.task_record(row)
-
-    async def read_task(self, task_id: str) -> Task | None:
-        assert self._pool is not None
-        row = await self._pool.fetchrow(f"SELECT {c.TASK_READ} FROM tasks WHERE id = $1", task_id)
-        return None if row is None else c.task_record(row)
-
-    async def expired_tasks(self, now: datetime, limit: int) -> list[Task]:
-        assert self._pool is not None
-        rows = await self._pool.fetch(
-            f"SELECT {c.TASK_READ} FROM tasks WHERE state = 'ready' AND frame IS NOT NULL AND lease_owner IS NOT NULL"
-            " AND visible_at <= $1 ORDER BY visible_at LIMIT $2", now.timestamp(), limit,
-        )
-        return [c.task_record(r) for r in rows]
-
-    # ---- reads --------------------------------------------------------------------------
-
-    async def read_execution(self, eid: str) -> ExecutionRecord | None:
-        assert self._pool is not None
-        row = await self._pool.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1", eid)
-        return None if row is None else c.execution_record(row)
-
-    async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
-        assert self._pool is not None
-        rows = await self._pool.fetch(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = ANY($1::text[])", list(eids))
-        return [c.execution_record(r) for r in rows]
-
-    async def read_journal(self, eid: str, after: int = 0) -> list[Entry]:
-        assert self._pool is not None
-        rows = await self._pool.fetch(
-            f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = $1 AND seq > $2 ORDER BY seq", eid, after
-        )
-        return [c.entry_record(r) for r in rows]
-
-    async def read_messages(self, channel: str, after: int = 0, limit: int = 100) -> list[Message]:
-        # the reads asked for in one turn of the loop (the receives of many resumed executions)
-        # go in one statement
-        fut: asyncio.Future[list[Message]] = asyncio.get_running_loop().create_future()
-        self._message_reads.append((channel, after, limit, fut))
-        if len(self._message_reads) == 1:
-            asyncio.get_running_loop().call_soon(self._read_messages_now)
-        return await fut
-
-    def _read_messages_now(self) -> None:
-        reads, self._message_reads = self._message_reads, []
-        task = asyncio.ensure_future(self._read_many_messages(reads))
-        self._reading.add(task)
-        task.add_done_callback(self._reading.discard)
-
-    async def _read_many_messages(self, reads: list[tuple[str, int, int, asyncio.Future[list[Message]]]]) -> None:
-        try:
-            assert self._pool is not None
-            rows = await self._pool.fetch(_READ_MESSAGES, [r[0] for r in reads], [r[1] for r in reads],
-                                          [r[2] for r in reads])
-        except BaseException as exc:
-            for *_, fut in reads:
-                if not fut.done():
-                    fut.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        found: list[list[Message]] = [[] for _ in reads]
-        for row in rows:
-            found[row[0] - 1].append(c.message_record(row[1:]))
-        for (*_, fut), messages in zip(reads, found):
-            if not fut.done():
-                fut.set_result(messages)
-
-    async def read_control_log(self, after: int = 0, limit: int = 1000) -> list[Entry]:
-        assert self._pool is not None
-        rows = await self._pool.fetch(
-            "SELECT eid, seq, kind, fid, attempt, digest, value, error, provenance, journal_seq"
-            " FROM control_log WHERE seq > $1 ORDER BY seq LIMIT $2",
-            after, limit,
-        )
-        return [c.entry_record(tuple(r)[:9], r[9]) for r in rows]
-
-    async def read_tasks(
-        self, queue: str | None = None, eid: str | None = None, include_acked: bool = False
-    ) -> list[Task]:
-        assert self._pool is not None
-        rows = await self._pool.fetch(
-            f"SELECT {c.TASK_READ} FROM tasks WHERE ($1::text IS NULL OR queue = $1::text)"
-            " AND ($2::text IS NULL OR eid = $2::text) AND ($3::bool OR state = 'ready') ORDER BY visible_at, id",
-            queue, eid, include_acked,
-        )
-        return [c.task_record(r) for r in rows]
-
-    async def read_timers(self, eid: str | None = None) -> list[Timer]:
-        assert self._pool is not None
-        rows = await self._pool.fetch(
-            "SELECT eid, fid, at FROM timers WHERE ($1::text IS NULL OR eid = $1::text) ORDER BY at", eid
-        )
-        return [c.timer_record(r) for r in rows]
-
-    async def due_timers(self, now: datetime, limit: int) -> list[Timer]:
-        assert self._pool is not None
-        rows = await self._pool.fetch("SELECT eid, fid, at FROM timers WHERE at <= $1 ORDER BY at LIMIT $2", now.timestamp(), limit)
-        return [c.timer_record(r) for r in rows]
-
-    async def expired_leases(self, now: datetime, limit: int) -> list[ExecutionRecord]:
-        assert self._pool is not None
-        rows = await self._pool.fetch(
-            f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE status = 'running'"
-            " AND (lease_expires_at IS NULL OR lease_expires_at <= $1) LIMIT $2",
-            now.timestamp(), limit,
-        )
-        return [c.execution_record(r) for r in rows]
-
-    async def unannounced(self, before: datetime, limit: int) -> list[Entry]:
-        assert self._pool is not None
-        rows = await self._pool.fetch(
-            f"SELECT {', '.join('j.' + x.strip() for x in c.ENTRY_COLUMNS.split(','))}"
-            " FROM unannounced u JOIN journal j ON j.eid = u.eid AND j.seq = u.seq"
-            " WHERE u.at <= $1 ORDER BY u.at, j.eid, j.seq LIMIT $2",
-            before.timestamp(), limit,
-        )
-        return [c.entry_record(r, r[1]) for r in rows]
-
-    async def finished_before(self, before: datetime, limit: int) -> list[str]:
-        assert self._pool is not None
-        rows = await self._pool.fetch(
-            "SELECT eid FROM executions e WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at <= $1"
-                # not before its lifecycle entries reached the control log (the archive keeps no
-                # unannounced mark): a pending second append, or the sweeper's repair, comes first
-                " AND NOT EXISTS (SELECT 1 FROM unannounced u WHERE u.eid = e.eid)"
-            " ORDER BY updated_at LIMIT $2",
-            before.timestamp(), limit,
-        )
-        return [r[0] for r in rows]
-
-    async def read_scoped_messages(self, eid: str) -> list[Message]:
-        assert self._pool is not None
-        rows = await self._pool.fetch(
-            f"SELECT {c.MESSAGE_COLUMNS} FROM messages WHERE channel >= $1 AND channel < $2"
-            " ORDER BY channel, seq",
-            f"{eid}.", f"{eid}/",
-        )
-        return [c.message_record(r) for r in rows]
-
-    async def waiters(self, channel: str) -> list[str]:
-        assert self._pool is not None
-        return [r[0] for r in await self._pool.fetch("SELECT eid FROM waiters WHERE channel = $1", channel)]
-
-    async def next_wake(self, now: datetime) -> datetime | None:
-        assert self._pool is not None
-        value = await self._pool.fetchval(
-            "SELECT LEAST((SELECT MIN(at) FROM timers),"
-            " (SELECT MIN(visible_at) FROM tasks WHERE state = 'ready' AND visible_at > $1))",
-            now.timestamp(),
-        )
-        return c.dt(value)
-
-    async def claim(self, key: str, owner: str, now: datetime) -> bool:
-        assert self._pool is not None
-        status = await self._pool.execute(
-            "INSERT INTO claims (key, owner, at) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING", key, owner, now.timestamp()
-        )
-        return rowcount(status) > 0
