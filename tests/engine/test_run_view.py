@@ -193,3 +193,53 @@ async def test_a_running_execution_shows_its_lease(open_engine):
 async def _running(engine: Any, eid: str) -> bool:
     view = await engine.run_view(eid)
     return bool(view.frames)
+
+
+def _grouped(with_groups: bool) -> Registry:
+    registry = Registry()
+
+    def pack(item: str) -> str:
+        return f"packed {item}"
+
+    @registry.workflow("shipment")
+    async def shipment(ctx: Context, item: str) -> str:
+        if with_groups:
+            with ctx.group("packing"):
+                packed = await ctx.step(pack, item)
+                with ctx.group("labels"):
+                    await ctx.step(pack, "label")
+        else:
+            packed = await ctx.step(pack, item)
+            await ctx.step(pack, "label")
+        go = await ctx.receive("go")
+        return f"{packed} {go}"
+
+    return registry
+
+
+async def test_a_workflows_own_groups_label_its_frames_and_change_no_frame_id(db_url, tmp_path):
+    import flowli
+
+    from .conftest import FAST
+
+    async def run(registry: Registry, body: Any) -> Any:
+        engine = await flowli.connect(db_url, registry, bucket=str(tmp_path / "bucket"), **FAST)
+        async with engine, engine.worker(concurrency=4):
+            return await body(engine)
+
+    async def started(engine: Any) -> str:
+        eid = await engine.start("shipment", "box")
+        await wait_status(engine, eid, "suspended")
+        view = await engine.run_view(eid)
+        assert [(f.fid, f.group) for f in view.frames] == [
+            ("root/pack#0", "packing"), ("root/pack#1", "labels"), ("root/receive#0", None)]
+        return eid
+
+    eid = await run(_grouped(True), started)
+
+    async def resumed(engine: Any) -> None:
+        # the same workflow without its groups replays the recorded frames: no divergence
+        await engine.signal(eid, "go", "now")
+        assert await engine.result(eid, timeout=30) == "packed box now"
+
+    await run(_grouped(False), resumed)
