@@ -4,6 +4,7 @@ its own, on a real SQLite file. A worker runs in a background process with a tes
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -302,9 +304,11 @@ def test_explain_terminate_and_retry_from_the_command_line(flowli, worker):
 # ---- a stop waits for the steps under way ----------------------------------------------------
 
 
-def _worker_with_a_slow_step(flowli: Any, cwd: Path, seconds: float) -> tuple[subprocess.Popen[str], str]:
+def _worker_with_a_slow_step(
+    flowli: Any, cwd: Path, seconds: float, *flags: str
+) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flowli.cli", "worker", "--app", APP, "--grace", "30"],
+        [sys.executable, "-m", "flowli.cli", "worker", "--app", APP, "--grace", "30", *flags],
         cwd=cwd, env=cli_env(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     marker = cwd / "began"
@@ -342,6 +346,22 @@ def test_a_second_sigterm_stops_at_once_and_hands_the_step_back(flowli, cwd):
     assert "stopping at once" in out
     shown = flowli("show", eid).stdout
     assert "worker stopped" in shown and "slept" not in shown
+
+
+def test_lease_ttl_sets_how_long_a_lease_lasts_and_show_names_its_holder_and_expiry(flowli, cwd):
+    proc, eid = _worker_with_a_slow_step(flowli, cwd, 20.0, "--lease-ttl", "4")
+    try:
+        shown = flowli("show", eid).stdout
+        held = re.search(r"lease held by (\S+) at epoch 1, expires (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC", shown)
+        assert held, shown
+        expires = datetime.strptime(held[2], "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        left = (expires - datetime.now(timezone.utc)).total_seconds()
+        assert -2 < left < 6, left  # 4 s renewed every third of it, not the default 30 s
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
 
 
 # ---- bad input ---------------------------------------------------------------------------------
