@@ -116,16 +116,26 @@ async def await_end(
                 record = await read_record(rt, archive, eid, application)
                 if record.terminal:
                     return record
-            bound = _fallback(rt)
-            if bound is not None:
-                bound, poll = min(poll, bound), min(poll * 2, bound)
-            if deadline is not None:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise TimeoutError(f"execution {eid} is still {record.status.value} after {timeout} s")
-                bound = left if bound is None else min(bound, left)
+            bound, poll = _bound(rt, poll, deadline, timeout, record)
             await _wake(ended, bound)
             touched = ended.is_set()
+
+
+def _bound(
+    rt: Runtime, poll: float, deadline: float | None, timeout: float | None, record: ExecutionRecord
+) -> tuple[float | None, float]:
+    """How long to wait for the next wake-up (None: only a wake-up ends it) and the next poll
+    period: a store that cannot notify is polled from 10 ms, doubling up to poll_interval; past the
+    deadline, TimeoutError naming the execution and its status."""
+    bound = _fallback(rt)
+    if bound is not None:
+        bound, poll = min(poll, bound), min(poll * 2, bound)
+    if deadline is not None:
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            raise TimeoutError(f"execution {record.eid} is still {record.status.value} after {timeout} s")
+        bound = left if bound is None else min(bound, left)
+    return bound, poll
 
 
 async def await_suspended(
@@ -143,12 +153,5 @@ async def await_suspended(
             record = await read_record(rt, archive, eid, application)
             if record.terminal or (record.status.value == "suspended" and not held(eid)):
                 return record
-            bound = _fallback(rt)
-            if bound is not None:
-                bound, poll = min(poll, bound), min(poll * 2, bound)
-            if deadline is not None:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise TimeoutError(f"execution {eid} is still {record.status.value} after {timeout} s")
-                bound = left if bound is None else min(bound, left)
+            bound, poll = _bound(rt, poll, deadline, timeout, record)
             await _wake(changed, bound if bound is not None else 1.0)
