@@ -137,7 +137,10 @@ class Activation(Waits):
             if w.channel is not None:
                 channels[w.channel] = min(channels.get(w.channel, w.after), w.after)
         children = [w.child for w in waits if w.child is not None]
-        journal_after = self.last_seq if any(w.kind in ("step", "delegate") for w in waits) else None
+        # an outcome of a waited frame appended since the journal this activation started from
+        # (it never saw it) resumes the execution at once
+        outside = sorted(w.fid for w in waits if w.kind in ("step", "delegate"))
+        journal_after = self.horizon if outside else None
         entry = self._entry(EntryKind.EXECUTION_SUSPENDED, ROOT, FrameKind.ROOT, value={"waits": [w.describe() for w in waits]})
         write = Write(
             entries=[entry], status=StatusChange(self.eid, Status.SUSPENDED), release=True,
@@ -145,7 +148,8 @@ class Activation(Waits):
             clear_waiters=self._armed(self.memo.armed_waiters), waiters=[(ch, self.eid) for ch in channels],
             wake=WakeCheck(
                 task=self._wake_task(), channels=channels, children=children,
-                due_by=min((t.at for t in timers), default=None), journal_after=journal_after, cancel=True,
+                due_by=min((t.at for t in timers), default=None), journal_after=journal_after, frames=outside,
+                cancel=True,
             ),
         )
         if not channels and not children and journal_after is None:

@@ -20,6 +20,9 @@ message on the reply channel of its execution (``reply:{task id}``), which the w
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -42,7 +45,7 @@ from flowli.domain import (
 )
 from flowli.store import NewMessage, Resume, TaskHold, Write
 
-from ._runtime import Runtime
+from ._runtime import WORK, Runtime
 from ._steps import failure_entry_value, policy_from_json
 from ._transitions import Transition, commit
 
@@ -55,17 +58,45 @@ def reply_channel(task_id_: str) -> str:
 
 
 class Consumer:
-    def __init__(self, rt: Runtime, queue: str, name: str, lease: timedelta, application: str | None = None):
+    def __init__(self, rt: Runtime, queue: str | Sequence[str], name: str, lease: timedelta,
+                 application: str | None = None):
         self.rt = rt
-        self.queue = queue
+        self.queues = [queue] if isinstance(queue, str) else list(queue)
+        if not self.queues or not all(isinstance(q, str) and q for q in self.queues):
+            raise ValueError(f"a consumer takes a queue name or a list of them, got {queue!r}")
+        self.queue = self.queues[0]
         self.name = name
         self.lease = lease
         self.application = application
 
-    async def dequeue(self, limit: int = 1) -> list[Task]:
-        """Lease up to ``limit`` DELEGATE tasks of the queue; each stays invisible for the lease."""
+    async def dequeue(self, limit: int = 1, *, wait: float = 0.0) -> list[Task]:
+        """Lease up to ``limit`` DELEGATE tasks of the queues; each stays invisible for the lease.
+        With ``wait`` (seconds), a long poll: when none is ready, wait until one is enqueued (this
+        process wakes the poll at once; another process's enqueue by its notification, or within
+        the poll interval on a store that cannot notify) or ``wait`` passes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, wait)
+        keys = [("queue", q) for q in self.queues]
+        while True:
+            with self.rt.hub.subscribe(*keys, WORK) as enqueued:
+                tasks = await self._dequeue_now(limit)
+                remaining = deadline - loop.time()
+                if tasks or remaining <= 0:
+                    return tasks
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(enqueued.wait(), min(remaining, self.rt.options.poll_interval * 2))
+
+    async def read(self, task_id_: str) -> Task | None:
+        """The task ``task_id_`` of this consumer's queues (and application), or None."""
+        task = await self.rt.store.read_task(task_id_)
+        if task is None or task.queue not in self.queues or \
+                (self.application is not None and task.application != self.application):
+            return None
+        return task
+
+    async def _dequeue_now(self, limit: int) -> list[Task]:
         rt = self.rt
-        tasks = await rt.store.dequeue([self.queue], [TaskKind.DELEGATE], self.name, limit, self.lease, rt.clock.now())
+        tasks = await rt.store.dequeue(self.queues, [TaskKind.DELEGATE], self.name, limit, self.lease, rt.clock.now())
         if self.application is not None:
             for t in tasks:
                 if t.application != self.application:  # not this consumer's tenant: back at once

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Literal, ParamSpec, TypeVar
@@ -37,6 +37,15 @@ class Context(abc.ABC):
             yield
         finally:
             GROUP.reset(token)
+
+    exposed: Any = None
+    """What the workflow last passed to :meth:`expose`."""
+
+    def expose(self, value: Any) -> None:
+        """Make ``value`` (the workflow's own state: a pipeline's stages) what ``engine.inspect``
+        returns. It creates no frame and writes nothing: ``engine.inspect`` replays the journal in
+        memory and reads what the replay exposed when it could go no further."""
+        self.exposed = value
 
     @property
     @abc.abstractmethod
@@ -101,6 +110,15 @@ class Context(abc.ABC):
     @abc.abstractmethod
     async def gather(self, *awaitables: Awaitable[Any]) -> list[Any]:
         """Await frames at the same time; the execution suspends only when all of them wait."""
+
+    @abc.abstractmethod
+    async def first(self, pending: Iterable[Awaitable[Any]]) -> Awaitable[Any]:
+        """Wait until at least one of ``pending`` (the awaitables of delegate, receive, sleep and
+        child frames) has its outcome, and return that awaitable (await it for its value); when
+        several have one, the one whose outcome the journal holds first. A replay therefore returns
+        the same sequence of frames as the first run, whatever order the outcomes arrive in during
+        it: a workflow that handles one event at a time (a pipeline's stage results and operator
+        actions) stays deterministic. The others keep waiting; pass them again."""
 
     @abc.abstractmethod
     def now(self) -> Awaitable[datetime]:

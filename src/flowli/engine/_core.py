@@ -38,6 +38,9 @@ from ._transitions import Transition, append, commit
 T = TypeVar("T")
 
 
+_OUTCOMES = frozenset({EntryKind.FRAME_COMPLETED, EntryKind.FRAME_FAILED})
+
+
 class Closed(BaseException):
     """The activation is ending: no frame may write any more."""
 
@@ -87,12 +90,16 @@ class Core(Context):
         self.fence = Fence(record.eid, rt.owner, epoch)
         self.memo = Memo(journal)
         self.last_seq = self.memo.last_seq
+        self.horizon = self.memo.last_seq
+        """The last seq of the journal this activation started from."""
         self.ids = FrameIds()
         self.waits: dict[str, Wait] = {}
         self.pending: list[Entry] = []
         """Entries that go with the next write (an execution.resumed, the frame.started of a wait)."""
         if self.memo.resumed:
-            self.pending.append(self._entry(EntryKind.EXECUTION_RESUMED, ROOT, FrameKind.ROOT, value={"epoch": epoch}))
+            # "seen": the journal this activation starts from (``Context.first`` orders by it)
+            self.pending.append(self._entry(EntryKind.EXECUTION_RESUMED, ROOT, FrameKind.ROOT,
+                                            value={"epoch": epoch, "seen": self.memo.last_seq}))
         self.live = 0
         self.changed = asyncio.Event()
         self.channel_locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -115,6 +122,8 @@ class Core(Context):
         """New frames held until the replay meets the journal's frames (see ``_gate``): each with the
         first recorded frame that it would run ahead of."""
         self._next_gate: tuple[str, str] | None = None
+        self.outcome_seqs: dict[str, int] = {}
+        """The journal seq of each outcome this activation wrote (``Context.first`` orders by it)."""
 
     # ---- identity -------------------------------------------------------------------------
 
@@ -198,6 +207,9 @@ class Core(Context):
             raise
         if result.entry_seqs:
             self.last_seq = max(self.last_seq, *result.entry_seqs)
+            for entry, seq in zip(write.entries, result.entry_seqs):
+                if entry.fid is not None and entry.kind in _OUTCOMES:
+                    self.outcome_seqs[entry.fid] = seq
         return result
 
     # ---- frames ---------------------------------------------------------------------------
@@ -307,6 +319,26 @@ class Core(Context):
             await asyncio.get_running_loop().create_future()  # resolved by a later activation
         finally:
             self.live += 1
+
+    def outcome_order(self, fid: str) -> tuple[float, int] | None:
+        """Where the outcome of frame ``fid`` stands in the order in which the workflow could see
+        outcomes (``Context.first``), or None when it has none yet.
+
+        An outcome another party appended (a consumer's answer) is seen by the next activation:
+        its place is its seq. An outcome an activation wrote itself (a message received, a timer
+        passed) was seen by that activation after everything in the journal it started from and
+        before anything appended meanwhile: its place is just after that journal's last seq
+        (``seen`` of its execution.resumed), then its own seq."""
+        outcome = self.memo.outcome.get(fid)
+        if outcome is not None and outcome.seq is not None:
+            epoch = outcome.provenance.site.epoch
+            if epoch is None:
+                return (outcome.seq, outcome.seq)
+            return (self.memo.seen.get(epoch, 1) + 0.5, outcome.seq)
+        seq = self.outcome_seqs.get(fid)
+        if seq is None:
+            return None
+        return (self.horizon + 0.5, seq)
 
     def _outcome_value(self, fid: str, outcome: Entry) -> asyncio.Future[Any]:
         if outcome.kind is EntryKind.FRAME_FAILED:

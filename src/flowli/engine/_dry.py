@@ -79,3 +79,11 @@ class DryReplay(Activation):
 async def dry_replay(rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, journal: list[Entry]) -> Divergence | None:
     """Whether ``wf`` replays the journal of ``record`` (None), or where it leaves it."""
     return await DryReplay(rt, wf, record, journal).check()
+
+
+async def inspect(rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, journal: list[Entry]) -> Any:
+    """What the workflow function exposes (``Context.expose``) when replayed in memory against
+    ``journal`` as far as it goes: its own view of the run, replayed, never reconstructed."""
+    replay = DryReplay(rt, wf, record, journal)
+    await replay.check()
+    return replay.exposed

@@ -24,13 +24,14 @@ from flowli.domain import (
     principal_for,
 )
 from flowli.log import Evidence
-from flowli.store import Intent, Store, TaskHold, Write
+from flowli.store import Intent, Items, Store, TaskHold, Write
 
 from . import _operations as ops
 from ._archive import Archive
 from ._clock import Clock, SystemClock
 from ._consumer import Consumer, settle
 from ._dry import Divergence, dry_replay
+from ._dry import inspect as inspect_run
 from ._errors import rebuild_error
 from ._explain import Explanation, explain
 from ._operations import ENGINE_ACTOR, By, read_journal, read_record, scope_of
@@ -264,12 +265,22 @@ class Engine:
         return await dry_replay(self._rt, wf, record, await read_journal(self._rt, self._archive, eid, application))
 
     async def retry(self, eid: str, by: By = None, *, reason: str | None = None,
-                    application: str | None = None) -> str | None:
+                    application: str | None = None, signal: tuple[str, Any] | None = None) -> str | None:
         """Reopen a failed execution from its last good point: one journal entry records who and
         why; the replay keeps every memo and runs the failed frame again with a fresh attempt
         count (its failed child, if that is why, is reopened first). Refused (ExecutionStateError)
-        for a run that is not failed. Returns the frame id reopened."""
-        return await ops.retry(self._rt, self._archive, eid, by, reason, scope_of(by, application))
+        for a run that is not failed. With ``signal`` (channel, payload), a message to the
+        execution in the same write, so that the reopened run finds it. Returns the frame id
+        reopened."""
+        return await ops.retry(self._rt, self._archive, eid, by, reason, scope_of(by, application), signal)
+
+    async def inspect(self, eid: str, *, application: str | None = None) -> tuple[ExecutionRecord, Any]:
+        """The execution's record and what its workflow exposes (``ctx.expose``) when its journal
+        is replayed in memory (nothing written, no frame run)."""
+        record = await read_record(self._rt, self._archive, eid, application)
+        journal = await read_journal(self._rt, self._archive, eid, application)
+        wf = self.registry.get(record.workflow, record.version)
+        return record, await inspect_run(self._rt, wf, record, journal)
 
     async def terminate(
         self, eid: str, reason: str, by: By = None, *, min_idle: timedelta = timedelta(minutes=10),
@@ -344,11 +355,19 @@ class Engine:
         return await settle(self._rt, "engine", task, value, None, by, TaskHold(task.id))
 
     def consumer(
-        self, queue: str, name: str, lease: timedelta = timedelta(minutes=5), *, application: str | None = None
+        self, queue: str | Sequence[str], name: str, lease: timedelta = timedelta(minutes=5), *,
+        application: str | None = None,
     ) -> Consumer:
-        """A consumer of the DELEGATE tasks of ``queue`` (of ``application`` only, when given):
-        dequeue, renew, answer, fail, ack, nack."""
+        """A consumer of the DELEGATE tasks of ``queue`` (a name or a list of names; of
+        ``application`` only, when given): dequeue (a long poll with ``wait``), read, renew,
+        answer, fail, ack, nack."""
         return Consumer(self._rt, queue, name, lease, application)
+
+    @property
+    def items(self) -> Items:
+        """The store's items: the named records of the layers above (applications, keys,
+        pipeline ids, policies, schedules), scoped by application (see ``flowli.store.Item``)."""
+        return self._store.items()
 
     async def evidence(self, eid: str) -> builtins.list[Evidence]:
         """What the steps of an execution wrote while they ran, attempt by attempt (never authority)."""
@@ -365,6 +384,13 @@ class Engine:
         """The tasks on queues, not yet acked (with ``include_acked``, also the acked and withdrawn)."""
         tasks = await self._store.read_tasks(queue, eid, include_acked)
         return [t for t in tasks if application is None or t.application == application]
+
+    async def task(self, task_id: str, *, application: str | None = None) -> Task | None:
+        """One task by id (acked and withdrawn ones too), or None (also for another application's)."""
+        task = await self._store.read_task(task_id)
+        if task is None or (application is not None and task.application != application):
+            return None
+        return task
 
     async def messages(self, eid: str, channel: str) -> builtins.list[Any]:
         return await self._store.read_messages(f"{eid}.{channel}", 0, 10_000)

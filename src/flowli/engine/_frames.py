@@ -68,6 +68,8 @@ class Memo:
         self.failures: dict[str, list[Entry]] = defaultdict(list)
         self.base: dict[str, int] = {}
         self.cursors: dict[str, int] = {}
+        self.seen: dict[int, int] = {}
+        """Per epoch, the last seq of the journal its activation started from (execution.resumed)."""
         self.last_seq = 0
         self.resumed = len(journal) > 1 or any(e.kind is not EntryKind.EXECUTION_STARTED for e in journal)
         """Whether an activation ran before (the journal holds more than its execution.started)."""
@@ -76,6 +78,8 @@ class Memo:
             self.last_seq = max(self.last_seq, e.seq or 0)
             if e.kind is EntryKind.EXECUTION_SUSPENDED:
                 armed = (e.value or {}).get("waits") if isinstance(e.value, dict) else None
+            elif e.kind is EntryKind.EXECUTION_RESUMED and isinstance(e.value, dict) and "epoch" in e.value:
+                self.seen[e.value["epoch"]] = e.value.get("seen", (e.seq or 1) - 1)
             elif e.kind is EntryKind.EXECUTION_RETRIED:
                 self._reopen((e.value or {}).get("fid"))
             if e.fid is None:

@@ -182,7 +182,8 @@ async def migrate(rt: Runtime, archive: Archive, registry: Registry, eid: str, v
         raise ExecutionStateError(eid, exc.status, "migrate", "suspended") from None
 
 
-async def retry(rt: Runtime, archive: Archive, eid: str, by: By, reason: str | None, application: str | None) -> str | None:
+async def retry(rt: Runtime, archive: Archive, eid: str, by: By, reason: str | None, application: str | None,
+                signal: tuple[str, Any] | None = None) -> str | None:
     """Reopen a failed execution from its last good point: one ``execution.retried`` entry (who,
     why, which frame), after which the failure of that frame no longer counts; the replay keeps
     every other memo and runs the frame again with a fresh attempt count. A frame that failed
@@ -206,8 +207,13 @@ async def retry(rt: Runtime, archive: Archive, eid: str, by: By, reason: str | N
     entry = Entry(eid=eid, kind=EntryKind.EXECUTION_RETRIED, provenance=prov, fid=ROOT, value=value)
     resume = Task(id=task_id(TaskKind.RESUME, eid, f"retry:{new_eid()}"), kind=TaskKind.RESUME, queue=record.queue,
                   eid=eid, payload=None, provenance=prov, visible_at=now, application=record.application)
+    messages = []
+    if signal is not None:
+        channel, payload = signal
+        payload = check_json(payload, f"the payload of signal {channel!r} to execution {eid}", "payload")
+        messages.append(NewMessage(f"{eid}.{channel}", payload, prov, application=record.application))
     write = Write(expect=(eid, frozenset({Status.FAILED})), entries=[entry],
-                  status=StatusChange(eid, Status.SUSPENDED), tasks=[resume])
+                  status=StatusChange(eid, Status.SUSPENDED), tasks=[resume], messages=messages)
     try:
         await commit(rt, Transition("retry", write, eid, record.workflow, principal, record.application, value))
     except ExecutionStateError as exc:

@@ -58,6 +58,9 @@ class Options:
     SQLite file."""
 
 
+WORK = ("work",)
+"""The hub's key of "a task may be visible now" from elsewhere (another process, a delayed task
+whose instant came); ``("queue", name)`` is a task enqueued on one queue by this process."""
 LOG = ("log",)
 """The hub's key of the control log; ``("journal", eid)`` and ``("end", eid)`` are an execution's."""
 
@@ -139,6 +142,7 @@ class Runtime:
         notifications: then everyone looks again."""
         if what == "work" or what == "timer":
             self.work.set()
+            self.hub.touch(WORK)
             if what == "timer":
                 self.timers.set()
                 self.hub.touch_all()

@@ -30,7 +30,7 @@ from flowli.store import Intent, Resume, TaskHold, Write
 
 from ._archive import Archive
 from ._retention import retain
-from ._runtime import SWEEPER, Runtime
+from ._runtime import SWEEPER, WORK, Runtime
 from ._tasks import cancel_and_wait
 from ._transitions import Transition, commit
 
@@ -58,6 +58,7 @@ class Sweeper:
                 # visible now, and the workers wait for an enqueue or their slow poll (the next
                 # plan leaves out the tasks visible already)
                 rt.work.set()
+                rt.hub.touch(WORK)
             try:
                 if loop.time() >= next_full:
                     # the whole sweep once per interval; a wake for a due timer between two fires only

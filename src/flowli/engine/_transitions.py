@@ -109,6 +109,9 @@ def react(rt: Runtime, w: Write, result: WriteResult, now: datetime) -> None:
     created = [new for new, made in zip(w.executions, result.created) if made]
     if w.tasks or w.resumes or w.wake_waiters or result.woke or any(new.task is not None for new in created):
         rt.work.set()
+        if rt.hub.active:
+            for task in w.tasks:
+                rt.hub.touch(("queue", task.queue))  # a consumer's long poll (Consumer.dequeue)
     later = [t.visible_at for t in w.tasks if t.visible_at > now] + [t.at for t in w.timers]
     if later:
         rt.timer_set(min(later))

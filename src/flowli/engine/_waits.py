@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import datetime, timedelta
-from typing import Any, Awaitable, Callable, Generator
+from typing import Any, Awaitable, Callable, Generator, Iterable
 
 from flowli.domain import (
     NO_RETRY,
@@ -85,17 +85,20 @@ def new_execution(
 
 
 class Pending:
-    """The awaitable that ``ctx.delegate`` returns: the frame's id is known as soon as the method is
+    """The awaitable that ``ctx.delegate`` (and receive, sleep, child) returns: the frame's id is known as soon as the method is
     called (a pattern announces it before it awaits the answer)."""
 
-    __slots__ = ("_awaitable", "fid")
+    __slots__ = ("awaitable", "fid")
 
     def __init__(self, fid: str, awaitable: Awaitable[Any]):
         self.fid = fid
-        self._awaitable = awaitable
+        self.awaitable = awaitable
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return self._awaitable.__await__()
+        return self.awaitable.__await__()
+
+    def __repr__(self) -> str:
+        return f"<frame {self.fid}>"
 
 
 def _timeout_of(timeout: timedelta | None, method: str) -> timedelta | None:
@@ -128,9 +131,9 @@ class Waits(Steps):
         fid, outcome = self._frame("receive", None, FrameKind.RECEIVE, dig)
         if outcome is not None:
             if outcome.kind is EntryKind.FRAME_FAILED:
-                return self._outcome_value(fid, outcome)
-            return self._done(outcome.value["payload"])
-        return self._spawn(self._receive(fid, full, dig, timeout))
+                return Pending(fid, self._outcome_value(fid, outcome))
+            return Pending(fid, self._done(outcome.value["payload"]))
+        return Pending(fid, self._spawn(self._receive(fid, full, dig, timeout)))
 
     async def _receive(self, fid: str, channel: str, dig: str, timeout: timedelta | None) -> Any:
         started = self.memo.started.get(fid)
@@ -179,7 +182,7 @@ class Waits(Steps):
         dig = digest(args)
         fid, outcome = self._frame("sleep", None, FrameKind.SLEEP, dig)
         if outcome is not None:
-            return self._done(None)
+            return Pending(fid, self._done(None))
 
         async def run() -> None:
             started = self.memo.started.get(fid)
@@ -199,7 +202,7 @@ class Waits(Steps):
             await self._write(plain(write))
             self.memo.outcome[fid] = completed
 
-        return self._spawn(run())
+        return Pending(fid, self._spawn(run()))
 
     def child(self, workflow: str | Callable[..., Any], /, *args: Any, key: str | None = None) -> Awaitable[Any]:
         wf = self.rt.registry.get(workflow)
@@ -208,8 +211,8 @@ class Waits(Steps):
         dig = digest({"workflow": wf.name, "args": child_args})
         fid, outcome = self._frame(wf.name, key, FrameKind.CHILD, dig, {"args": child_args})
         if outcome is not None:
-            return self._outcome_value(fid, outcome)
-        return self._spawn(self._child(fid, wf, child_args, dig))
+            return Pending(fid, self._outcome_value(fid, outcome))
+        return Pending(fid, self._spawn(self._child(fid, wf, child_args, dig)))
 
     async def _child(self, fid: str, wf: WorkflowDef, args: list[Any], dig: str) -> Any:
         ceid = child_eid(self.eid, fid)
@@ -303,3 +306,22 @@ class Waits(Steps):
 
     async def gather(self, *awaitables: Awaitable[Any]) -> list[Any]:
         return list(await asyncio.gather(*awaitables))
+
+    async def first(self, pending: Iterable[Awaitable[Any]]) -> Awaitable[Any]:
+        waiting: list[Pending] = []
+        for p in pending:
+            if not isinstance(p, Pending):
+                raise TypeError(f"ctx.first takes the awaitables of frames (delegate, receive, sleep, child), got {p!r}")
+            waiting.append(p)
+        if not waiting:
+            raise ValueError("ctx.first takes at least one frame")
+        futures = [asyncio.ensure_future(p.awaitable) for p in waiting]
+        if not any(f.done() for f in futures):
+            await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+        done = [i for i, f in enumerate(futures) if f.done()]
+
+        def order(i: int) -> tuple[float, int, int]:
+            place = self.outcome_order(waiting[i].fid)
+            return (*place, i) if place is not None else (float(1 << 62), 0, i)
+
+        return waiting[min(done, key=order)]

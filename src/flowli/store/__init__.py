@@ -6,6 +6,8 @@ from ._protocol import Claim as Claim
 from ._protocol import Fence as Fence
 from ._protocol import Guard as Guard
 from ._protocol import Intent as Intent
+from ._protocol import Item as Item
+from ._protocol import Items as Items
 from ._protocol import NewExecution as NewExecution
 from ._protocol import NewMessage as NewMessage
 from ._protocol import Plan as Plan
@@ -41,6 +43,8 @@ __all__ = [
     "Store",
     "TaskHold",
     "WakeCheck",
+    "Item",
+    "Items",
     "Views",
     "WakeWaiters",
     "Withdrawal",

@@ -285,8 +285,10 @@ def wake_holds(w: Write, now: float) -> Plan:
         if (yield ("one", "SELECT 1 FROM messages WHERE channel = ? AND seq > ? LIMIT 1", (channel, after))):
             return True
     if wake.journal_after is not None and w.fence is not None:
+        frames = sorted(wake.frames)
+        only = f" AND fid IN ({', '.join('?' for _ in frames)})" if frames else ""
         if (yield ("one", "SELECT 1 FROM journal WHERE eid = ? AND seq > ? AND kind IN ('frame.completed', 'frame.failed')"
-                          " LIMIT 1", (w.fence.eid, wake.journal_after))):
+                          + only + " LIMIT 1", (w.fence.eid, wake.journal_after, *frames))):
             return True
     if wake.cancel and w.fence is not None:
         if (yield ("one", "SELECT 1 FROM executions WHERE eid = ? AND cancel_requested IS NOT NULL", (w.fence.eid,))):

@@ -55,7 +55,8 @@ READ_JOURNALS = f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = ANY($1::text
 DEQUEUE = (
     "UPDATE tasks SET lease_owner = $1, visible_at = $2, deliveries = deliveries + 1"
     " WHERE id IN (SELECT id FROM tasks WHERE state = 'ready' AND queue = ANY($3::text[])"
-    " AND kind = ANY($4::text[]) AND visible_at <= $5 ORDER BY visible_at LIMIT $6 FOR UPDATE SKIP LOCKED)"
+    " AND kind = ANY($4::text[]) AND visible_at <= $5 AND (frame IS NULL OR lease_owner IS NULL)"
+    " ORDER BY visible_at LIMIT $6 FOR UPDATE SKIP LOCKED)"
     f" RETURNING {c.TASK_READ}"
 )
 

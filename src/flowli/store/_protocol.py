@@ -108,8 +108,11 @@ class WakeCheck:
     children: Sequence[str] = ()
     due_by: datetime | None = None
     journal_after: int | None = None
-    """A frame.completed or frame.failed appended past this seq (by a RUN_STEP worker) to the
-    journal of the fenced execution."""
+    """A frame.completed or frame.failed appended past this seq (by a RUN_STEP worker, a
+    consumer) to the journal of the fenced execution."""
+    frames: Sequence[str] = ()
+    """With journal_after: only an outcome of one of these frames counts (the frames the
+    execution waits on; the activation's own outcomes past journal_after do not)."""
     cancel: bool = False
     """The fenced execution has a cancel request. (journal_after and cancel look at the
     execution of the write's fence; a wake check without a fence ignores them.)"""
@@ -328,6 +331,45 @@ class Views(Protocol):
         """Rows of a SELECT on the projection's tables."""
 
 
+@dataclass(frozen=True)
+class Item:
+    """A named record of a layer above the engine: an application, an API key, a pipeline's
+    numeric id, a policy, a schedule. Unique by (kind, application, key); ``id`` is numeric and
+    global; ``application`` is "" for an item of no application."""
+
+    id: int
+    kind: str
+    application: str
+    key: str
+    body: Any
+    at: datetime
+
+
+class Items(Protocol):
+    """The items of a store (see Item): the layers above keep their records here, scoped by
+    application, in the same database as the executions, with no schema of their own."""
+
+    async def put(self, kind: str, application: str, key: str, body: Any, now: datetime) -> tuple[Item, bool]:
+        """Insert the item unless one of that kind, application and key exists: returns the item
+        stored and whether this call created it (exactly one of concurrent callers does)."""
+
+    async def get(self, kind: str, id: int) -> Item | None: ...
+
+    async def find(self, kind: str, key: str, application: str | None = None) -> Item | None:
+        """The item of ``kind`` and ``key`` in ``application`` (None: in any; the first by id)."""
+
+    async def list(self, kind: str, application: str | None, *, prefix: str | None = None,
+                   newest_first: bool = False, limit: int | None = None, offset: int = 0) -> list[Item]:
+        """Items of ``kind`` in ``application`` (None: all), by id, keys starting with ``prefix``."""
+
+    async def count(self, kind: str, application: str | None, *, prefix: str | None = None) -> int: ...
+
+    async def update(self, kind: str, id: int, body: Any, now: datetime) -> bool:
+        """Replace the body of an item; False when there is none."""
+
+    async def delete(self, kind: str, id: int) -> bool: ...
+
+
 class Store(Protocol):
     """The storage protocol. Backends: ``flowli.store.sqlite``, ``flowli.store.postgres``."""
 
@@ -374,7 +416,9 @@ class Store(Protocol):
         ttl: timedelta,
         now: datetime,
     ) -> list[Task]:
-        """Lease up to ``limit`` visible tasks; each stays invisible for ``ttl``."""
+        """Lease up to ``limit`` visible tasks; each stays invisible for ``ttl``. The attempt of a
+        frame whose lease expired is not leased again: the sweeper ends it (``expired_tasks``), and
+        the frame makes its next attempt, a task of its own."""
 
     async def nack(self, task_id: str, owner: str | None, delay: timedelta, now: datetime) -> bool:
         """Return a task to its queue, visible after ``delay``."""
@@ -443,6 +487,9 @@ class Store(Protocol):
 
     def views(self) -> Views:
         """The projection's tables of this store (see Views)."""
+
+    def items(self) -> Items:
+        """The items of this store (see Item)."""
 
     async def watch(self, eid: str, until: datetime) -> None:
         """Ask that appends to the journal of ``eid`` notify the other processes until ``until``

@@ -54,6 +54,7 @@ from ._pg_forms import (
     _signal,
     _start,
 )
+from ._pg_items import PostgresItems
 from ._pg_leases import ACQUIRE_MANY, DEQUEUE, READ_JOURNALS, RETRYABLE, PostgresLeases
 from ._pg_reads import READ_MESSAGES
 from ._pg_sql import CHANNEL, drive, journal_notes, log_notes, payload
@@ -192,6 +193,7 @@ class PostgresStore(PostgresLeases):
         self._closing = False
         self._wconns: dict[int, asyncpg.Connection] = {}
         self._views = PostgresViews(self._live_pool)
+        self._items = PostgresItems(self._live_pool)
         self.origin = uuid.uuid4().hex
         """The payload of this store's notifications: its own come back to its listener, which
         ignores them (the engine of this process wakes its workers and sweeper in process)."""
@@ -340,6 +342,10 @@ class PostgresStore(PostgresLeases):
     def views(self) -> PostgresViews:
         """The projection: tables of this database and schema, persistent and shared."""
         return self._views
+
+    def items(self) -> PostgresItems:
+        """The items: a table of this database and schema, shared by every process."""
+        return self._items
 
     # ---- notifications ----------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from . import _codec as c
 from ._apply import apply_write, stale_hold
 from ._protocol import Acquired, Renewal, Write, WriteResult
 from ._sqlite_file import Thread, connect_wal, drive
+from ._sqlite_items import SQLiteItems
 from ._sqlite_views import SQLiteViews
 
 T = TypeVar("T")
@@ -116,6 +117,7 @@ class SQLiteStore:
         self._writer: Thread | None = None
         self._reader: Thread | None = None
         self._views = SQLiteViews(":memory:" if self.path == ":memory:" else f"{self.path}-projection")
+        self._items = SQLiteItems(self._w, self._r)
 
     async def open(self) -> None:
         try:
@@ -169,6 +171,10 @@ class SQLiteStore:
     def views(self) -> SQLiteViews:
         """The projection: a file beside the database (``{path}-projection``), derived state."""
         return self._views
+
+    def items(self) -> SQLiteItems:
+        """The items: a table of the database itself."""
+        return self._items
 
     async def watch(self, eid: str, until: datetime) -> None:
         """SQLite has no notifications: a watcher in another process finds appends by its poll."""
@@ -249,7 +255,8 @@ class SQLiteStore:
             rows = conn.execute(
                 f"UPDATE tasks SET lease_owner = ?, visible_at = ?, deliveries = deliveries + 1"
                 f" WHERE id IN (SELECT id FROM tasks WHERE state = 'ready' AND queue IN ({qs})"
-                f" AND kind IN ({ks}) AND visible_at <= ? ORDER BY visible_at LIMIT ?)"
+                f" AND kind IN ({ks}) AND visible_at <= ? AND (frame IS NULL OR lease_owner IS NULL)"
+                f" ORDER BY visible_at LIMIT ?)"
                 f" RETURNING {c.TASK_READ}",
                 (owner, t + ttl.total_seconds(), *queues, *[k.value for k in kinds], t, limit),
             ).fetchall()

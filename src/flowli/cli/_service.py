@@ -1,0 +1,162 @@
+"""``flowli serve`` and the commands of the HTTP service's records: ``flowli apps``, ``flowli
+keys``, ``flowli users``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from flowli.pipelines import ROLES, Applications, install
+
+from ._app import AppOption, DbOption, _settings, app, open_engine, out, registry_of, run
+
+apps_app = typer.Typer(help="Applications: each owns its pipelines, API keys, schedules and workers.",
+                       no_args_is_help=True)
+keys_app = typer.Typer(help="API keys of an application (stored hashed; shown once).", no_args_is_help=True)
+users_app = typer.Typer(help="Dashboard users, assigned to applications.", no_args_is_help=True)
+app.add_typer(apps_app, name="apps")
+app.add_typer(keys_app, name="keys")
+app.add_typer(users_app, name="users")
+
+RoleOption = Annotated[str, typer.Option("--role", help="admin, operator or viewer.")]
+
+
+def _role(role: str) -> str:
+    if role not in ROLES:
+        raise typer.BadParameter(f"--role must be admin, operator or viewer, got {role!r}")
+    return role
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option("--host", help="The address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="The port to listen on (0: any free one).")] = 8081,
+    lease_ttl: Annotated[float, typer.Option("--lease-ttl", metavar="SECONDS",
+                                             help="The lease of a job an application worker holds.")] = 30.0,
+    no_worker: Annotated[bool, typer.Option("--no-worker", help="Serve the routes only: run no engine worker.")] = False,
+    app_: AppOption = None,
+    db: DbOption = None,
+) -> None:
+    """Run the HTTP service (pipelines, the worker protocol) and, in the same process, the
+    engine's worker and sweeper. Prints ``listening on http://HOST:PORT`` once it accepts
+    connections."""
+    from flowli.http import serve as serve_http
+
+    s = _settings(ctx, app_, db)
+
+    async def go() -> int:
+        registry = registry_of(s)
+        install(registry)
+        async with open_engine(s, registry) as engine:
+            await serve_http(engine, host, port, lease_ttl=lease_ttl, worker=not no_worker)
+        return 0
+
+    run(go())
+
+
+@apps_app.command("create")
+def apps_create(
+    ctx: typer.Context, name: str,
+    as_json: Annotated[bool, typer.Option("--json", help="One line of JSON: the application and its key.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Create an application and print its first API key (an admin key), once."""
+    s = _settings(ctx, None, db)
+
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            application, key = await Applications(engine).create(name)
+        if as_json:
+            print(json.dumps({"application": application, "apiKey": key}))
+        else:
+            out.print(f"application {application['name']} (id {application['id']})")
+            out.print(f"API key (shown once): {key}", soft_wrap=True)
+        return 0
+
+    run(go())
+
+
+@keys_app.command("create")
+def keys_create(
+    ctx: typer.Context, application: Annotated[str, typer.Argument(metavar="APP")],
+    name: Annotated[str | None, typer.Option("--name", help="A name for the key (the actor of its actions).")] = None,
+    role: RoleOption = "operator",
+    as_json: Annotated[bool, typer.Option("--json", help="One line of JSON: id, name, role, apiKey.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Create an API key of an application and print it, once."""
+    s = _settings(ctx, None, db)
+    _role(role)
+
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            key = await Applications(engine).create_key(application, name, role)
+        if as_json:
+            print(json.dumps(key))
+        else:
+            out.print(f"key {key['id']} {key['name']} ({key['role']}) of {application}")
+            out.print(f"API key (shown once): {key['apiKey']}", soft_wrap=True)
+        return 0
+
+    run(go())
+
+
+@keys_app.command("ls")
+def keys_ls(ctx: typer.Context, application: Annotated[str, typer.Argument(metavar="APP")], db: DbOption = None) -> None:
+    """The keys of an application (never their secret)."""
+    s = _settings(ctx, None, db)
+
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            keys = await Applications(engine).keys(application)
+        table = Table("id", "name", "role", "state", "prefix", "created")
+        for k in keys:
+            table.add_row(str(k["id"]), k["name"], k["role"], "disabled" if k["disabled"] else "enabled",
+                          k["prefix"] + "…", k["createdAt"])
+        out.print(table)
+        return 0
+
+    run(go())
+
+
+@keys_app.command("disable")
+def keys_disable(ctx: typer.Context, key_id: Annotated[int, typer.Argument(metavar="KEY_ID")], db: DbOption = None) -> None:
+    """Disable a key: it is refused with 401 from now on."""
+    s = _settings(ctx, None, db)
+
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            key = await Applications(engine).disable_key(key_id)
+        out.print(f"key {key['id']} {key['name']} disabled")
+        return 0
+
+    run(go())
+
+
+@users_app.command("create")
+def users_create(
+    ctx: typer.Context, email: str,
+    password_stdin: Annotated[bool, typer.Option("--password-stdin", help="Read the password from standard input.")] = False,
+    role: RoleOption = "viewer",
+    applications: Annotated[list[str] | None, typer.Option("--app", help="An application the user may see (repeat).")] = None,
+    db: DbOption = None,
+) -> None:
+    """Create a dashboard user (an admin sees every application)."""
+    s = _settings(ctx, None, db)
+    _role(role)
+    if not password_stdin:
+        raise typer.BadParameter("give the password on standard input with --password-stdin")
+    password = sys.stdin.readline().rstrip("\n")
+
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            user = await Applications(engine).create_user(email, password, role, list(applications or []))
+        out.print(f"user {user['email']} ({user['role']}) of {', '.join(user['applications']) or 'every application'}")
+        return 0
+
+    run(go())

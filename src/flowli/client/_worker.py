@@ -1,0 +1,153 @@
+"""``HttpWorker``: an application worker over the HTTP protocol. It bootstraps, long-polls for
+jobs, acquires each one's lease, renews it while the handler runs, submits the result (again on
+503) and acks the job."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import httpx
+
+from ._client import ClientError, _check
+
+log = logging.getLogger("flowli.client")
+Handler = Callable[[dict[str, Any]], Any]
+
+
+class StageError(Exception):
+    """Raised by a handler: the attempt failed with ``code`` (the retry rules decide)."""
+
+    def __init__(self, code: str, message: str = "", retryable: bool = True):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+
+
+@dataclass
+class WaitForApproval:
+    """Returned by a handler: park the stage in WaitingForApproval with this output."""
+
+    output: str | None = None
+
+
+class HttpWorker:
+    def __init__(self, base_url: str, api_key: str, name: str, *, wait_seconds: float = 20.0,
+                 transport: Any = None):
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.name = name
+        self.wait_seconds = wait_seconds
+        self.handlers: dict[str, Handler] = {}
+        self._transport = transport
+        self.session: dict[str, Any] | None = None
+        self._stop = asyncio.Event()
+
+    def handler(self, name: str) -> Callable[[Handler], Handler]:
+        """Register a handler function: the job (a dict) in, the output string back."""
+        def register(fn: Handler) -> Handler:
+            self.handlers[name] = fn
+            return fn
+        return register
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, concurrency: int = 1) -> None:
+        if not self.handlers:
+            raise ValueError("register a handler first (@worker.handler('Name'))")
+        limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+        timeout = httpx.Timeout(self.wait_seconds + 30)
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=timeout, limits=limits,
+                                     transport=self._transport) as http:
+            boot = _check(await http.post("/workers/bootstrap", headers={"X-API-Key": self.api_key}, json={
+                "workerName": self.name, "supportedHandlers": sorted(self.handlers), "hostName": socket.gethostname(),
+                "pid": os.getpid(), "sdkVersion": "flowli-python"}))
+            self.session = boot
+            headers = {"X-Worker-Session": boot["workerSessionToken"]}
+            http.headers.update(headers)
+            lanes = [asyncio.create_task(self._lane(http, boot)) for _ in range(concurrency)]
+            stop = asyncio.create_task(self._stop.wait())
+            try:
+                await asyncio.wait([stop, *lanes], return_when=asyncio.FIRST_COMPLETED)
+                for lane in lanes:
+                    if lane.done() and lane.exception() is not None:
+                        raise lane.exception()  # type: ignore[misc]
+            finally:
+                for t in [stop, *lanes]:
+                    t.cancel()
+                await asyncio.gather(stop, *lanes, return_exceptions=True)
+                with contextlib.suppress(httpx.HTTPError):
+                    await http.post("/workers/shutdown")
+
+    async def _lane(self, http: httpx.AsyncClient, boot: dict[str, Any]) -> None:
+        while not self._stop.is_set():
+            try:
+                r = await http.post("/jobs/pull", json={"waitSeconds": self.wait_seconds})
+            except httpx.TransportError:
+                await asyncio.sleep(0.5)
+                continue
+            if r.status_code == 204:
+                continue
+            job = _check(r)
+            await self._work(http, boot, job)
+
+    async def _work(self, http: httpx.AsyncClient, boot: dict[str, Any], job: dict[str, Any]) -> None:
+        stage = job["stageId"]
+        lease = {"executionId": job["executionId"], "workerId": boot["workerId"]}
+        acquired = _check(await http.post(f"/stages/{stage}/lease/acquire", json=lease))
+        if not acquired.get("acquired"):
+            return
+        renewer = asyncio.create_task(self._renew(http, stage, lease, float(boot["lease"]["ttlSeconds"])))
+        result: dict[str, Any] = {"executionId": job["executionId"], "attempt": job["attempt"]}
+        try:
+            fn = self.handlers[job["stageHandlerName"]]
+            out = fn(job)
+            if inspect.isawaitable(out):
+                out = await out
+            if isinstance(out, WaitForApproval):
+                result.update(isSuccess=True, output=out.output, isWaitingForApproval=True)
+            else:
+                result.update(isSuccess=True, output=None if out is None else str(out))
+        except StageError as exc:
+            result.update(isSuccess=False, errorCode=exc.code, errorMessage=exc.message, retryable=exc.retryable)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a handler's bug: the attempt failed
+            result.update(isSuccess=False, errorCode=type(exc).__name__, errorMessage=str(exc))
+        finally:
+            renewer.cancel()
+        await self._submit(http, stage, result)
+        with contextlib.suppress(ClientError):
+            _check(await http.post("/jobs/ack", json={"token": job["token"]}))
+
+    async def _submit(self, http: httpx.AsyncClient, stage: int, result: dict[str, Any]) -> None:
+        delay = 0.1
+        while True:
+            try:
+                r = await http.post(f"/stages/{stage}/result", json=result)
+            except httpx.TransportError:
+                r = None
+            if r is not None and r.status_code != 503:
+                if r.status_code == 409:
+                    log.warning("result of stage %s refused: %s", stage, r.text)
+                    return
+                _check(r)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def _renew(self, http: httpx.AsyncClient, stage: int, lease: dict[str, Any], ttl: float) -> None:
+        while True:
+            await asyncio.sleep(max(ttl / 3, 0.2))
+            with contextlib.suppress(httpx.HTTPError, ClientError):
+                _check(await http.post(f"/stages/{stage}/lease/renew", json=lease))
+
+

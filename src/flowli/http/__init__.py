@@ -1,0 +1,8 @@
+"""The HTTP service (ASGI): pipelines, the worker protocol, applications' keys; a thin layer
+over Engine. ``flowli serve`` runs it on uvicorn."""
+
+from ._app import MAX_BODY as MAX_BODY
+from ._app import create_app as create_app
+from ._serve import serve as serve
+
+__all__ = ["MAX_BODY", "create_app", "serve"]

@@ -1,0 +1,284 @@
+"""The HTTP service: a FastAPI app over the Engine (through ``flowli.pipelines``), never a store.
+Errors are ``{"error": "<one sentence>"}`` with the contract's status; never a 500 for bad
+input, never a stack trace in a body."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from flowli.domain import DatabaseUnavailable, FlowliError
+from flowli.engine import Engine
+from flowli.pipelines import (
+    Access,
+    Applications,
+    PipelineInputError,
+    Pipelines,
+    Policies,
+    ServiceError,
+    Session,
+    Workers,
+)
+
+from . import _models as m
+
+log = logging.getLogger("flowli.http")
+MAX_BODY = 1 << 20
+"""The largest request body (1 MiB): a larger one is refused with 413."""
+
+
+def error(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status)
+
+
+def _validation_sentence(exc: RequestValidationError) -> str:
+    first = exc.errors()[0] if exc.errors() else {}
+    kind = first.get("type", "")
+    if kind in ("json_invalid", "json_type"):
+        return "the body is not valid JSON" + (f": {first.get('ctx', {}).get('error')}" if first.get("ctx") else "")
+    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    where = ".".join(loc) if loc else "the body"
+    msg = first.get("msg", "is not valid")
+    if kind == "missing":
+        return f"{where} is required"
+    if kind == "extra_forbidden":
+        return f"{where} is not a known field"
+    return f"{where}: {msg}"
+
+
+class BodyLimit:
+    """Refuse a body larger than MAX_BODY with 413 before the app reads it."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+            await error(413, f"the body is larger than {MAX_BODY} bytes")(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > MAX_BODY:
+                    raise _TooLarge()
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await error(413, f"the body is larger than {MAX_BODY} bytes")(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def create_app(engine: Engine, *, lease_ttl: float = 30.0) -> FastAPI:
+    app = FastAPI(title="flowli", version="1", summary="Pipelines over HTTP: application workers in any language")
+    pipelines = Pipelines(engine)
+    workers = Workers(engine, pipelines, lease_ttl)
+    apps = Applications(engine)
+    policies = Policies(engine, pipelines)
+    app.state.pipelines, app.state.workers, app.state.applications = pipelines, workers, apps
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error(400, _validation_sentence(exc))
+
+    @app.exception_handler(ServiceError)
+    async def refused(_: Request, exc: ServiceError) -> JSONResponse:
+        return error(exc.status, exc.message, **exc.extra)
+
+    @app.exception_handler(PipelineInputError)
+    async def bad_input(_: Request, exc: PipelineInputError) -> JSONResponse:
+        return error(400, str(exc))
+
+    @app.exception_handler(DatabaseUnavailable)
+    async def unavailable(_: Request, exc: DatabaseUnavailable) -> JSONResponse:
+        return error(503, "the store is unavailable: not confirmed, send the request again")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(FlowliError)
+    async def engine_refused(_: Request, exc: FlowliError) -> JSONResponse:
+        return error(409, str(exc))
+
+    @app.exception_handler(Exception)
+    async def crashed(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error")
+        return error(500, "internal error (the service logged it)")
+
+    async def access(request: Request) -> Access:
+        key = request.headers.get("x-api-key")
+        auth = request.headers.get("authorization", "")
+        if not key and auth.lower().startswith("bearer "):
+            key = auth[7:].strip()
+        return await apps.authenticate(key)
+
+    async def session(request: Request) -> Session:
+        token = request.headers.get("x-worker-session")
+        auth = request.headers.get("authorization", "")
+        if not token and auth.lower().startswith("bearer "):
+            token = auth[7:].strip()
+        return await workers.session(token)
+
+    async def raw(request: Request) -> Any:
+        return await request.json()
+
+    @app.get("/healthz", response_class=PlainTextResponse)
+    async def healthz() -> str:
+        return "ok"
+
+    # ---- pipelines ------------------------------------------------------------------------
+
+    @app.post("/pipelines", responses={400: {"model": m.Error}})
+    async def create_legacy(body: m.PipelineIn, request: Request, who: Access = Depends(access)) -> Any:
+        view, _ = await pipelines.create(who, await raw(request), idempotent=False)
+        return view
+
+    @app.post("/pipelines/idempotent", status_code=201, responses={200: {}, 409: {"model": m.Error}})
+    async def create_idempotent(body: m.IdempotentPipelineIn, request: Request, who: Access = Depends(access)) -> Any:
+        view, created = await pipelines.create(who, await raw(request), idempotent=True)
+        return JSONResponse({"pipeline": view, "created": created, "wasExisting": not created},
+                            status_code=201 if created else 200)
+
+    @app.post("/pipelines/by-idempotency-key")
+    async def by_key(body: m.IdempotencyKeyIn, who: Access = Depends(access)) -> Any:
+        return await pipelines.by_idempotency_key(who, body.idempotencyKey)
+
+    @app.post("/pipelines/rerunStage")
+    async def rerun(body: m.RerunIn, who: Access = Depends(access)) -> Any:
+        return await pipelines.rerun(who, body.stageId, body.rerunAllNextStages)
+
+    @app.post("/pipelines/skipStage")
+    async def skip(body: m.SkipIn, who: Access = Depends(access)) -> Any:
+        return await pipelines.skip(who, body.stageId)
+
+    @app.get("/pipelines")
+    async def list_(request: Request, pageNumber: int = 1, pageSize: int = 20, search: str | None = None,  # noqa: N803
+                    name: str | None = None, who: Access = Depends(access)) -> Any:
+        q = request.query_params
+        return await pipelines.list(who, page=pageNumber, size=pageSize, search=search, name=name,
+                                    statuses=q.getlist("statuses"), keywords=q.getlist("keywords"))
+
+    @app.get("/pipelines/{pipeline_id}")
+    async def get(pipeline_id: str, who: Access = Depends(access)) -> Any:
+        return await pipelines.get(who, pipeline_id)
+
+    @app.get("/pipelines/{pipeline_id}/history")
+    async def history(pipeline_id: str, who: Access = Depends(access)) -> Any:
+        return await pipelines.history(who, pipeline_id)
+
+    @app.post("/pipelines/{pipeline_id}/stages")
+    async def append(pipeline_id: str, body: m.StagesIn, request: Request, who: Access = Depends(access)) -> Any:
+        return {"stages": await pipelines.append(who, pipeline_id, await raw(request))}
+
+    @app.post("/pipelines/{pipeline_id}/pause")
+    async def pause(pipeline_id: str, who: Access = Depends(access)) -> Any:
+        return await pipelines.pause(who, pipeline_id)
+
+    @app.post("/pipelines/{pipeline_id}/resume")
+    async def resume(pipeline_id: str, who: Access = Depends(access)) -> Any:
+        return await pipelines.resume(who, pipeline_id)
+
+    @app.post("/pipelines/{pipeline_id}/cancel")
+    async def cancel(pipeline_id: str, who: Access = Depends(access)) -> Any:
+        return await pipelines.cancel(who, pipeline_id)
+
+    @app.post("/stages/{stage_id}/resume", status_code=204, response_class=Response)
+    async def decide(stage_id: str, body: m.DecisionIn, who: Access = Depends(access)) -> Response:
+        await pipelines.decide(who, stage_id, body.approved, body.rejectionReason)
+        return Response(status_code=204)
+
+    # ---- workers --------------------------------------------------------------------------
+
+    @app.post("/workers/bootstrap")
+    async def bootstrap(body: m.BootstrapIn, request: Request, who: Access = Depends(access)) -> Any:
+        return await workers.bootstrap(who, await raw(request))
+
+    @app.post("/jobs/pull", responses={204: {"description": "no job within waitSeconds"}})
+    async def pull(body: m.PullIn, request: Request, s: Session = Depends(session)) -> Any:
+        job = await workers.pull(s, await raw(request))
+        return Response(status_code=204) if job is None else job
+
+    @app.post("/stages/{stage_id}/lease/acquire")
+    async def acquire(stage_id: str, body: m.LeaseIn, request: Request, s: Session = Depends(session)) -> Any:
+        return await workers.acquire(s, stage_id, await raw(request))
+
+    @app.post("/stages/{stage_id}/lease/renew")
+    async def renew(stage_id: str, body: m.LeaseIn, request: Request, s: Session = Depends(session)) -> Any:
+        return await workers.acquire(s, stage_id, await raw(request), renew=True)
+
+    @app.post("/stages/{stage_id}/result", status_code=202, responses={409: {}, 503: {"model": m.Error}})
+    async def result(stage_id: str, body: m.ResultIn, request: Request, s: Session = Depends(session)) -> Any:
+        status, answer = await workers.result(s, stage_id, await raw(request))
+        return JSONResponse(answer, status_code=status)
+
+    @app.post("/jobs/ack")
+    async def ack(body: m.AckIn, request: Request, s: Session = Depends(session)) -> Any:
+        return await workers.ack(s, await raw(request))
+
+    @app.post("/workers/heartbeat")
+    async def heartbeat(body: m.HeartbeatIn, request: Request, s: Session = Depends(session)) -> Any:
+        return await workers.heartbeat(s, await raw(request))
+
+    @app.post("/workers/shutdown")
+    async def shutdown(s: Session = Depends(session)) -> Any:
+        return await workers.shutdown(s)
+
+    @app.get("/workers")
+    async def list_workers(who: Access = Depends(access)) -> Any:
+        return await workers.list(who)
+
+    # ---- policies -------------------------------------------------------------------------
+
+    @app.get("/policies")
+    async def list_policies(who: Access = Depends(access)) -> Any:
+        return await policies.list(who)
+
+    @app.post("/policies", status_code=201)
+    async def create_policy(body: m.PolicyIn, request: Request, who: Access = Depends(access)) -> Any:
+        return await policies.create(who, await raw(request))
+
+    @app.get("/policies/{policy_id}")
+    async def get_policy(policy_id: str, who: Access = Depends(access)) -> Any:
+        return await policies.get(who, policy_id)
+
+    @app.put("/policies/{policy_id}")
+    async def replace_policy(policy_id: str, body: m.PolicyIn, request: Request, who: Access = Depends(access)) -> Any:
+        return await policies.replace(who, policy_id, await raw(request))
+
+    @app.delete("/policies/{policy_id}", status_code=204, response_class=Response)
+    async def delete_policy(policy_id: str, who: Access = Depends(access)) -> Response:
+        await policies.delete(who, policy_id)
+        return Response(status_code=204)
+
+    @app.post("/policies/{policy_id}/enable")
+    async def enable_policy(policy_id: str, who: Access = Depends(access)) -> Any:
+        return await policies.set_state(who, policy_id, "enabled")
+
+    @app.post("/policies/{policy_id}/disable")
+    async def disable_policy(policy_id: str, who: Access = Depends(access)) -> Any:
+        return await policies.set_state(who, policy_id, "disabled")
+
+    @app.get("/stages/{stage_id}/effective-policy")
+    async def effective_policy(stage_id: str, who: Access = Depends(access)) -> Any:
+        return await policies.effective(who, stage_id)
+
+    return BodyLimit(app)  # type: ignore[return-value]

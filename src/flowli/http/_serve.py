@@ -1,0 +1,47 @@
+"""``flowli serve``: the HTTP service on uvicorn and, in the same process, the engine's worker
+and sweeper (which run the pipelines' executions and expire their leases)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import Any
+
+import uvicorn
+
+from flowli.engine import Engine
+
+from ._app import create_app
+
+
+async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, lease_ttl: float = 30.0,
+                worker: bool = True, concurrency: int = 256, announce: Any = None) -> None:
+    app = create_app(engine, lease_ttl=lease_ttl)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[attr-defined,method-assign]
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+    queues = ("pipelines", "default")
+    async with contextlib.AsyncExitStack() as stack:
+        if worker:
+            await stack.enter_async_context(engine.worker(concurrency=concurrency, queues=queues))
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if server.started:
+            bound = port
+            for s in server.servers:
+                for sock in s.sockets:
+                    bound = sock.getsockname()[1]
+            (announce or _print)(f"listening on http://{host}:{bound}")
+        await task
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+    sys.stdout.flush()

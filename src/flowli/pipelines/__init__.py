@@ -1,0 +1,25 @@
+"""Pipelines: declarative stages run by application workers in any language, over HTTP. A
+pipeline is an execution of the built-in workflow ``flowli.pipeline``; see ``_workflow``."""
+
+from ._access import ROLES as ROLES
+from ._access import Access as Access
+from ._access import Applications as Applications
+from ._errors import Conflict as Conflict
+from ._errors import Forbidden as Forbidden
+from ._errors import NotFound as NotFound
+from ._errors import ServiceError as ServiceError
+from ._errors import Unauthorized as Unauthorized
+from ._errors import Unavailable as Unavailable
+from ._policies import Policies as Policies
+from ._retry import TERMINAL_CODES as TERMINAL_CODES
+from ._service import Pipelines as Pipelines
+from ._spec import PipelineInputError as PipelineInputError
+from ._workers import Session as Session
+from ._workers import Workers as Workers
+from ._workflow import WORKFLOW as WORKFLOW
+from ._workflow import install as install
+from ._workflow import queue_of as queue_of
+
+__all__ = ["ROLES", "TERMINAL_CODES", "WORKFLOW", "Access", "Applications", "Conflict", "Forbidden", "NotFound",
+           "PipelineInputError", "Pipelines", "Policies", "ServiceError", "Session", "Unauthorized", "Unavailable", "Workers",
+           "install", "queue_of"]

@@ -1,0 +1,348 @@
+"""Pipelines over the Engine: create (legacy and idempotent), read, list, append, and the
+operator actions. Every change reaches the pipeline's execution through the engine (a start, a
+signal on its ``pipeline`` channel, a cancel, a retry), so it is in its journal with its actor.
+Numeric pipeline and stage ids are store items; sensitive context values are items too, never
+in the journal."""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from typing import Any
+
+from flowli.domain import (
+    ExecutionStateError,
+    ExecutionTerminalError,
+    Principal,
+    UnknownExecutionError,
+    keyed_eid,
+)
+from flowli.engine import Engine
+
+from . import _retry
+from ._access import Access
+from ._errors import Conflict, NotFound, PipelineInputError
+from ._spec import declaration, intent_digest, labels, stage_list
+from ._view import REDACTED, build, iso
+from ._workflow import CHANNEL, REOPEN, WORKFLOW, Pipeline, install
+
+PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
+STATUSES = ("NotStarted", "Running", "Paused", "Completed", "Failed", "Cancelled")
+TERMINAL = ("Completed", "Failed", "Cancelled")
+
+
+def principal(access: Access) -> Principal:
+    return Principal(access.actor, "service", ("pipelines",), access.application)
+
+
+class Pipelines:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        install(engine.registry)
+
+    @property
+    def items(self) -> Any:
+        return self.engine.items
+
+    # ---- create ---------------------------------------------------------------------------
+
+    async def create(self, access: Access, body: Any, *, idempotent: bool) -> tuple[dict[str, Any], bool]:
+        """The pipeline and whether this call created it."""
+        access.require("operator")
+        if not isinstance(body, dict):
+            raise PipelineInputError("the body must be a JSON object")
+        key = body.get("idempotencyKey")
+        if idempotent and (not isinstance(key, str) or not key.strip()):
+            raise PipelineInputError("idempotencyKey is required (a nonempty string)")
+        decl = declaration(body)
+        digest = intent_digest(decl)
+        now = self.engine.clock.now()
+        if idempotent:
+            claim, created = await self.items.put(IDEMPOTENCY, access.application, key,
+                                                  {"eid": str(uuid.uuid4()), "intent": digest}, now)
+            if claim.body["intent"] != digest:
+                existing = await self.items.find(PIPELINE, keyed_eid(WORKFLOW, f"{access.application}/{claim.body['eid']}"),
+                                                 access.application)
+                raise Conflict(f"idempotencyKey {key!r} was used for a different creation intent",
+                               pipelineId=existing.id if existing else None)
+            start_key = claim.body["eid"]
+        else:
+            key, created, start_key = None, True, str(uuid.uuid4())
+        eid = keyed_eid(WORKFLOW, f"{access.application}/{start_key}")  # what engine.start gives it
+        pipeline_item, _ = await self.items.put(PIPELINE, access.application, eid,
+                                                {"name": decl["name"], "idempotencyKey": key}, now)
+        stages = await self._stage_ids(access, eid, pipeline_item.id, decl["stages"], decl["name"], decl["keywords"])
+        context = await self._keep_secrets(access, eid, decl["context"])
+        spec = {"pipelineId": pipeline_item.id, "name": decl["name"], "idempotencyKey": key, "traceId": decl["traceId"],
+                "application": access.application, "stages": stages, "keywords": decl["keywords"], "context": context}
+        await self.engine.start(WORKFLOW, spec, by=principal(access), key=start_key, queue="pipelines")
+        return await self._view(access, pipeline_item.id, eid), created
+
+    async def _stage_ids(self, access: Access, eid: str, pid: int, stages: builtins.list[dict[str, Any]], name: str,
+                         keywords: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
+        policies = await self.policies_of(access.application)
+        out = []
+        for s in stages:
+            spec = {**s, "plan": _retry.plan(s, name, keywords, policies)}
+            item, _ = await self.items.put(STAGE, access.application, f"{eid}/{s['stageName']}",
+                                           {"eid": eid, "pipelineId": pid, "name": s["stageName"], "spec": spec},
+                                           self.engine.clock.now())
+            out.append({**spec, "id": item.id})
+        return out
+
+    async def _keep_secrets(self, access: Access, eid: str, items: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
+        """Sensitive values go to store items (workers read them there); the journal gets "***"."""
+        out = []
+        for i in items:
+            if i.get("isSensitive") and not i.get("isDeleted"):
+                stored, created = await self.items.put(SECRET, access.application, f"{eid}/{i['key']}",
+                                                       {"value": i.get("value")}, self.engine.clock.now())
+                if not created:
+                    await self.items.update(SECRET, stored.id, {"value": i.get("value")}, self.engine.clock.now())
+                i = {**i, "value": REDACTED}
+            out.append(i)
+        return out
+
+    async def policies_of(self, application: str) -> builtins.list[tuple[int, dict[str, Any]]]:
+        return [(i.id, i.body) for i in await self.items.list(POLICY, application)]
+
+    # ---- read -----------------------------------------------------------------------------
+
+    async def _item(self, access: Access, pid: Any) -> Any:
+        try:
+            number = int(pid)
+        except (TypeError, ValueError):
+            raise NotFound(f"no pipeline {pid!r}") from None
+        item = await self.items.get(PIPELINE, number)
+        if item is None or item.application != access.application:
+            raise NotFound(f"no pipeline {number}")
+        return item
+
+    async def state(self, access: Access, eid: str) -> tuple[Any, Pipeline]:
+        try:
+            record, p = await self.engine.inspect(eid, application=access.application)
+        except UnknownExecutionError:
+            raise NotFound(f"no pipeline of execution {eid}") from None
+        return record, p
+
+    async def _view(self, access: Access, pid: int, eid: str) -> dict[str, Any]:
+        record, p = await self.state(access, eid)
+        journal = await self.engine.journal(eid, application=access.application)
+        tasks = await self.engine.tasks(eid=eid, application=access.application)
+        view = build(record, p, journal, tasks, access.application_id, self.engine.clock.now())
+        if len(p.stages) < await self.items.count(STAGE, access.application, prefix=f"{eid}/"):
+            # stages appended whose message the workflow has not taken yet: declared, not started
+            status = "Cancelled" if view["status"] == "Cancelled" else "NotStarted"
+            for item in await self.items.list(STAGE, access.application, prefix=f"{eid}/"):
+                if item.body["name"] not in p.stages:
+                    view["stages"].append(stage_json(item.id, pid, item.body["spec"], status, iso(item.at)))
+        return view
+
+    async def get(self, access: Access, pid: Any) -> dict[str, Any]:
+        item = await self._item(access, pid)
+        return await self._view(access, item.id, item.key)
+
+    async def by_idempotency_key(self, access: Access, key: Any) -> dict[str, Any]:
+        if not isinstance(key, str) or not key:
+            raise PipelineInputError("idempotencyKey is required (a nonempty string)")
+        claim = await self.items.find(IDEMPOTENCY, key, access.application)
+        item = await self.items.find(PIPELINE, keyed_eid(WORKFLOW, f"{access.application}/{claim.body['eid']}"),
+                                     access.application) if claim else None
+        if item is None:
+            raise NotFound(f"no pipeline with idempotencyKey {key!r}")
+        return await self._view(access, item.id, item.key)
+
+    async def list(self, access: Access, *, page: int = 1, size: int = 20, search: str | None = None,
+                   statuses: builtins.list[str] | None = None, keywords: builtins.list[str] | None = None,
+                   name: str | None = None) -> dict[str, Any]:
+        if page < 1 or size < 1 or size > 500:
+            raise PipelineInputError("pageNumber must be at least 1 and pageSize between 1 and 500")
+        for s in statuses or []:
+            if s not in STATUSES:
+                raise PipelineInputError(f"statuses: {s!r} is not a pipeline status ({', '.join(STATUSES)})")
+        wanted_keywords = []
+        for k in keywords or []:
+            if ":" not in k:
+                raise PipelineInputError(f"keywords: {k!r} must be key:value")
+            wanted_keywords.append(tuple(k.split(":", 1)))
+        items = await self.items.list(PIPELINE, access.application, newest_first=True)
+        if name:
+            items = [i for i in items if i.body["name"] == name]
+        if search:
+            needle = search.lower()
+            items = [i for i in items if needle in i.body["name"].lower() or needle in str(i.id)
+                     or needle in (i.body.get("idempotencyKey") or "").lower()]
+        if not statuses and not wanted_keywords:
+            total = len(items)
+            chosen = items[(page - 1) * size: page * size]
+            views = [await self._view(access, i.id, i.key) for i in chosen]
+        else:
+            views = []
+            for i in items:
+                v = await self._view(access, i.id, i.key)
+                have = {(k["key"], k["value"]) for k in v["pipelineKeywords"]}
+                if statuses and v["status"] not in statuses:
+                    continue
+                if any(k not in have for k in wanted_keywords):
+                    continue
+                views.append(v)
+            total = len(views)
+            views = views[(page - 1) * size: page * size]
+        return {"items": views, "totalCount": total, "pageNumber": page, "pageSize": size}
+
+    async def history(self, access: Access, pid: Any) -> builtins.list[dict[str, Any]]:
+        item = await self._item(access, pid)
+        journal = await self.engine.journal(item.key, application=access.application)
+        out = []
+        for e in journal:
+            out.append({"seq": e.seq, "kind": e.kind.value, "frame": e.fid, "attempt": e.attempt,
+                        "at": e.at.isoformat(), "actor": str(e.provenance.actor),
+                        "value": redact(e.value), "error": redact(e.error)})
+        for r in await self.items.list(REFUSED, access.application, prefix=f"{item.key}/"):
+            out.append({"seq": None, "kind": "result.refused", "frame": None, "attempt": r.body.get("attempt"),
+                        "at": r.at.isoformat(), "actor": r.body.get("actor"), "value": redact(r.body), "error": None})
+        out.sort(key=lambda x: x["at"])
+        return out
+
+    # ---- change ---------------------------------------------------------------------------
+
+    async def _signal(self, access: Access, eid: str, message: dict[str, Any], what: str) -> None:
+        try:
+            await self.engine.signal(eid, CHANNEL, message, by=principal(access), application=access.application)
+        except ExecutionTerminalError as exc:
+            raise Conflict(f"cannot {what}: the pipeline is {exc.status}") from None
+        except UnknownExecutionError:
+            raise NotFound(f"no pipeline of execution {eid}") from None
+
+    async def _live(self, access: Access, pid: Any, what: str) -> tuple[Any, Any, Pipeline]:
+        item = await self._item(access, pid)
+        record, p = await self.state(access, item.key)
+        status = build(record, p, [], [], access.application_id, self.engine.clock.now())["status"]
+        if status in TERMINAL:
+            raise Conflict(f"cannot {what} pipeline {item.id}: it is {status}")
+        return item, record, p
+
+    async def append(self, access: Access, pid: Any, body: Any) -> builtins.list[dict[str, Any]]:
+        access.require("operator")
+        stages = body.get("stages") if isinstance(body, dict) else None
+        item, _, p = await self._live(access, pid, "append stages to")
+        specs = stage_list(stages, p.declared())
+        given = await self._stage_ids(access, item.key, item.id, specs, p.spec["name"], p.spec.get("keywords") or [])
+        await self._signal(access, item.key, {"op": "append", "stages": given}, f"append stages to pipeline {item.id}")
+        now = iso(self.engine.clock.now())
+        return [stage_json(g["id"], item.id, g, "NotStarted", now) for g in given]
+
+    async def pause(self, access: Access, pid: Any) -> dict[str, Any]:
+        access.require("operator")
+        item, _, _ = await self._live(access, pid, "pause")
+        await self._signal(access, item.key, {"op": "pause"}, f"pause pipeline {item.id}")
+        return await self._view(access, item.id, item.key)
+
+    async def resume(self, access: Access, pid: Any) -> dict[str, Any]:
+        access.require("operator")
+        item, _, _ = await self._live(access, pid, "resume")
+        await self._signal(access, item.key, {"op": "resume"}, f"resume pipeline {item.id}")
+        return await self._view(access, item.id, item.key)
+
+    async def cancel(self, access: Access, pid: Any) -> dict[str, Any]:
+        access.require("operator")
+        item, _, _ = await self._live(access, pid, "cancel")
+        try:
+            await self.engine.cancel(item.key, by=principal(access), application=access.application)
+        except (ExecutionTerminalError, ExecutionStateError) as exc:
+            raise Conflict(f"cannot cancel pipeline {item.id}: {exc}") from None
+        return await self._view(access, item.id, item.key)
+
+    async def stage(self, access: Access, stage_id: Any) -> tuple[Any, Any]:
+        """The stage item and its pipeline's item."""
+        if isinstance(stage_id, bool) or not isinstance(stage_id, (int, str)):
+            raise PipelineInputError(f"stageId must be a number, got {stage_id!r}")
+        try:
+            number = int(stage_id)
+        except ValueError:
+            raise NotFound(f"no stage {stage_id!r}") from None
+        item = await self.items.get(STAGE, number)
+        if item is None or item.application != access.application:
+            raise NotFound(f"no stage {number}")
+        pipeline_item = await self.items.get(PIPELINE, item.body["pipelineId"])
+        return item, pipeline_item
+
+    async def skip(self, access: Access, stage_id: Any) -> dict[str, Any]:
+        access.require("operator")
+        stage, pitem = await self.stage(access, stage_id)
+        _, _, p = await self._live(access, pitem.id, f"skip stage {stage.id} of")
+        if p.stages[stage.body["name"]].status in ("Completed", "Skipped"):
+            raise Conflict(f"stage {stage.id} ({stage.body['name']}) is {p.stages[stage.body['name']].status} already")
+        await self._signal(access, pitem.key, {"op": "skip", "stage": stage.body["name"]}, f"skip stage {stage.id}")
+        return await self._view(access, pitem.id, pitem.key)
+
+    async def rerun(self, access: Access, stage_id: Any, rerun_next: bool) -> dict[str, Any]:
+        access.require("operator")
+        stage, pitem = await self.stage(access, stage_id)
+        record, p = await self.state(access, pitem.key)
+        status = build(record, p, [], [], access.application_id, self.engine.clock.now())["status"]
+        message = {"op": "rerun", "stage": stage.body["name"], "next": bool(rerun_next)}
+        if status == "Failed":
+            try:
+                await self.engine.retry(pitem.key, by=principal(access), application=access.application,
+                                        reason=f"rerun of stage {stage.body['name']}", signal=(REOPEN, message))
+            except ExecutionStateError as exc:
+                raise Conflict(f"cannot rerun stage {stage.id}: {exc}") from None
+        elif status in TERMINAL:
+            raise Conflict(f"cannot rerun stage {stage.id}: pipeline {pitem.id} is {status}")
+        else:
+            await self._signal(access, pitem.key, message, f"rerun stage {stage.id}")
+        return await self._view(access, pitem.id, pitem.key)
+
+    async def decide(self, access: Access, stage_id: Any, approved: Any, reason: Any) -> None:
+        access.require("operator")
+        if not isinstance(approved, bool):
+            raise PipelineInputError(f"approved must be true or false, got {approved!r}")
+        if reason is not None and not isinstance(reason, str):
+            raise PipelineInputError("rejectionReason must be a string")
+        if not approved and not (reason or "").strip():
+            raise PipelineInputError("rejectionReason is required when approved is false")
+        stage, pitem = await self.stage(access, stage_id)
+        decision = {"approved": approved, "rejectionReason": None if approved else reason}
+        record, p = await self.state(access, pitem.key)
+        s = p.stages[stage.body["name"]]
+        run_key = f"{pitem.key}/{stage.body['name']}/{s.run}"
+        if s.decision is not None or s.status != "WaitingForApproval":
+            earlier = await self.items.find("decision", run_key, access.application)
+            if earlier is not None and earlier.body == decision:
+                return  # an identical repeat
+            if earlier is not None or s.decision is not None:
+                raise Conflict(f"stage {stage.id} ({s.name}) was decided already with another decision")
+            raise Conflict(f"stage {stage.id} ({s.name}) is {s.status}, not WaitingForApproval")
+        claim, created = await self.items.put("decision", access.application, run_key, decision,
+                                              self.engine.clock.now())
+        if not created:
+            if claim.body == decision:
+                return
+            raise Conflict(f"stage {stage.id} ({s.name}) was decided already with another decision")
+        await self._signal(access, pitem.key, {"op": "decide", "stage": s.name, **decision},
+                           f"decide stage {stage.id}")
+
+
+def stage_json(sid: int, pid: int, g: dict[str, Any], status: str, created: str | None) -> dict[str, Any]:
+    """A stage declared and not started yet, in its public shape."""
+    return {"id": sid, "pipelineId": pid, "name": g["stageName"], "stageHandlerName": g["stageHandlerName"],
+            "description": g.get("description"), "isEvent": g.get("isEvent", False), "status": status,
+            "input": g.get("input"), "output": None, "attempt": 0, "executionId": None, "errorCode": None,
+            "errorMessage": None, "options": g.get("options") or {}, "dependsOn": g["dependsOn"],
+            "createdAt": created, "startedAt": None, "finishedAt": None}
+
+
+def redact(value: Any) -> Any:
+    """A journal value with every sensitive context item's value "***" (they are stored so already;
+    this is the second fence, for values a worker sent marked sensitive)."""
+    if isinstance(value, dict):
+        if value.get("isSensitive") and "value" in value:
+            return {**value, "value": REDACTED}
+        return {k: redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+__all__ = ["Pipelines", "labels", "redact"]

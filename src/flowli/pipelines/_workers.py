@@ -1,0 +1,271 @@
+"""The worker protocol: bootstrap, long-poll pull, acquire, renew, result, ack, heartbeat,
+shutdown. A job is one attempt of a stage: a DELEGATE task of the pipeline's execution, whose id
+is the job's ``executionId`` and token. Its lease, its renewals, its expiry and the refusal of a
+stale result are the engine's (``engine.consumer``)."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from flowli.domain import (
+    DatabaseUnavailable,
+    EntryKind,
+    ExecutionTerminalError,
+    Principal,
+    StaleAnswer,
+    Task,
+)
+from flowli.engine import Consumer, Engine
+
+from ._access import SESSION, Access, digest
+from ._errors import Conflict, NotFound, PipelineInputError, Unauthorized, Unavailable
+from ._service import REFUSED, SECRET, Pipelines
+from ._spec import labels, stage_list
+from ._view import REDACTED, iso, spec_attempt
+from ._workflow import queue_of
+
+WORKER = "worker"
+HEARTBEAT_SECONDS = 10
+
+
+class Session:
+    def __init__(self, access: Access, worker_id: str, item_id: int, body: dict[str, Any]):
+        self.access = access
+        self.worker_id = worker_id
+        self.item_id = item_id
+        self.body = body
+
+
+class Workers:
+    def __init__(self, engine: Engine, pipelines: Pipelines, lease_ttl: float = 30.0):
+        self.engine = engine
+        self.pipelines = pipelines
+        self.lease = timedelta(seconds=lease_ttl)
+
+    @property
+    def items(self) -> Any:
+        return self.engine.items
+
+    def _consumer(self, session: Session, handlers: list[str]) -> Consumer:
+        app = session.access.application
+        return self.engine.consumer([queue_of(app, h) for h in handlers], session.worker_id, self.lease,
+                                    application=app)
+
+    async def bootstrap(self, access: Access, body: Any) -> dict[str, Any]:
+        access.require("operator")
+        if not isinstance(body, dict):
+            raise PipelineInputError("the body must be a JSON object")
+        name = body.get("workerName")
+        if not isinstance(name, str) or not name.strip():
+            raise PipelineInputError("workerName is required (a nonempty string)")
+        handlers = body.get("supportedHandlers")
+        if not isinstance(handlers, list) or not all(isinstance(h, str) and h for h in handlers):
+            raise PipelineInputError("supportedHandlers must be a list of handler names")
+        for field in ("instanceId", "hostName", "sdkVersion"):
+            if body.get(field) is not None and not isinstance(body[field], str):
+                raise PipelineInputError(f"{field} must be a string")
+        if body.get("pid") is not None and (not isinstance(body["pid"], int) or isinstance(body["pid"], bool)):
+            raise PipelineInputError("pid must be a number")
+        worker_id = str(uuid.uuid4())
+        token = f"fws_{secrets.token_urlsafe(32)}"
+        now = self.engine.clock.now()
+        record = {"workerId": worker_id, "workerName": name, "supportedHandlers": handlers, "state": "ready",
+                  "inFlight": 0, "instanceId": body.get("instanceId"), "hostName": body.get("hostName"),
+                  "pid": body.get("pid"), "sdkVersion": body.get("sdkVersion"), "startedAt": iso(now),
+                  "lastHeartbeat": iso(now), "applicationId": access.application_id, "key": access.actor}
+        await self.items.put(WORKER, access.application, worker_id, record, now)
+        await self.items.put(SESSION, access.application, digest(token), {"workerId": worker_id}, now)
+        return {"workerId": worker_id, "workerSessionToken": token,
+                "application": {"id": access.application_id, "name": access.application},
+                "heartbeat": {"intervalSeconds": HEARTBEAT_SECONDS}, "lease": {"ttlSeconds": self.lease.total_seconds()}}
+
+    async def session(self, token: str | None) -> Session:
+        if not token:
+            raise Unauthorized("no worker session: send X-Worker-Session (from POST /workers/bootstrap)")
+        item = await self.items.find(SESSION, digest(token))
+        if item is None:
+            raise Unauthorized("the worker session is unknown")
+        worker = await self.items.find(WORKER, item.body["workerId"], item.application)
+        if worker is None or worker.body.get("state") == "stopped":
+            raise Unauthorized("the worker session ended (the worker shut down)")
+        access = Access(item.application, worker.body["applicationId"], "operator", worker.body["workerName"])
+        return Session(access, worker.key, worker.id, worker.body)
+
+    async def pull(self, session: Session, body: Any) -> dict[str, Any] | None:
+        body = body if isinstance(body, dict) else {}
+        handlers = body.get("handlers") or session.body["supportedHandlers"]
+        if not isinstance(handlers, list) or not all(isinstance(h, str) and h for h in handlers):
+            raise PipelineInputError("handlers must be a list of handler names")
+        wait = body.get("waitSeconds", 0)
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 30:
+            raise PipelineInputError(f"waitSeconds must be a number from 0 to 30, got {wait!r}")
+        if not handlers:
+            return None
+        tasks = await self._consumer(session, handlers).dequeue(1, wait=float(wait))
+        if not tasks:
+            return None
+        return await self.job(session, tasks[0])
+
+    async def job(self, session: Session, task: Task) -> dict[str, Any]:
+        seed = dict(task.payload or {})
+        attempt = spec_attempt(task)
+        context = []
+        for item in seed.get("contextItems") or []:
+            if item.get("isSensitive"):
+                secret = await self.items.find(SECRET, f"{task.eid}/{item['key']}", session.access.application)
+                item = {**item, "value": secret.body["value"] if secret else None}
+            context.append(item)
+        return {"token": task.id, "pipelineId": seed["pipelineId"], "stageId": seed["stageId"],
+                "stageName": seed["stageName"], "stageHandlerName": seed["stageHandlerName"], "executionId": task.id,
+                "attempt": attempt, "idempotencyKey": f"{seed['pipelineId']}:{seed['stageId']}:{attempt}",
+                "input": seed.get("input"), "prevStageOutput": seed.get("prevStageOutput"), "contextItems": context,
+                "pipelineKeywords": seed.get("pipelineKeywords") or [], "timeoutSeconds": seed.get("timeoutSeconds"),
+                "traceparent": None}
+
+    async def _task(self, session: Session, stage_id: Any, execution_id: Any) -> Task:
+        if not isinstance(execution_id, str) or not execution_id:
+            raise PipelineInputError("executionId is required (the job's executionId)")
+        stage, _ = await self.pipelines.stage(session.access, stage_id)
+        task = await self.engine.task(execution_id, application=session.access.application)
+        if task is None or (task.payload or {}).get("stageId") != stage.id:
+            raise NotFound(f"no execution {execution_id!r} of stage {stage.id}")
+        return task
+
+    async def acquire(self, session: Session, stage_id: Any, body: Any, *, renew: bool = False) -> dict[str, Any]:
+        body = body if isinstance(body, dict) else {}
+        if body.get("workerId") is not None and body.get("workerId") != session.worker_id:
+            raise PipelineInputError("workerId is not the worker of this session")
+        task = await self._task(session, stage_id, body.get("executionId"))
+        consumer = self.engine.consumer(task.queue, session.worker_id, self.lease, application=session.access.application)
+        now = self.engine.clock.now()
+        if task.state != "ready":
+            record = await self.engine.status(task.eid or "", application=session.access.application)
+            reason = "cancelled" if record.status.value == "cancelled" else "superseded"
+            return {"acquired": False, "reason": reason}
+        if task.lease_owner is not None and task.lease_owner != session.worker_id and task.visible_at > now:
+            return {"acquired": False, "reason": "held by another worker"}
+        try:
+            renewed = await consumer.renew(task)
+        except StaleAnswer:
+            return {"acquired": False, "reason": "lease lost (it expired and the job is delivered again)"}
+        answer: dict[str, Any] = {"acquired": True, "attempt": spec_attempt(renewed), "leaseExpiresAt": iso(renewed.visible_at)}
+        if renew:
+            answer["cancelRequested"] = False
+        return answer
+
+    async def result(self, session: Session, stage_id: Any, body: Any) -> tuple[int, dict[str, Any]]:
+        if not isinstance(body, dict):
+            raise PipelineInputError("the body must be a JSON object")
+        attempt = body.get("attempt")
+        if isinstance(attempt, bool) or not isinstance(attempt, int):
+            raise PipelineInputError(f"attempt must be a number (the job's attempt), got {attempt!r}")
+        ok = body.get("isSuccess")
+        if not isinstance(ok, bool):
+            raise PipelineInputError(f"isSuccess must be true or false, got {ok!r}")
+        for field in ("output", "errorCode", "errorMessage"):
+            if body.get(field) is not None and not isinstance(body[field], str):
+                raise PipelineInputError(f"{field} must be a string")
+        for field in ("retryable", "isWaitingForApproval"):
+            if body.get(field) is not None and not isinstance(body[field], bool):
+                raise PipelineInputError(f"{field} must be true or false, got {body[field]!r}")
+        if body.get("logs") is not None and not isinstance(body["logs"], list):
+            raise PipelineInputError("logs must be a list")
+        task = await self._task(session, stage_id, body.get("executionId"))
+        context = labels(body.get("contextItems"), "contextItems")
+        if attempt != spec_attempt(task):
+            return await self._refuse(session, task, body, f"attempt {attempt} is not the current attempt"
+                                                           f" {spec_attempt(task)} of this execution")
+        value: dict[str, Any] = {"ok": ok, "output": body.get("output"), "attempt": attempt}
+        if not ok:
+            value.update(errorCode=body.get("errorCode"), errorMessage=body.get("errorMessage"),
+                         retryable=body.get("retryable") is not False)
+        if body.get("isWaitingForApproval"):
+            value["waiting"] = True
+        if context:
+            value["context"] = await self.pipelines._keep_secrets(session.access, task.eid or "", context)
+        if body.get("appendStages"):
+            value["append"] = await self._appended(session, task, body["appendStages"])
+        if body.get("logs"):
+            value["logs"] = [{k: log.get(k) for k in ("message", "logLevel", "created")} for log in body["logs"]
+                             if isinstance(log, dict)]
+        consumer = self.engine.consumer(task.queue, session.worker_id, self.lease, application=session.access.application)
+        by = Principal(session.access.actor, "worker", ("pipelines",), session.access.application)
+        try:
+            await consumer.answer(task, value, by=by)
+        except StaleAnswer as exc:
+            if await self._accepted(task, value):
+                return 202, {"accepted": True}
+            return await self._refuse(session, task, body, str(exc))
+        except ExecutionTerminalError as exc:
+            return await self._refuse(session, task, body, f"the pipeline is {exc.status}")
+        except DatabaseUnavailable as exc:
+            raise Unavailable(f"the result was not confirmed ({exc}): send it again") from None
+        return 202, {"accepted": True}
+
+    async def _appended(self, session: Session, task: Task, stages: Any) -> list[dict[str, Any]]:
+        _, p = await self.pipelines.state(session.access, task.eid or "")
+        specs = stage_list(stages, p.declared())
+        pid = (task.payload or {})["pipelineId"]
+        return await self.pipelines._stage_ids(session.access, task.eid or "", pid, specs, p.spec["name"],
+                                               p.spec.get("keywords") or [])
+
+    async def _accepted(self, task: Task, value: dict[str, Any]) -> bool:
+        """Whether the journal holds this very result as the attempt's outcome (a repeat)."""
+        journal = await self.engine.journal(task.eid or "")
+        fid = (task.frame or {}).get("fid")
+        for e in journal:
+            if e.fid == fid and e.attempt == task.attempt and e.kind is EntryKind.FRAME_COMPLETED:
+                return {k: v for k, v in (e.value or {}).items() if k != "append"} == \
+                    {k: v for k, v in value.items() if k != "append"}
+        return False
+
+    async def _refuse(self, session: Session, task: Task, body: dict[str, Any], reason: str) -> tuple[int, dict[str, Any]]:
+        record = {"executionId": task.id, "attempt": body.get("attempt"), "reason": reason,
+                  "isSuccess": body.get("isSuccess"), "errorCode": body.get("errorCode"), "actor": session.access.actor,
+                  "stageId": (task.payload or {}).get("stageId")}
+        await self.items.put(REFUSED, session.access.application, f"{task.eid}/{uuid.uuid4()}", record,
+                             self.engine.clock.now())
+        return 409, {"accepted": False, "reason": reason}
+
+    async def ack(self, session: Session, body: Any) -> dict[str, Any]:
+        body = body if isinstance(body, dict) else {}
+        token = body.get("token")
+        if not isinstance(token, str) or not token:
+            raise PipelineInputError("token is required (the job's token)")
+        requeue = body.get("requeue", False)
+        if not isinstance(requeue, bool):
+            raise PipelineInputError("requeue must be true or false")
+        task = await self.engine.task(token, application=session.access.application)
+        if task is None:
+            raise NotFound(f"no job with token {token!r}")
+        if task.state == "ready" and requeue:
+            await self.engine.consumer(task.queue, session.worker_id, self.lease,
+                                       application=session.access.application).nack(task)
+        return {"acknowledged": True}
+
+    async def heartbeat(self, session: Session, body: Any) -> dict[str, Any]:
+        body = body if isinstance(body, dict) else {}
+        state = body.get("state", session.body.get("state", "ready"))
+        if state not in ("ready", "draining"):
+            raise PipelineInputError(f"state must be ready or draining, got {state!r}")
+        in_flight = body.get("inFlight", session.body.get("inFlight", 0))
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 0:
+            raise PipelineInputError(f"inFlight must be a non-negative number, got {in_flight!r}")
+        now = self.engine.clock.now()
+        await self.items.update(WORKER, session.item_id, {**session.body, "state": state, "inFlight": in_flight,
+                                                          "lastHeartbeat": iso(now)}, now)
+        return {"ok": True}
+
+    async def shutdown(self, session: Session) -> dict[str, Any]:
+        now = self.engine.clock.now()
+        await self.items.update(WORKER, session.item_id, {**session.body, "state": "stopped", "lastHeartbeat": iso(now)}, now)
+        return {"ok": True}
+
+    async def list(self, access: Access) -> list[dict[str, Any]]:
+        return [{k: v for k, v in i.body.items() if k != "key"} for i in await self.items.list(WORKER, access.application)]
+
+
+__all__ = ["REDACTED", "Conflict", "Workers"]

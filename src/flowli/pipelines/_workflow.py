@@ -1,0 +1,286 @@
+"""The built-in workflow ``flowli.pipeline``: a pipeline is one execution of it, whose input is
+its stage list. Each attempt of a stage run by an application worker is a ``ctx.delegate`` frame
+on the queue of its application and handler; a retry waits on a ``ctx.sleep`` frame; operator
+actions and approvals are messages on the execution's ``pipeline`` channel. The workflow takes
+one event at a time with ``ctx.first``, so the stage statuses it keeps (``ctx.expose``) are a
+pure function of its journal: ``engine.inspect`` replays them, nothing reconstructs them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from flowli.domain import StepFailed
+from flowli.engine import Context, Registry
+
+from . import _retry
+from ._spec import PipelineInputError, stage_list
+
+WORKFLOW = "flowli.pipeline"
+CHANNEL = "pipeline"
+REOPEN = "pipeline-reopen"
+"""The channel of the message that reopens a failed pipeline (``engine.retry`` sends it)."""
+DONE = frozenset({"Completed", "Skipped"})
+
+
+def queue_of(application: str | None, handler: str) -> str:
+    """The queue of an application's handler: its DELEGATE tasks wait there for a worker."""
+    return f"pipelines:{application or ''}:{handler}"
+
+
+class Stage:
+    """One stage as the workflow knows it."""
+
+    def __init__(self, spec: dict[str, Any]):
+        self.spec = spec
+        self.id: int = spec["id"]
+        self.name: str = spec["stageName"]
+        self.status = "NotStarted"
+        self.attempts = 0
+        """The number of the stage's last attempt (each delegate frame's first; a lease that
+        expired inside a frame made another one, which its result or failure tells)."""
+        self.frames = 0
+        """Delegate frames created for the stage (its frame keys count them)."""
+        self.output: str | None = None
+        self.error_code: str | None = None
+        self.error_message: str | None = None
+        self.run = 0
+        """Bumped by a rerun or a skip: a late outcome of an earlier run changes nothing."""
+        self.retries = 0
+        self.frame: str | None = None
+        """The fid of the current attempt's delegate frame."""
+        self.started: str | None = None
+        """The fid whose frame.started is the stage's start (its first attempt in this run)."""
+        self.finished: str | None = None
+        """The fid whose outcome ended the stage (an attempt, a message)."""
+        self.decision: dict[str, Any] | None = None
+        self.retry_at: str | None = None
+        self.base = 0
+        """The attempts before the current delegate frame (its job's attempt is base + the frame's)."""
+        """The fid of the sleep frame of a scheduled retry."""
+
+
+class Pipeline:
+    """The state of a pipeline run, as its workflow keeps it (what ``ctx.expose`` shows)."""
+
+    def __init__(self, spec: dict[str, Any]):
+        self.spec = spec
+        self.stages: dict[str, Stage] = {}
+        self.order: list[str] = []
+        for s in spec["stages"]:
+            self.add(s)
+        self.context: dict[str, dict[str, Any]] = {c["key"]: c for c in spec.get("context") or [] if not c.get("isDeleted")}
+        self.paused = False
+        self.outcome: str | None = None
+        self.refused: list[dict[str, Any]] = []
+
+    def add(self, spec: dict[str, Any]) -> None:
+        self.stages[spec["stageName"]] = Stage(spec)
+        self.order.append(spec["stageName"])
+
+    def declared(self) -> list[dict[str, Any]]:
+        return [self.stages[n].spec for n in self.order]
+
+    def eligible(self) -> list[Stage]:
+        return [s for s in (self.stages[n] for n in self.order) if s.status == "NotStarted"
+                and all(self.stages[d].status in DONE for d in s.spec["dependsOn"])]
+
+    def dependents(self, name: str) -> list[str]:
+        """Every stage that depends on ``name``, transitively, in declaration order."""
+        found: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for n in self.order:
+                if n not in found and any(d == name or d in found for d in self.stages[n].spec["dependsOn"]):
+                    found.add(n)
+                    changed = True
+        return [n for n in self.order if n in found]
+
+    def busy(self) -> bool:
+        return any(s.status in ("Pending", "Running", "RetryScheduled", "WaitingForApproval")
+                   for s in self.stages.values())
+
+    def merge_context(self, items: list[dict[str, Any]]) -> None:
+        for item in items or []:
+            if item.get("isDeleted"):
+                self.context.pop(item["key"], None)
+            else:
+                self.context[item["key"]] = item
+
+
+def job_seed(p: Pipeline, stage: Stage, application: str | None) -> dict[str, Any]:
+    spec = stage.spec
+    deps = spec["dependsOn"]
+    prev = p.stages[deps[-1]].output if deps else None
+    timeout = (spec.get("options") or {}).get("timeOut")
+    return {"pipelineId": p.spec["pipelineId"], "stageId": stage.id, "stageName": stage.name,
+            "stageHandlerName": spec["stageHandlerName"], "input": spec.get("input"), "prevStageOutput": prev,
+            "pipelineKeywords": p.spec.get("keywords") or [], "contextItems": list(p.context.values()),
+            "timeoutSeconds": timeout or None, "base": stage.attempts, "application": application,
+            "traceId": p.spec.get("traceId")}
+
+
+async def pipeline(ctx: Context, spec: dict[str, Any]) -> Any:
+    p = Pipeline(spec)
+    ctx.expose(p)
+    application = spec.get("application")
+    waiting: dict[Any, tuple[str, int, str]] = {}
+    control = ctx.receive(CHANNEL)
+    while True:
+        if not p.paused:
+            for stage in p.eligible():
+                _dispatch(ctx, p, stage, application, waiting)
+        in_flight = any(kind == "attempt" and run == p.stages[name].run for name, run, kind in waiting.values())
+        if not p.busy() and not in_flight:
+            if all(s.status in DONE for s in p.stages.values()):
+                p.outcome = "Completed"
+                return {"outputs": {n: p.stages[n].output for n in p.order}}
+            failed = [s for s in p.stages.values() if s.status == "Failed"]
+            if failed:
+                # the run ends failed; a rerun reopens this frame (engine.retry with the message)
+                p.outcome = "Failed"
+                closing = ctx.receive(REOPEN, timeout=timedelta(milliseconds=1))
+                try:
+                    message = await closing
+                except TimeoutError:
+                    s = failed[0]
+                    raise StepFailed(closing.fid, s.error_code or "FAILED",  # type: ignore[attr-defined]
+                                     f"stage {s.name!r} failed: {s.error_message or s.error_code}", 1) from None
+                p.outcome = None
+                _control(p, message)
+                control = ctx.receive(CHANNEL)
+                continue
+        frame = await ctx.first([*waiting, control])
+        if frame is control:
+            _control(p, await frame)
+            control = ctx.receive(CHANNEL)
+            continue
+        name, run, kind = waiting.pop(frame)
+        stage = p.stages[name]
+        if run != stage.run:
+            continue  # an outcome of a run that a rerun or a skip replaced
+        if kind == "retry":
+            stage.status = "NotStarted"
+            stage.retry_at = None
+            continue
+        try:
+            value = await frame
+        except TimeoutError:
+            _failed(ctx, p, stage, "TIMEOUT", "the attempt ran past the stage's timeOut", True, waiting, fid_of(frame))
+            continue
+        except StepFailed as exc:
+            stage.attempts = stage.base + max(1, exc.attempts)
+            _failed(ctx, p, stage, exc.error_type, exc.message, True, waiting, fid_of(frame))
+            continue
+        _result(ctx, p, stage, value, waiting, fid_of(frame))
+
+
+def fid_of(frame: Any) -> str:
+    return str(frame.fid)
+
+
+def _dispatch(ctx: Context, p: Pipeline, stage: Stage, application: str | None,
+              waiting: dict[Any, tuple[str, int, str]]) -> None:
+    timeout = (stage.spec.get("options") or {}).get("timeOut")
+    seed = job_seed(p, stage, application)
+    frame: Any = ctx.delegate(queue_of(application, stage.spec["stageHandlerName"]), seed,
+                         key=f"{stage.id}.{stage.run}.{stage.frames + 1}",
+                         timeout=timedelta(seconds=timeout) if timeout else None)
+    stage.frames += 1
+    stage.base = stage.attempts
+    stage.attempts += 1
+    stage.status = "Pending"
+    stage.frame = frame.fid  # type: ignore[attr-defined]
+    if stage.started is None:
+        stage.started = stage.frame
+    waiting[frame] = (stage.name, stage.run, "attempt")
+
+
+def _failed(ctx: Context, p: Pipeline, stage: Stage, code: str | None, message: str | None, retryable: bool,
+            waiting: dict[Any, tuple[str, int, str]], fid: str) -> None:
+    stage.error_code, stage.error_message = code, message
+    seconds = _retry.decide(stage.spec["plan"], code, retryable, stage.retries,
+                            f"{ctx.eid}:{stage.id}:{stage.run}:{stage.retries}")
+    if seconds is None:
+        stage.status = "Failed"
+        stage.finished = fid
+        return
+    stage.retries += 1
+    stage.status = "RetryScheduled"
+    sleep = ctx.sleep(timedelta(seconds=seconds))
+    stage.retry_at = sleep.fid  # type: ignore[attr-defined]
+    waiting[sleep] = (stage.name, stage.run, "retry")
+
+
+def _result(ctx: Context, p: Pipeline, stage: Stage, value: Any, waiting: dict[Any, tuple[str, int, str]],
+            fid: str) -> None:
+    value = value if isinstance(value, dict) else {"ok": True, "output": value}
+    if isinstance(value.get("attempt"), int):
+        stage.attempts = value["attempt"]
+    p.merge_context(value.get("context") or [])
+    if value.get("append"):
+        try:
+            specs = stage_list(value["append"], p.declared())
+            for spec, given in zip(specs, value["append"]):
+                p.add({**spec, "id": given["id"], "plan": given["plan"]})
+        except (PipelineInputError, KeyError, TypeError) as exc:
+            p.refused.append({"stage": stage.name, "append": str(exc)})
+    if not value.get("ok", True):
+        _failed(ctx, p, stage, value.get("errorCode"), value.get("errorMessage"), value.get("retryable", True) is not False,
+                waiting, fid)
+        return
+    stage.output = value.get("output")
+    stage.error_code = stage.error_message = None
+    stage.finished = fid
+    stage.status = "WaitingForApproval" if value.get("waiting") else "Completed"
+
+
+def _control(p: Pipeline, message: Any) -> None:
+    """An operator's action or an application's decision (validated by whoever sent it; one
+    that no longer applies changes nothing)."""
+    if not isinstance(message, dict):
+        return
+    op = message.get("op")
+    stage = p.stages.get(message.get("stage") or "")
+    if op == "pause":
+        p.paused = True
+    elif op == "resume":
+        p.paused = False
+    elif op == "append":
+        try:
+            specs = stage_list(message.get("stages"), p.declared())
+            for spec, given in zip(specs, message["stages"]):
+                p.add({**spec, "id": given["id"], "plan": given["plan"]})
+        except (PipelineInputError, KeyError, TypeError) as exc:
+            p.refused.append({"append": str(exc)})
+    elif stage is None:
+        return
+    elif op == "decide" and stage.status == "WaitingForApproval":
+        stage.decision = {"approved": bool(message.get("approved")), "rejectionReason": message.get("rejectionReason")}
+        stage.finished = message.get("fid")
+        if stage.decision["approved"]:
+            stage.status = "Completed"
+        else:
+            stage.status = "Failed"
+            stage.error_code = "REJECTED"
+            stage.error_message = message.get("rejectionReason")
+    elif op == "skip" and stage.status not in DONE:
+        stage.run += 1
+        stage.status = "Skipped"
+    elif op == "rerun":
+        names = [stage.name, *(p.dependents(stage.name) if message.get("next") else [])]
+        for n in names:
+            s = p.stages[n]
+            s.run += 1
+            s.status = "NotStarted"
+            s.output = s.error_code = s.error_message = None
+            s.retries = 0
+            s.decision = None
+            s.started = s.finished = s.retry_at = None
+
+
+def install(registry: Registry) -> None:
+    """Register ``flowli.pipeline`` in ``registry`` (once)."""
+    if WORKFLOW not in registry.names():
+        registry.workflow(WORKFLOW)(pipeline)

@@ -1,0 +1,60 @@
+"""The items (see Item) on PostgreSQL: in the store's database and schema, shared by every process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from . import _items_sql as q
+from ._pg_sql import dialect
+from ._protocol import Item
+
+_PUT = dialect(q.PUT)
+_FIND_IN = dialect(q.FIND_IN)
+_FIND_ANY = dialect(q.FIND_ANY)
+_GET = dialect(q.GET)
+_UPDATE = dialect(q.UPDATE)
+_DELETE = dialect(q.DELETE)
+
+
+def _count(status: str) -> int:
+    return int(status.rsplit(" ", 1)[-1])
+
+
+class PostgresItems:
+    def __init__(self, pool: Callable[[], asyncpg.Pool]):
+        self._pool = pool
+
+    async def put(self, kind: str, application: str, key: str, body: Any, now: datetime) -> tuple[Item, bool]:
+        async with self._pool().acquire() as conn:
+            created = _count(await conn.execute(_PUT, kind, application, key, q.body_text(body), now.timestamp())) > 0
+            return q.item(await conn.fetchrow(_FIND_IN, kind, application, key)), created
+
+    async def get(self, kind: str, id: int) -> Item | None:
+        row = await self._pool().fetchrow(_GET, kind, int(id))
+        return None if row is None else q.item(row)
+
+    async def find(self, kind: str, key: str, application: str | None = None) -> Item | None:
+        if application is None:
+            row = await self._pool().fetchrow(_FIND_ANY, kind, key)
+        else:
+            row = await self._pool().fetchrow(_FIND_IN, kind, application, key)
+        return None if row is None else q.item(row)
+
+    async def list(self, kind: str, application: str | None, *, prefix: str | None = None,
+                   newest_first: bool = False, limit: int | None = None, offset: int = 0) -> list[Item]:
+        sql, params = q.listing(kind, application, prefix, newest_first, limit, offset)
+        return [q.item(r) for r in await self._pool().fetch(dialect(sql), *params)]
+
+    async def count(self, kind: str, application: str | None, *, prefix: str | None = None) -> int:
+        sql, params = q.counting(kind, application, prefix)
+        return int(await self._pool().fetchval(dialect(sql), *params))
+
+    async def update(self, kind: str, id: int, body: Any, now: datetime) -> bool:
+        return _count(await self._pool().execute(_UPDATE, q.body_text(body), now.timestamp(), kind, int(id))) > 0
+
+    async def delete(self, kind: str, id: int) -> bool:
+        return _count(await self._pool().execute(_DELETE, kind, int(id))) > 0

@@ -1,0 +1,69 @@
+"""The items (see Item) on SQLite: the store's own database, written by its writer thread."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from . import _items_sql as q
+from ._protocol import Item
+
+T = TypeVar("T")
+
+
+class SQLiteItems:
+    def __init__(self, write: Callable[[Callable[[sqlite3.Connection], Any]], Any],
+                 read: Callable[[Callable[[sqlite3.Connection], Any]], Any]):
+        self._w = write
+        self._r = read
+
+    async def put(self, kind: str, application: str, key: str, body: Any, now: datetime) -> tuple[Item, bool]:
+        def run(conn: sqlite3.Connection) -> tuple[Item, bool]:
+            created = conn.execute(q.PUT, (kind, application, key, q.body_text(body), now.timestamp())).rowcount > 0
+            return q.item(conn.execute(q.FIND_IN, (kind, application, key)).fetchone()), created
+
+        result: tuple[Item, bool] = await self._w(run)
+        return result
+
+    async def get(self, kind: str, id: int) -> Item | None:
+        def run(conn: sqlite3.Connection) -> Item | None:
+            row = conn.execute(q.GET, (kind, int(id))).fetchone()
+            return None if row is None else q.item(row)
+
+        result: Item | None = await self._r(run)
+        return result
+
+    async def find(self, kind: str, key: str, application: str | None = None) -> Item | None:
+        def run(conn: sqlite3.Connection) -> Item | None:
+            if application is None:
+                row = conn.execute(q.FIND_ANY, (kind, key)).fetchone()
+            else:
+                row = conn.execute(q.FIND_IN, (kind, application, key)).fetchone()
+            return None if row is None else q.item(row)
+
+        result: Item | None = await self._r(run)
+        return result
+
+    async def list(self, kind: str, application: str | None, *, prefix: str | None = None,
+                   newest_first: bool = False, limit: int | None = None, offset: int = 0) -> list[Item]:
+        sql, params = q.listing(kind, application, prefix, newest_first, limit, offset)
+        result: list[Item] = await self._r(lambda conn: [q.item(r) for r in conn.execute(sql, params).fetchall()])
+        return result
+
+    async def count(self, kind: str, application: str | None, *, prefix: str | None = None) -> int:
+        sql, params = q.counting(kind, application, prefix)
+        result: int = await self._r(lambda conn: int(conn.execute(sql, params).fetchone()[0]))
+        return result
+
+    async def update(self, kind: str, id: int, body: Any, now: datetime) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            return conn.execute(q.UPDATE, (q.body_text(body), now.timestamp(), kind, int(id))).rowcount > 0
+
+        result: bool = await self._w(run)
+        return result
+
+    async def delete(self, kind: str, id: int) -> bool:
+        result: bool = await self._w(lambda conn: conn.execute(q.DELETE, (kind, int(id))).rowcount > 0)
+        return result

@@ -1,0 +1,61 @@
+"""Items: the named records of the layers above the engine. Put is insert-if-absent (exactly one
+of concurrent callers, also across stores sharing a database, creates it); an item is unique by
+kind, application and key; ids are numeric and grow; lists are scoped and paged."""
+
+from __future__ import annotations
+
+import asyncio
+
+from flowli._connect import open_store
+
+from .conftest import T0, at
+
+
+async def test_put_is_insert_if_absent_and_returns_the_stored_item(store):
+    items = store.items()
+    first, created = await items.put("key", "billing", "h1", {"name": "ci", "role": "operator"}, T0)
+    assert created and first.body == {"name": "ci", "role": "operator"} and first.application == "billing"
+    again, created = await items.put("key", "billing", "h1", {"name": "other"}, at(1))
+    assert not created and again == first  # the first body stays
+    other_app, created = await items.put("key", "shop", "h1", {"name": "shop"}, at(2))
+    assert created and other_app.id > first.id
+    assert await items.get("key", first.id) == first
+    assert await items.get("pipeline", first.id) is None  # the id of another kind
+    assert await items.find("key", "h1", "shop") == other_app
+    assert await items.find("key", "h1") == first  # in any application: the first by id
+    assert await items.find("key", "nope") is None
+
+
+async def test_lists_are_scoped_ordered_paged_and_counted(store):
+    items = store.items()
+    made = [(await items.put("pipeline", "a" if i % 2 else "b", f"p{i:02d}", {"n": i}, at(i)))[0] for i in range(10)]
+    in_a = [m for m in made if m.application == "a"]
+    assert [i.id for i in await items.list("pipeline", "a")] == [m.id for m in in_a]
+    assert [i.body["n"] for i in await items.list("pipeline", "a", newest_first=True, limit=2, offset=1)] == [7, 5]
+    assert await items.count("pipeline", "a") == 5 and await items.count("pipeline", None) == 10
+    assert [i.key for i in await items.list("pipeline", None, prefix="p0")] == [f"p0{i}" for i in range(10)]
+    assert await items.count("pipeline", "b", prefix="p0") == 5
+
+
+async def test_update_and_delete(store):
+    items = store.items()
+    item, _ = await items.put("policy", "a", "retry-upstream", {"state": "enabled"}, T0)
+    assert await items.update("policy", item.id, {"state": "disabled"}, at(5))
+    assert (await items.get("policy", item.id)).body == {"state": "disabled"}
+    assert not await items.update("policy", item.id + 1000, {}, at(5))
+    assert await items.delete("policy", item.id)
+    assert not await items.delete("policy", item.id)
+    assert await items.get("policy", item.id) is None
+
+
+async def test_exactly_one_put_creates_among_concurrent_stores(shared_url):
+    stores = [open_store(shared_url) for _ in range(3)]
+    for s in stores:
+        await s.open()
+    try:
+        results = await asyncio.gather(*(s.items().put("idem", "a", "k", {"by": i}, T0) for i, s in enumerate(stores)))
+        assert sum(created for _, created in results) == 1
+        assert len({item.id for item, _ in results}) == 1
+    finally:
+        for s in stores:
+            await s.close()
