@@ -474,3 +474,38 @@ def test_exponential_linear_capped_and_jittered_delays():
         listed = plan(stage(maxRetries=3, retryInterval=1, retryOnErrorCodes=[code]), "p", [], [])
         assert decide(listed, code, True, 0, "s") is None
     assert decide(linear, "TIMEOUT", False, 0, "s") is None and decide(linear, "TIMEOUT", True, 3, "s") is None
+
+
+async def test_schedules_create_ordinary_pipelines_one_per_firing(service, billing):
+    _, key = billing
+    async with PipelinesClient(service.url, key) as client:
+        http = client.http
+        r = await http.post("/schedules", json={"name": "nightly", "intervalSeconds": 1, "pipeline": body(name="scheduled")})
+        assert r.status_code == 201, r.text
+        schedule = r.json()
+        assert schedule["intervalSeconds"] == 1 and schedule["nextFireAt"] and schedule["state"] == "enabled"
+        deadline = time.monotonic() + 20
+        while (await client.list(name="scheduled"))["totalCount"] < 2:
+            assert time.monotonic() < deadline, "no two firings within 20 s"
+            await asyncio.sleep(0.2)
+        paused = (await http.post(f"/schedules/{schedule['id']}/pause")).json()
+        assert paused["state"] == "paused"
+        await asyncio.sleep(0.5)
+        made = (await client.list(name="scheduled"))["items"]
+        await asyncio.sleep(2)
+        after = (await client.list(name="scheduled"))["items"]
+        assert len(after) == len(made)  # paused: no more firings
+        keys = [p["idempotencyKey"] for p in after]
+        assert len(set(keys)) == len(keys) and all(k.startswith(f"schedule:{schedule['id']}:") for k in keys)
+        assert (await http.get(f"/schedules/{schedule['id']}")).json()["firings"] == len(after)
+        for bad, word in [({"name": "x", "pipeline": body()}, "exactly one trigger"),
+                          ({"name": "x", "cron": "0 9 * * 1-5", "timezone": "Mars/Base", "pipeline": body()}, "timezone"),
+                          ({"name": "x", "cron": "nope", "pipeline": body()}, "cron"),
+                          ({"name": "x", "runAt": "2030-01-01T09:00:00Z", "pipeline": {"name": "p", "stages": []}}, "stage")]:
+            r = await http.post("/schedules", json=bad)
+            assert r.status_code == 400 and word in r.json()["error"], (bad, r.text)
+        once = (await http.post("/schedules", json={"name": "once", "runAt": "2030-01-01T09:00:00Z", "pipeline": body()})).json()
+        assert once["nextFireAt"] == "2030-01-01T09:00:00Z"
+        assert [s["name"] for s in (await http.get("/schedules")).json()] == ["nightly", "once"]
+        assert (await http.delete(f"/schedules/{once['id']}")).status_code == 204
+        assert (await http.get(f"/schedules/{once['id']}")).status_code == 404

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from flowli.pipelines import ROLES, Applications, install
 
-from ._app import AppOption, DbOption, _settings, app, open_engine, out, registry_of, run
+from ._app import AppOption, DbOption, _settings, app, open_engine, out, parse_value, registry_of, run
 
 apps_app = typer.Typer(help="Applications: each owns its pipelines, API keys, schedules and workers.",
                        no_args_is_help=True)
@@ -160,3 +160,100 @@ def users_create(
         return 0
 
     run(go())
+
+
+schedules_app = typer.Typer(help="Schedules: a pipeline declaration and a trigger (cron, interval or once).",
+                            no_args_is_help=True)
+app.add_typer(schedules_app, name="schedules")
+
+
+async def _schedules_of(engine: Any, application: str) -> tuple[Any, Any]:
+    from flowli.pipelines import Access, Pipelines, Schedules
+
+    found = await Applications(engine).get(application)
+    access = Access(application, found["id"], "admin", "cli")
+    return access, Schedules(engine, Pipelines(engine))
+
+
+@schedules_app.command("create")
+def schedules_create(
+    ctx: typer.Context, application: Annotated[str, typer.Argument(metavar="APP")], name: str,
+    pipeline: Annotated[typer.FileText, typer.Option("--pipeline", metavar="FILE",
+                                                     help="The pipeline's create body, a JSON file (- for stdin).")],
+    cron: Annotated[str | None, typer.Option("--cron", help="A cron expression, e.g. '0 9 * * 1-5'.")] = None,
+    timezone: Annotated[str | None, typer.Option("--timezone", help="The cron's time zone, e.g. Europe/Berlin.")] = None,
+    interval: Annotated[float | None, typer.Option("--interval", metavar="SECONDS", help="Fire every SECONDS.")] = None,
+    run_at: Annotated[str | None, typer.Option("--run-at", metavar="INSTANT", help="Fire once, at an ISO instant.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Create a schedule of an application."""
+    s = _settings(ctx, None, db)
+    text = pipeline.read()
+
+    async def go() -> int:
+        declared = parse_value(text, "--pipeline")
+        async with open_engine(s) as engine:
+            access, schedules = await _schedules_of(engine, application)
+            made = await schedules.create(access, {"name": name, "cron": cron, "timezone": timezone,
+                                                   "intervalSeconds": interval, "runAt": run_at, "pipeline": declared})
+        out.print(f"schedule {made['id']} {made['name']}: next firing {made['nextFireAt']}")
+        return 0
+
+    run(go())
+
+
+@schedules_app.command("ls")
+def schedules_ls(ctx: typer.Context, application: Annotated[str, typer.Argument(metavar="APP")],
+                 db: DbOption = None) -> None:
+    """The schedules of an application."""
+    s = _settings(ctx, None, db)
+
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            access, schedules = await _schedules_of(engine, application)
+            listed = await schedules.list(access)
+        table = Table("id", "name", "trigger", "state", "next firing", "firings")
+        for sc in listed:
+            t = sc.get("cron") and f"cron {sc['cron']} {sc['timezone']}" or (
+                f"every {sc['intervalSeconds']} s" if sc.get("intervalSeconds") else f"once {sc.get('runAt')}")
+            table.add_row(str(sc["id"]), sc["name"], t, sc["state"], str(sc["nextFireAt"]), str(sc["firings"]))
+        out.print(table)
+        return 0
+
+    run(go())
+
+
+def _schedule_action(application: str, schedule_id: int, s: Any, action: str) -> None:
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            access, schedules = await _schedules_of(engine, application)
+            if action == "rm":
+                await schedules.delete(access, schedule_id)
+                out.print(f"schedule {schedule_id} deleted")
+            else:
+                made = await schedules.set_state(access, schedule_id, "paused" if action == "pause" else "enabled")
+                out.print(f"schedule {made['id']} {made['name']} {made['state']}")
+        return 0
+
+    run(go())
+
+
+@schedules_app.command("pause")
+def schedules_pause(ctx: typer.Context, application: Annotated[str, typer.Argument(metavar="APP")],
+                    schedule_id: Annotated[int, typer.Argument(metavar="ID")], db: DbOption = None) -> None:
+    """Stop a schedule's firings until it is resumed."""
+    _schedule_action(application, schedule_id, _settings(ctx, None, db), "pause")
+
+
+@schedules_app.command("resume")
+def schedules_resume(ctx: typer.Context, application: Annotated[str, typer.Argument(metavar="APP")],
+                     schedule_id: Annotated[int, typer.Argument(metavar="ID")], db: DbOption = None) -> None:
+    """Fire a paused schedule again."""
+    _schedule_action(application, schedule_id, _settings(ctx, None, db), "resume")
+
+
+@schedules_app.command("rm")
+def schedules_rm(ctx: typer.Context, application: Annotated[str, typer.Argument(metavar="APP")],
+                 schedule_id: Annotated[int, typer.Argument(metavar="ID")], db: DbOption = None) -> None:
+    """Delete a schedule (the pipelines it created stay)."""
+    _schedule_action(application, schedule_id, _settings(ctx, None, db), "rm")

@@ -17,6 +17,9 @@ from ._projection import Projector as Projector
 from ._registry import Registry as Registry
 from ._registry import WorkflowDef as WorkflowDef
 from ._runtime import Options as Options
+from ._schedules import SCHEDULE as SCHEDULE
+from ._schedules import ScheduleError as ScheduleError
+from ._schedules import firing_key as firing_key
 from ._views import AttemptView as AttemptView
 from ._views import FrameView as FrameView
 from ._views import RunView as RunView
@@ -27,6 +30,9 @@ __all__ = [
     "RunView",
     "Clock",
     "Consumer",
+    "SCHEDULE",
+    "ScheduleError",
+    "firing_key",
     "Context",
     "Engine",
     "EXECUTIONS",

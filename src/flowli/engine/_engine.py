@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-from datetime import timedelta
+import logging
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Sequence
 
@@ -27,6 +28,7 @@ from flowli.log import Evidence
 from flowli.store import Intent, Items, Store, TaskHold, Write
 
 from . import _operations as ops
+from . import _schedules as sched
 from ._archive import Archive
 from ._clock import Clock, SystemClock
 from ._consumer import Consumer, settle
@@ -45,6 +47,8 @@ from ._views import RunView, run_view
 from ._waits import new_execution
 from ._watch import await_end, await_suspended, watch
 from ._worker import Worker
+
+log = logging.getLogger("flowli.schedules")
 
 
 class Engine:
@@ -67,6 +71,7 @@ class Engine:
         self._archive = Archive(Path(self.options.bucket))
         self._workers: list[asyncio.Task[None]] = []
         self._running: list[Worker] = []
+        self._firers: dict[str, sched.Firer] = {}
         """The workers of this engine: a start here may hand its execution to one."""
         self._closed = False
 
@@ -133,10 +138,11 @@ class Engine:
         self._running.append(w)
         task = asyncio.create_task(w.run(), name="flowli-worker")
         self._workers.append(task)
+        firing = [asyncio.create_task(self._schedule_loop(), name="flowli-schedules")] if sweeper else []
         try:
             yield w
         finally:
-            await cancel_and_wait([task])
+            await cancel_and_wait([*firing, task])
             await w.retire()
             self._workers.remove(task)
             self._running.remove(w)
@@ -362,6 +368,82 @@ class Engine:
         ``application`` only, when given): dequeue (a long poll with ``wait``), read, renew,
         answer, fail, ack, nack."""
         return Consumer(self._rt, queue, name, lease, application)
+
+    # ---- schedules ------------------------------------------------------------------------
+
+    async def schedule(
+        self, name: str, workflow: str | Callable[..., Any], *args: Any, cron: str | None = None,
+        timezone: str | None = None, interval: float | None = None, at: datetime | str | None = None,
+        application: str | None = None,
+    ) -> dict[str, Any]:
+        """Start ``workflow(*args)`` at each firing of a trigger: ``cron`` (with ``timezone``),
+        ``interval`` seconds, or once ``at`` an instant. Each firing starts exactly one execution
+        however many processes run a worker with a sweeper. Returns the schedule."""
+        wf = self.registry.get(workflow)
+        wf.bind(args)
+        target = {"kind": "workflow", "workflow": wf.name,
+                  "args": check_json(list(args), f"the arguments of schedule {name!r}", "args")}
+        return await self.add_schedule(name, target, cron=cron, timezone=timezone, interval=interval, at=at,
+                                       application=application)
+
+    async def add_schedule(self, name: str, target: dict[str, Any], *, cron: str | None = None,
+                           timezone: str | None = None, interval: float | None = None,
+                           at: datetime | str | None = None, application: str | None = None) -> dict[str, Any]:
+        """Store a schedule whose firings start ``target`` (``{"kind": ...}``: "workflow", or a
+        kind a layer above registered with ``on_fire``)."""
+        if not isinstance(name, str) or not name.strip():
+            raise sched.ScheduleError("a schedule needs a name")
+        t = sched.trigger(cron, timezone, interval, at.isoformat() if isinstance(at, datetime) else at)
+        now = self.clock.now()
+        body = {"name": name, "trigger": t, "target": target, "state": "enabled", "createdAt": now.isoformat(),
+                "nextFireAt": sched.iso(sched.next_fire(t, now, now)), "lastFireAt": None, "firings": 0}
+        item, created = await self._store.items().put(sched.SCHEDULE, application or "", name, body, now)
+        if not created:
+            raise sched.ScheduleError(f"schedule {name!r} exists already (id {item.id})")
+        self._rt.timers.set()
+        return {"id": item.id, **item.body}
+
+    def on_fire(self, kind: str, fire: sched.Firer) -> None:
+        """Register what a firing of a schedule of target kind ``kind`` starts."""
+        self._firers[kind] = fire
+
+    async def fire_schedules(self) -> int:
+        """Fire every due schedule of every application once; returns the firings this call
+        started (another process may have started some of them: a firing is keyed)."""
+        now = self.clock.now()
+        fired = 0
+        for item in await self._store.items().list(sched.SCHEDULE, None):
+            body = item.body
+            due = body.get("nextFireAt")
+            if body.get("state") != "enabled" or due is None or sched.parse_instant(due, "nextFireAt") > now:
+                continue
+            instant = sched.parse_instant(due, "nextFireAt")
+            target = body["target"]
+            try:
+                if target["kind"] == "workflow":
+                    await self.start(target["workflow"], *target["args"], key=sched.firing_key(item, instant),
+                                     application=item.application or None)
+                else:
+                    await self._firers[target["kind"]](item, instant)
+            except Exception:  # one schedule's failure does not stop the others
+                log.exception("schedule %s (id %d) failed to fire at %s", body.get("name"), item.id, due)
+            created = datetime.fromisoformat(body["createdAt"])
+            following = sched.next_fire(body["trigger"], max(instant, now), created)
+            fresh = await self._store.items().get(sched.SCHEDULE, item.id)
+            if fresh is not None and fresh.body.get("nextFireAt") == due:  # not advanced by another process
+                await self._store.items().update(sched.SCHEDULE, item.id, {
+                    **fresh.body, "nextFireAt": sched.iso(following), "lastFireAt": sched.iso(instant),
+                    "firings": fresh.body.get("firings", 0) + 1}, now)
+            fired += 1
+        return fired
+
+    async def _schedule_loop(self) -> None:
+        while True:
+            try:
+                await self.fire_schedules()
+            except Exception:
+                log.exception("firing schedules failed; trying again")
+            await asyncio.sleep(self.options.schedule_interval)
 
     @property
     def items(self) -> Items:

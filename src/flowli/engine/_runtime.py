@@ -39,6 +39,8 @@ class Options:
     poll_interval: float = 0.5
     """Seconds between polls of the store when idle (other processes enqueue unseen)."""
     sweep_interval: float = 1.0
+    schedule_interval: float = 1.0
+    """How often a worker with a sweeper looks for due schedules (a firing is at most this late)."""
     """Seconds between sweeps at most; due timers wake the sweeper sooner."""
     repair_grace: timedelta = timedelta(seconds=5)
     """How old a lifecycle entry missing from the control log must be before the sweeper repairs it."""

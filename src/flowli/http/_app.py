@@ -21,6 +21,7 @@ from flowli.pipelines import (
     PipelineInputError,
     Pipelines,
     Policies,
+    Schedules,
     ServiceError,
     Session,
     Workers,
@@ -93,6 +94,7 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0) -> FastAPI:
     workers = Workers(engine, pipelines, lease_ttl)
     apps = Applications(engine)
     policies = Policies(engine, pipelines)
+    schedules = Schedules(engine, pipelines)
     app.state.pipelines, app.state.workers, app.state.applications = pipelines, workers, apps
 
     @app.exception_handler(RequestValidationError)
@@ -245,6 +247,33 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0) -> FastAPI:
     @app.get("/workers")
     async def list_workers(who: Access = Depends(access)) -> Any:
         return await workers.list(who)
+
+    # ---- schedules ------------------------------------------------------------------------
+
+    @app.post("/schedules", status_code=201)
+    async def create_schedule(body: m.ScheduleIn, request: Request, who: Access = Depends(access)) -> Any:
+        return await schedules.create(who, await raw(request))
+
+    @app.get("/schedules")
+    async def list_schedules(who: Access = Depends(access)) -> Any:
+        return await schedules.list(who)
+
+    @app.get("/schedules/{schedule_id}")
+    async def get_schedule(schedule_id: str, who: Access = Depends(access)) -> Any:
+        return await schedules.get(who, schedule_id)
+
+    @app.delete("/schedules/{schedule_id}", status_code=204, response_class=Response)
+    async def delete_schedule(schedule_id: str, who: Access = Depends(access)) -> Response:
+        await schedules.delete(who, schedule_id)
+        return Response(status_code=204)
+
+    @app.post("/schedules/{schedule_id}/pause")
+    async def pause_schedule(schedule_id: str, who: Access = Depends(access)) -> Any:
+        return await schedules.set_state(who, schedule_id, "paused")
+
+    @app.post("/schedules/{schedule_id}/resume")
+    async def resume_schedule(schedule_id: str, who: Access = Depends(access)) -> Any:
+        return await schedules.set_state(who, schedule_id, "enabled")
 
     # ---- policies -------------------------------------------------------------------------
 

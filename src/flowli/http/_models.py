@@ -163,3 +163,12 @@ class PolicyIn(Body):
     rules: PolicyRules
     targeting: PolicyTargeting | None = None
     state: Literal["enabled", "disabled"] = "enabled"
+
+
+class ScheduleIn(Body):
+    name: str
+    cron: str | None = None
+    timezone: str | None = None
+    intervalSeconds: float | None = Field(None, gt=0)
+    runAt: str | None = None
+    pipeline: PipelineIn

@@ -12,6 +12,7 @@ from ._errors import Unauthorized as Unauthorized
 from ._errors import Unavailable as Unavailable
 from ._policies import Policies as Policies
 from ._retry import TERMINAL_CODES as TERMINAL_CODES
+from ._schedules import Schedules as Schedules
 from ._service import Pipelines as Pipelines
 from ._spec import PipelineInputError as PipelineInputError
 from ._workers import Session as Session
@@ -21,5 +22,5 @@ from ._workflow import install as install
 from ._workflow import queue_of as queue_of
 
 __all__ = ["ROLES", "TERMINAL_CODES", "WORKFLOW", "Access", "Applications", "Conflict", "Forbidden", "NotFound",
-           "PipelineInputError", "Pipelines", "Policies", "ServiceError", "Session", "Unauthorized", "Unavailable", "Workers",
+           "PipelineInputError", "Pipelines", "Policies", "Schedules", "ServiceError", "Session", "Unauthorized", "Unavailable", "Workers",
            "install", "queue_of"]

@@ -1,0 +1,88 @@
+"""Schedules: a stored trigger (cron with a time zone, an interval, or one instant) and what to
+start at each firing. They are store items (kind ``schedule``), scoped by application. Every
+process that runs a sweeper fires the due ones; a firing's start is keyed by the schedule and
+its instant, so each firing starts exactly one run however many processes fire it.
+
+What a firing starts: an execution of a workflow (``engine.schedule``), or what a layer above
+registered for its kind (``engine.on_fire``: the pipelines layer creates a pipeline)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any, Awaitable, Callable
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from flowli.domain import FlowliError
+
+SCHEDULE = "schedule"
+Firer = Callable[[Any, datetime], Awaitable[Any]]
+"""``fire(item, instant)``: start what the schedule item says, for the firing at ``instant``."""
+
+
+class ScheduleError(FlowliError):
+    """A schedule's trigger or target is not valid: the message names the field."""
+
+
+def parse_instant(value: Any, field: str = "runAt") -> datetime:
+    if isinstance(value, datetime):
+        at = value
+    elif isinstance(value, str):
+        try:
+            at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ScheduleError(f"{field} must be an ISO 8601 instant, got {value!r}") from None
+    else:
+        raise ScheduleError(f"{field} must be an ISO 8601 instant, got {value!r}")
+    if at.tzinfo is None:
+        raise ScheduleError(f"{field} must carry its offset (Z or +01:00), got {value!r}")
+    return at.astimezone(timezone.utc)
+
+
+def trigger(cron: Any = None, tz: Any = None, interval: Any = None, run_at: Any = None) -> dict[str, Any]:
+    """The trigger of a schedule, validated: exactly one of cron, interval (seconds) or run_at."""
+    given = [name for name, v in (("cron", cron), ("intervalSeconds", interval), ("runAt", run_at)) if v is not None]
+    if len(given) != 1:
+        raise ScheduleError("a schedule takes exactly one trigger: cron, intervalSeconds or runAt"
+                            + (f" (got {', '.join(given)})" if given else ""))
+    if cron is not None:
+        if not isinstance(cron, str) or not croniter.is_valid(cron):
+            raise ScheduleError(f"cron {cron!r} is not a cron expression such as '0 9 * * 1-5'")
+        zone = tz or "UTC"
+        if not isinstance(zone, str):
+            raise ScheduleError(f"timezone must be a time zone name such as Europe/Berlin, got {tz!r}")
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ScheduleError(f"timezone {zone!r} is not a time zone name such as Europe/Berlin") from None
+        return {"cron": cron, "timezone": zone}
+    if tz is not None:
+        raise ScheduleError("timezone goes with cron only")
+    if interval is not None:
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+            raise ScheduleError(f"intervalSeconds must be a positive number, got {interval!r}")
+        return {"intervalSeconds": interval}
+    return {"runAt": parse_instant(run_at).isoformat()}
+
+
+def next_fire(t: dict[str, Any], after: datetime, created: datetime) -> datetime | None:
+    """The first firing instant of trigger ``t`` strictly after ``after`` (None: no more)."""
+    if "cron" in t:
+        zone = ZoneInfo(t["timezone"])
+        nxt: datetime = croniter(t["cron"], after.astimezone(zone)).get_next(datetime)
+        return nxt.astimezone(timezone.utc)
+    if "intervalSeconds" in t:
+        step = timedelta(seconds=t["intervalSeconds"])
+        n = int((after - created) / step) + 1
+        return created + n * step
+    at = parse_instant(t["runAt"])
+    return at if at > after else None
+
+
+def iso(at: datetime | None) -> str | None:
+    return None if at is None else at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def firing_key(item: Any, instant: datetime) -> str:
+    return f"schedule:{item.id}:{instant.astimezone(timezone.utc).isoformat()}"

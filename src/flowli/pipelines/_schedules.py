@@ -1,0 +1,78 @@
+"""Pipeline schedules: a stored pipeline declaration and a trigger. Each firing creates an
+ordinary pipeline through the idempotent create, keyed by the schedule and the firing instant,
+so a firing creates exactly one pipeline however many service processes fire it."""
+
+from __future__ import annotations
+
+import builtins
+from datetime import datetime
+from typing import Any
+
+from flowli.engine import SCHEDULE, Engine, ScheduleError, firing_key
+
+from ._access import Access
+from ._errors import NotFound, PipelineInputError
+from ._service import Pipelines
+from ._spec import declaration
+
+
+class Schedules:
+    def __init__(self, engine: Engine, pipelines: Pipelines):
+        self.engine = engine
+        self.pipelines = pipelines
+        engine.on_fire("pipeline", self._fire)
+
+    async def _fire(self, item: Any, instant: datetime) -> None:
+        app = await self.engine.items.find("application", item.application, "")
+        access = Access(item.application, app.id if app else 0, "operator", f"schedule:{item.body['name']}")
+        body = {**item.body["target"]["pipeline"], "idempotencyKey": firing_key(item, instant)}
+        await self.pipelines.create(access, body, idempotent=True)
+
+    def _json(self, item: Any) -> dict[str, Any]:
+        b = item.body
+        return {"id": item.id, "name": b["name"], **b["trigger"], "state": b["state"], "nextFireAt": b["nextFireAt"],
+                "lastFireAt": b["lastFireAt"], "firings": b.get("firings", 0), "pipeline": b["target"].get("pipeline")}
+
+    async def create(self, access: Access, body: Any) -> dict[str, Any]:
+        access.require("operator")
+        if not isinstance(body, dict):
+            raise PipelineInputError("the body must be a JSON object")
+        pipeline = body.get("pipeline")
+        if not isinstance(pipeline, dict):
+            raise PipelineInputError("pipeline is required (a create body)")
+        declaration(pipeline)  # validated now, not at the first firing
+        try:
+            made = await self.engine.add_schedule(
+                body.get("name"), {"kind": "pipeline", "pipeline": pipeline}, cron=body.get("cron"),  # type: ignore[arg-type]
+                timezone=body.get("timezone"), interval=body.get("intervalSeconds"), at=body.get("runAt"),
+                application=access.application)
+        except ScheduleError as exc:
+            raise PipelineInputError(str(exc)) from None
+        return await self.get(access, made["id"])
+
+    async def _item(self, access: Access, schedule_id: Any) -> Any:
+        try:
+            number = int(schedule_id)
+        except (TypeError, ValueError):
+            raise NotFound(f"no schedule {schedule_id!r}") from None
+        item = await self.engine.items.get(SCHEDULE, number)
+        if item is None or item.application != access.application:
+            raise NotFound(f"no schedule {number}")
+        return item
+
+    async def get(self, access: Access, schedule_id: Any) -> dict[str, Any]:
+        return self._json(await self._item(access, schedule_id))
+
+    async def list(self, access: Access) -> builtins.list[dict[str, Any]]:
+        return [self._json(i) for i in await self.engine.items.list(SCHEDULE, access.application)]
+
+    async def delete(self, access: Access, schedule_id: Any) -> None:
+        access.require("operator")
+        item = await self._item(access, schedule_id)
+        await self.engine.items.delete(SCHEDULE, item.id)
+
+    async def set_state(self, access: Access, schedule_id: Any, state: str) -> dict[str, Any]:
+        access.require("operator")
+        item = await self._item(access, schedule_id)
+        await self.engine.items.update(SCHEDULE, item.id, {**item.body, "state": state}, self.engine.clock.now())
+        return await self.get(access, item.id)
