@@ -53,3 +53,18 @@ def test_schedules_from_the_cli(service, tmp_path):
     assert "weekdays" not in flowli(service.db, "schedules", "ls", "billing").stdout
     bad = flowli(service.db, "schedules", "create", "billing", "x", "--cron", "nope", "--pipeline", str(declared))
     assert bad.returncode == 2 and "cron" in bad.stderr
+
+
+def test_flowli_check_walks_the_whole_path_against_a_running_service(service):
+    _, key = new_app(service.db, "billing")
+    done = flowli(service.db, "check", "--url", service.url, "--api-key", key)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "/healthz 200 ok" in lines[0]
+    assert any("through POST /pipelines/idempotent" in line for line in lines)
+    assert any("worker: got job first" in line for line in lines)
+    assert lines[-1].endswith("Completed")
+    down = flowli(service.db, "check", "--url", "http://127.0.0.1:9", "--api-key", key)
+    assert down.returncode == 2 and "not reachable" in down.stdout
+    wrong = flowli(service.db, "check", "--url", service.url, "--api-key", "flk_wrong")
+    assert wrong.returncode != 0

@@ -4,6 +4,7 @@ keys``, ``flowli users``."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Annotated, Any
 
@@ -257,3 +258,81 @@ def schedules_rm(ctx: typer.Context, application: Annotated[str, typer.Argument(
                  schedule_id: Annotated[int, typer.Argument(metavar="ID")], db: DbOption = None) -> None:
     """Delete a schedule (the pipelines it created stay)."""
     _schedule_action(application, schedule_id, _settings(ctx, None, db), "rm")
+
+
+@app.command()
+def check(
+    url: Annotated[str, typer.Option("--url", envvar="FLOWLI_URL", help="The service's base URL.")] = "http://127.0.0.1:8081",
+    api_key: Annotated[str | None, typer.Option("--api-key", envvar="FLOWLI_API_KEY",
+                                                help="An operator key of an application (env FLOWLI_API_KEY).")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="How long the path may take.")] = 30.0,
+) -> None:
+    """The installation test: against a running service, start a temporary HTTP application
+    worker, create a pipeline through POST /pipelines/idempotent, and print each step of the
+    path until the pipeline completes."""
+    import asyncio
+    import time
+    import uuid
+
+    import httpx
+
+    from flowli.client import ClientError, HttpWorker, PipelinesClient
+
+    if not api_key:
+        raise typer.BadParameter("give an application's key with --api-key (or FLOWLI_API_KEY)")
+
+    async def go() -> int:
+        handler = f"FlowliCheck-{uuid.uuid4().hex[:8]}"
+        started = time.monotonic()
+
+        def step(text: str) -> None:
+            out.print(f"[{time.monotonic() - started:6.2f}s] {text}", soft_wrap=True)
+
+        try:
+            async with httpx.AsyncClient(timeout=5) as probe:
+                health = await probe.get(f"{url.rstrip('/')}/healthz")
+        except httpx.HTTPError as exc:
+            step(f"service {url}: not reachable ({exc})")
+            return 2
+        step(f"service {url}: /healthz {health.status_code} {health.text.strip()}")
+        worker = HttpWorker(url, api_key, f"flowli-check-{os.getpid()}", wait_seconds=1)
+        ran: list[str] = []
+
+        @worker.handler(handler)
+        async def work(job: dict[str, Any]) -> str:
+            ran.append(job["stageName"])
+            step(f"worker: got job {job['stageName']} (pipeline {job['pipelineId']}, stage {job['stageId']},"
+                 f" attempt {job['attempt']}); lease acquired")
+            return f"checked {job['stageName']}"
+
+        running = asyncio.create_task(worker.run(concurrency=2))
+        try:
+            async with PipelinesClient(url, api_key) as client:
+                made = await client.create_idempotent({"name": "flowli-check", "stages": [
+                    {"stageName": "first", "stageHandlerName": handler},
+                    {"stageName": "second", "stageHandlerName": handler}]}, f"flowli-check:{uuid.uuid4()}")
+                pid = made["pipeline"]["id"]
+                step(f"created pipeline {pid} through POST /pipelines/idempotent ({made['pipeline']['status']})")
+                if worker.session is not None:
+                    step(f"worker bootstrapped: {worker.session['workerId']}")
+                seen: dict[str, str] = {}
+                while time.monotonic() - started < timeout:
+                    view = await client.get(pid)
+                    for s in view["stages"]:
+                        if seen.get(s["name"]) != s["status"]:
+                            seen[s["name"]] = s["status"]
+                            step(f"stage {s['name']}: {s['status']}" + (f" -> {s['output']!r}" if s["output"] else ""))
+                    if view["status"] in ("Completed", "Failed", "Cancelled"):
+                        step(f"pipeline {pid}: {view['status']}")
+                        return 0 if view["status"] == "Completed" else 1
+                    await asyncio.sleep(0.1)
+                step(f"pipeline {pid}: not completed within {timeout:g} s (is a worker of the service running?)")
+                return 1
+        except ClientError as exc:
+            step(f"refused: {exc}")
+            return 2
+        finally:
+            worker.stop()
+            await asyncio.gather(running, return_exceptions=True)
+
+    run(go())

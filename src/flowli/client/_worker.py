@@ -67,9 +67,7 @@ class HttpWorker:
         timeout = httpx.Timeout(self.wait_seconds + 30)
         async with httpx.AsyncClient(base_url=self.base_url, timeout=timeout, limits=limits,
                                      transport=self._transport) as http:
-            boot = _check(await http.post("/workers/bootstrap", headers={"X-API-Key": self.api_key}, json={
-                "workerName": self.name, "supportedHandlers": sorted(self.handlers), "hostName": socket.gethostname(),
-                "pid": os.getpid(), "sdkVersion": "flowli-python"}))
+            boot = await self._bootstrap(http)
             self.session = boot
             headers = {"X-Worker-Session": boot["workerSessionToken"]}
             http.headers.update(headers)
@@ -87,6 +85,19 @@ class HttpWorker:
                 with contextlib.suppress(httpx.HTTPError):
                     await http.post("/workers/shutdown")
 
+    async def _bootstrap(self, http: httpx.AsyncClient) -> dict[str, Any]:
+        """Bootstrap; a service that is not up yet (or restarting) is waited for."""
+        delay = 0.1
+        while True:
+            try:
+                return dict(_check(await http.post("/workers/bootstrap", headers={"X-API-Key": self.api_key}, json={
+                    "workerName": self.name, "supportedHandlers": sorted(self.handlers),
+                    "hostName": socket.gethostname(), "pid": os.getpid(), "sdkVersion": "flowli-python"})))
+            except httpx.TransportError as exc:
+                log.warning("the service at %s is not reachable (%s): trying again", self.base_url, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
     async def _lane(self, http: httpx.AsyncClient, boot: dict[str, Any]) -> None:
         while not self._stop.is_set():
             try:
@@ -97,7 +108,13 @@ class HttpWorker:
             if r.status_code == 204:
                 continue
             job = _check(r)
-            await self._work(http, boot, job)
+            try:
+                await self._work(http, boot, job)
+            except (httpx.TransportError, ClientError) as exc:
+                # the service went away or refused the job mid-way: its lease expires and the
+                # stage is delivered again, to this worker or another
+                log.warning("job %s abandoned: %s", job.get("executionId"), exc)
+                await asyncio.sleep(0.2)
 
     async def _work(self, http: httpx.AsyncClient, boot: dict[str, Any], job: dict[str, Any]) -> None:
         stage = job["stageId"]
