@@ -379,7 +379,8 @@ async def test_bad_input_gets_a_400_naming_the_field_and_never_a_500(service, bi
             return str(r.json()["error"])
 
         assert "JSON" in await err("/pipelines", None, raw=b'{"name": ')
-        assert "maxRetries" in await err("/pipelines", body(stages=[{**STAGE, "options": {"maxRetries": "3"}}]))
+        e = await err("/pipelines", body(stages=[{**STAGE, "options": {"maxRetries": "3"}}]))
+        assert e.startswith("stage 'validate': options.maxRetries"), e
         assert "jitter" in await err("/pipelines", body(stages=[{**STAGE, "options": {"jitter": "yes"}}]))
         assert "name" in await err("/pipelines", {"stages": [STAGE]})
         assert "at least one stage" in await err("/pipelines", body(stages=[]))

@@ -4,11 +4,13 @@ input, never a stack trace in a body."""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -38,13 +40,22 @@ def error(status: int, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": message, **extra}, status_code=status)
 
 
-def _validation_sentence(exc: RequestValidationError) -> str:
+def _validation_sentence(exc: RequestValidationError, body: Any = None) -> str:
     first = exc.errors()[0] if exc.errors() else {}
     kind = first.get("type", "")
     if kind in ("json_invalid", "json_type"):
         return "the body is not valid JSON" + (f": {first.get('ctx', {}).get('error')}" if first.get("ctx") else "")
-    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-    where = ".".join(loc) if loc else "the body"
+    loc = [x for x in first.get("loc", ()) if x != "body"]
+    if len(loc) >= 2 and loc[0] in ("stages", "appendStages") and isinstance(loc[1], int):
+        # name the stage, as the service does: stage 'validate': options.maxRetries ...
+        stages = body.get(loc[0]) if isinstance(body, dict) else None
+        name = stages[loc[1]].get("stageName") if isinstance(stages, list) and len(stages) > loc[1] and \
+            isinstance(stages[loc[1]], dict) else None
+        label = f"stage {name!r}" if isinstance(name, str) and name else f"{loc[0]}[{loc[1]}]"
+        rest = ".".join(str(x) for x in loc[2:])
+        where = f"{label}: {rest}" if rest else label
+    else:
+        where = ".".join(str(x) for x in loc) if loc else "the body"
     msg = first.get("msg", "is not valid")
     if kind == "missing":
         return f"{where} is required"
@@ -98,8 +109,12 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0) -> FastAPI:
     app.state.pipelines, app.state.workers, app.state.applications = pipelines, workers, apps
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error(400, _validation_sentence(exc))
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        try:
+            body = json.loads(await request.body() or b"null")
+        except ValueError:
+            body = None
+        return error(400, _validation_sentence(exc, body))
 
     @app.exception_handler(ServiceError)
     async def refused(_: Request, exc: ServiceError) -> JSONResponse:
@@ -310,4 +325,36 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0) -> FastAPI:
     async def effective_policy(stage_id: str, who: Access = Depends(access)) -> Any:
         return await policies.effective(who, stage_id)
 
+    def openapi() -> dict[str, Any]:
+        """The generated document, with the errors every route may answer (and no 422: bad
+        input is a 400 here)."""
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+            error_ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+            doc.setdefault("components", {}).setdefault("schemas", {})["Error"] = m.Error.model_json_schema()
+            for path, methods in doc["paths"].items():
+                for op in methods.values():
+                    responses = op.setdefault("responses", {})
+                    responses.pop("422", None)
+                    for code, why in _ERRORS.items():
+                        if path == "/healthz" or path == "/openapi.json":
+                            continue
+                        responses.setdefault(code, {"description": why, **error_ref})
+            doc["components"]["schemas"].pop("HTTPValidationError", None)
+            doc["components"]["schemas"].pop("ValidationError", None)
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return BodyLimit(app)  # type: ignore[return-value]
+
+
+_ERRORS = {
+    "400": "malformed or invalid body (the error names the field)",
+    "401": "no or unknown credential",
+    "403": "the credential's role does not allow this",
+    "404": "no such id in this application",
+    "409": "conflict",
+    "413": "body too large",
+    "503": "not confirmed: send it again",
+}
