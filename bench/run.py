@@ -32,8 +32,10 @@ from typing import Any
 from . import targets
 from .workloads import WORKLOADS, Workload
 
-ALL_WORKLOADS = (*WORKLOADS, "W5", "W6")
-ENGINES = ("flowli", "dbos")
+HTTP_WORKLOADS = ("H1", "H2", "H3")
+ALL_WORKLOADS = (*WORKLOADS, "W5", "W6", *HTTP_WORKLOADS)
+ENGINES = ("flowli", "dbos", "temporal")
+"""dbos is the peer of W1-W6; temporal the peer of H1-H3 (bench.http, bench.peer_temporal)."""
 W5_DEFAULT_N = 2000
 W6_DEFAULT_N = 10_000
 
@@ -449,7 +451,11 @@ def main(argv: list[str] | None = None) -> int:
         header.pop("postgresql")
     lines: list[dict[str, Any]] = []
     failed = False
-    for group in cases(args):
+    http_ids = [w for w in args.ids if w in HTTP_WORKLOADS]
+    args.ids = [w for w in args.ids if w not in HTTP_WORKLOADS]
+    engines = args.engines
+    args.engines = [e for e in engines if e != "temporal"] or ["flowli"]
+    for group in (cases(args) if args.ids else []):
         plan: list[tuple[int | str, Case]] = [(run, case) for run in range(1, args.runs + 1) for case in group]
         if args.profile:
             plan += [("profile", case) for case in group if not case.in_child]
@@ -469,6 +475,32 @@ def main(argv: list[str] | None = None) -> int:
             line = line | {"run": run} | header
             lines.append(line)
             print(json.dumps(line), flush=True)
+    http_lines = []
+    for run in range(1, args.runs + 1):
+        for wid in http_ids:
+            for engine in [e for e in engines if e in ("flowli", "temporal")]:
+                try:
+                    if engine == "temporal":
+                        from .peer_temporal import run as run_temporal
+
+                        line = run_temporal(wid, args.n)
+                    else:
+                        from .http import run as run_http
+
+                        line = run_http(wid, args.n)
+                except Exception as exc:
+                    traceback.print_exc(file=sys.stderr)
+                    failed = True
+                    line = {"engine": engine, "workload": wid, "error": f"{type(exc).__name__}: {exc}"}
+                line = line | {"run": run, "loadavg": loadavg()} | header
+                http_lines.append(line)
+                print(json.dumps(line), flush=True)
+    if http_lines:
+        from .http import summary
+
+        summary([x for x in http_lines if "error" not in x])
+    if not lines:
+        return 1 if failed else 0
     rows = summarize(lines)
     print_table(rows, header)
     if len(args.drivers) > 1:

@@ -315,3 +315,12 @@ def test_the_projection_bench_fills_catches_up_and_times_a_new_process(capfd: py
     assert [line["workload"] for line in lines] == ["projection-catch-up", "projection-first-list"]
     assert lines[0]["completed"] == lines[1]["completed"] == 300
     assert lines[1]["first_list_s"] > 0
+
+
+@pytest.mark.parametrize("workload,n", [("H1", 20), ("H2", 5), ("H3", 10)])
+def test_the_http_workloads_run_through_a_real_service(workload, n):
+    from bench.http import run
+
+    line = run(workload, n)
+    assert (line["engine"], line["workload"], line["n"]) == ("flowli", workload, n)
+    assert line["rate"] > 0 and (line.get("stages") == n * (3 if workload == "H3" else 1) or workload == "H2")

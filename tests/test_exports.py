@@ -7,9 +7,12 @@ import inspect
 import pytest
 
 import flowli
+import flowli.client
 import flowli.domain
 import flowli.engine
+import flowli.http
 import flowli.log
+import flowli.pipelines
 import flowli.store
 from flowli import Context, Engine, Registry
 
@@ -31,12 +34,20 @@ PINNED = {
     ],
     flowli.engine: [
         "AttemptView", "Clock", "Consumer", "Context", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
-        "Explanation", "FrameView", "Options", "Projector", "Registry", "RunView", "SystemClock", "WorkflowDef", "reply_channel",
+        "Explanation", "FrameView", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError", "SystemClock",
+        "WorkflowDef", "firing_key", "reply_channel",
     ],
     flowli.store: [
-        "Acquired", "Announcement", "Claim", "Fence", "Guard", "Intent", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",
+        "Acquired", "Announcement", "Claim", "Fence", "Guard", "Intent", "Item", "Items", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",
         "Resume", "StatusChange", "Store", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
     ],
+    flowli.pipelines: [
+        "Access", "Applications", "Conflict", "Forbidden", "NotFound", "PipelineInputError", "Pipelines", "Policies", "ROLES",
+        "Schedules", "ServiceError", "Session", "TERMINAL_CODES", "Unauthorized", "Unavailable", "WORKFLOW", "Workers",
+        "install", "queue_of",
+    ],
+    flowli.http: ["MAX_BODY", "create_app", "serve"],
+    flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],
     flowli.log: ["Attempt", "Bucket", "Evidence", "attach", "attempt_scope", "current_attempt", "get_logger"],
 }
 

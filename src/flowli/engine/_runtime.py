@@ -98,6 +98,16 @@ class Hub:
         for event in self._events.get(key, ()):
             event.set()
 
+    def touch_some(self, key: tuple[str, ...], n: int) -> None:
+        """Wake up to ``n`` of those who wait under ``key`` (n tasks were enqueued: one consumer
+        each, not a herd that all race for them)."""
+        for event in self._events.get(key, ()):
+            if n <= 0:
+                return
+            if not event.is_set():
+                event.set()
+                n -= 1
+
     def touch_all(self) -> None:
         for waiting in self._events.values():
             for event in waiting:

@@ -109,9 +109,13 @@ def react(rt: Runtime, w: Write, result: WriteResult, now: datetime) -> None:
     created = [new for new, made in zip(w.executions, result.created) if made]
     if w.tasks or w.resumes or w.wake_waiters or result.woke or any(new.task is not None for new in created):
         rt.work.set()
-        if rt.hub.active:
+        if rt.hub.active and w.tasks:
+            per_queue: dict[str, int] = {}
             for task in w.tasks:
-                rt.hub.touch(("queue", task.queue))  # a consumer's long poll (Consumer.dequeue)
+                if task.visible_at <= now:
+                    per_queue[task.queue] = per_queue.get(task.queue, 0) + 1
+            for queue, count in per_queue.items():
+                rt.hub.touch_some(("queue", queue), count)  # consumers' long polls (Consumer.dequeue)
     later = [t.visible_at for t in w.tasks if t.visible_at > now] + [t.at for t in w.timers]
     if later:
         rt.timer_set(min(later))

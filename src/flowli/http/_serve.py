@@ -19,7 +19,8 @@ from ._app import create_app
 async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, lease_ttl: float = 30.0,
                 worker: bool = True, concurrency: int = 256, announce: Any = None) -> None:
     app = create_app(engine, lease_ttl=lease_ttl)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[attr-defined,method-assign]
     loop = asyncio.get_running_loop()

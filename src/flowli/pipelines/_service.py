@@ -23,7 +23,7 @@ from . import _retry
 from ._access import Access
 from ._errors import Conflict, NotFound, PipelineInputError
 from ._spec import declaration, intent_digest, labels, stage_list
-from ._view import REDACTED, build, iso
+from ._view import REDACTED, build, declared, iso
 from ._workflow import CHANNEL, REOPEN, WORKFLOW, Pipeline, install
 
 PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
@@ -76,7 +76,9 @@ class Pipelines:
         spec = {"pipelineId": pipeline_item.id, "name": decl["name"], "idempotencyKey": key, "traceId": decl["traceId"],
                 "application": access.application, "stages": stages, "keywords": decl["keywords"], "context": context}
         await self.engine.start(WORKFLOW, spec, by=principal(access), key=start_key, queue="pipelines")
-        return await self._view(access, pipeline_item.id, eid), created
+        if created:
+            return declared(spec, access.application_id, self.engine.clock.now()), True
+        return await self._view(access, pipeline_item.id, eid), False
 
     async def _stage_ids(self, access: Access, eid: str, pid: int, stages: builtins.list[dict[str, Any]], name: str,
                          keywords: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:

@@ -4,6 +4,7 @@ its journal entries, and the leases of its open attempts. Sensitive values are `
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from types import SimpleNamespace
 from typing import Any
 
 from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, Task
@@ -85,3 +86,13 @@ def build(record: ExecutionRecord, p: Pipeline, journal: list[Entry], tasks: lis
 def spec_attempt(task: Task) -> int:
     """The stage's attempt number of a task: the attempts before its frame, plus its own."""
     return int((task.payload or {}).get("base", 0)) + int(task.attempt or 1)
+
+
+def declared(spec: dict[str, Any], application_id: int, now: datetime) -> dict[str, Any]:
+    """The view of a pipeline just created, from its declaration (what its workflow starts from:
+    the stages with no dependency left are Pending), without replaying a journal."""
+    p = Pipeline(spec)
+    for stage in p.eligible():
+        stage.status = "Pending"
+    record = SimpleNamespace(status=Status.RUNNING, created_at=now, updated_at=now)
+    return build(record, p, [], [], application_id, now)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ stale result are the engine's (``engine.consumer``)."""
 from __future__ import annotations
 
 import secrets
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -28,11 +29,15 @@ from ._view import REDACTED, iso, spec_attempt
 from ._workflow import queue_of
 
 WORKER = "worker"
+SESSION_CACHE_SECONDS = 2.0
+"""How long this process trusts a worker session it read (a shutdown through another process
+takes effect within it; through this one at once)."""
 HEARTBEAT_SECONDS = 10
 
 
 class Session:
-    def __init__(self, access: Access, worker_id: str, item_id: int, body: dict[str, Any]):
+    def __init__(self, access: Access, worker_id: str, item_id: int, body: dict[str, Any], token_digest: str = ""):
+        self.token_digest = token_digest
         self.access = access
         self.worker_id = worker_id
         self.item_id = item_id
@@ -44,6 +49,8 @@ class Workers:
         self.engine = engine
         self.pipelines = pipelines
         self.lease = timedelta(seconds=lease_ttl)
+        self._sessions: dict[str, tuple[Session, float]] = {}
+        """Sessions read in the last SESSION_CACHE_SECONDS: a worker's every call needs its own."""
 
     @property
     def items(self) -> Any:
@@ -85,14 +92,22 @@ class Workers:
     async def session(self, token: str | None) -> Session:
         if not token:
             raise Unauthorized("no worker session: send X-Worker-Session (from POST /workers/bootstrap)")
-        item = await self.items.find(SESSION, digest(token))
+        hashed = digest(token)
+        cached = self._sessions.get(hashed)
+        if cached is not None and cached[1] > time.monotonic():
+            return cached[0]
+        item = await self.items.find(SESSION, hashed)
         if item is None:
             raise Unauthorized("the worker session is unknown")
         worker = await self.items.find(WORKER, item.body["workerId"], item.application)
         if worker is None or worker.body.get("state") == "stopped":
             raise Unauthorized("the worker session ended (the worker shut down)")
         access = Access(item.application, worker.body["applicationId"], "operator", worker.body["workerName"])
-        return Session(access, worker.key, worker.id, worker.body)
+        session = Session(access, worker.key, worker.id, worker.body, hashed)
+        if len(self._sessions) > 10_000:
+            self._sessions.clear()
+        self._sessions[hashed] = (session, time.monotonic() + SESSION_CACHE_SECONDS)
+        return session
 
     async def pull(self, session: Session, body: Any) -> dict[str, Any] | None:
         body = body if isinstance(body, dict) else {}
@@ -255,11 +270,12 @@ class Workers:
         if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 0:
             raise PipelineInputError(f"inFlight must be a non-negative number, got {in_flight!r}")
         now = self.engine.clock.now()
-        await self.items.update(WORKER, session.item_id, {**session.body, "state": state, "inFlight": in_flight,
-                                                          "lastHeartbeat": iso(now)}, now)
+        session.body = {**session.body, "state": state, "inFlight": in_flight, "lastHeartbeat": iso(now)}
+        await self.items.update(WORKER, session.item_id, session.body, now)
         return {"ok": True}
 
     async def shutdown(self, session: Session) -> dict[str, Any]:
+        self._sessions.pop(session.token_digest, None)
         now = self.engine.clock.now()
         await self.items.update(WORKER, session.item_id, {**session.body, "state": "stopped", "lastHeartbeat": iso(now)}, now)
         return {"ok": True}

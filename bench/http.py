@@ -1,0 +1,205 @@
+"""The HTTP workloads: pipelines through a real ``flowli serve`` and ``HttpWorker`` processes.
+
+- H1: ``n`` one-stage pipelines (default 1 000), created by a client 32 at a time, worked by one
+  HttpWorker process (concurrency 32): stages/s, first create to last Completed.
+- H2: a lone one-stage pipeline, created and awaited (Completed) ``n`` times (default 100): p50
+  and p99 latency in ms. The worker long-polls: no polling on the hot path.
+- H3: ``n`` pipelines (default 200) of the reference's dispatch-invoice shape (load, then email and
+  archive): stages/s.
+
+``python -m bench.http [--workloads H1,H2,H3] [--backend sqlite] [--runs 3]`` prints one JSON line
+per run; ``bench.run`` runs the same functions when its ``--workloads`` name them. The service and
+the worker are processes of their own; the bench counts completions in the store directly (a
+list through HTTP would measure the list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_N = {"H1": 1000, "H2": 100, "H3": 200}
+UNIT = {"H1": "stages/s", "H2": "ms", "H3": "stages/s"}
+STAGES = {"H1": 1, "H2": 1, "H3": 3}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _flowli(db: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "flowli.cli", "--db", db, *args], capture_output=True, text=True,
+                          check=True, timeout=120)
+    return done.stdout
+
+
+class Running:
+    """``flowli serve`` and an HttpWorker process on a fresh database."""
+
+    def __init__(self, db: str, concurrency: int = 32):
+        self.db = db
+        self.concurrency = concurrency
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def __enter__(self) -> Running:
+        made = json.loads(_flowli(self.db, "apps", "create", "bench", "--json"))
+        self.key = made["apiKey"]
+        port = _free_port()
+        launcher = os.environ.get("FLOWLI_BENCH_SERVE", "").split() or ["-m", "flowli.cli"]
+        serve = subprocess.Popen([sys.executable, *launcher, "--db", self.db, "serve", "--port", str(port)],
+                                 stdout=subprocess.PIPE, text=True)
+        self.procs.append(serve)
+        assert serve.stdout is not None
+        line = serve.stdout.readline()
+        assert line.startswith("listening on "), line
+        self.url = line.split("listening on ", 1)[1].strip()
+        worker = subprocess.Popen([sys.executable, "-m", "bench.http_worker", self.url, self.key, str(self.concurrency)],
+                                  cwd=HERE.parent, text=True)
+        self.procs.append(worker)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _completed(db: str) -> int:
+    import sqlite3
+
+    path = db.removeprefix("sqlite:///")
+    with sqlite3.connect(path, timeout=5) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM executions WHERE workflow = 'flowli.pipeline'"
+                                " AND status = 'completed'").fetchone()[0])
+
+
+def _body(workload: str, i: int) -> dict[str, Any]:
+    if workload == "H3":
+        return {"name": "dispatch-invoice", "stages": [
+            {"stageName": "load", "stageHandlerName": "LoadInvoiceHandler", "input": f'{{"invoiceId":"inv-{i}"}}'},
+            {"stageName": "email", "stageHandlerName": "EmailInvoiceHandler", "options": {"dependsOn": ["load"]}},
+            {"stageName": "archive", "stageHandlerName": "ArchiveInvoiceHandler", "options": {"dependsOn": ["load"]}}]}
+    return {"name": "one-stage", "stages": [{"stageName": "s", "stageHandlerName": "BenchHandler", "input": str(i)}]}
+
+
+async def _warm(client: httpx.AsyncClient, db: str) -> None:
+    """One pipeline end to end first: the worker has bootstrapped and every path is warm."""
+    before = _completed(db)
+    r = await client.post("/pipelines", json=_body("H1", -1))
+    r.raise_for_status()
+    deadline = time.monotonic() + 60
+    while _completed(db) <= before:
+        assert time.monotonic() < deadline, "the warm-up pipeline did not complete"
+        await asyncio.sleep(0.02)
+
+
+async def _throughput(workload: str, n: int, r: Running) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=r.url, headers={"X-API-Key": r.key}, timeout=120,
+                                 limits=httpx.Limits(max_connections=40)) as client:
+        await _warm(client, r.db)
+        base = _completed(r.db)
+        sem = asyncio.Semaphore(32)
+
+        async def create(i: int) -> None:
+            async with sem:
+                (await client.post("/pipelines", json=_body(workload, i))).raise_for_status()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(create(i) for i in range(n)))
+        created = time.perf_counter() - t0
+        while _completed(r.db) < base + n:
+            await asyncio.sleep(0.01)
+        wall = time.perf_counter() - t0
+    stages = n * STAGES[workload]
+    return {"wall_s": round(wall, 3), "rate": round(stages / wall, 1), "create_s": round(created, 3), "stages": stages}
+
+
+async def _latency(n: int, r: Running) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=r.url, headers={"X-API-Key": r.key}, timeout=60) as client:
+        await _warm(client, r.db)
+        samples = []
+        for i in range(n):
+            base = _completed(r.db)
+            t0 = time.perf_counter()
+            (await client.post("/pipelines", json=_body("H2", i))).raise_for_status()
+            while _completed(r.db) <= base:
+                await asyncio.sleep(0.0005)
+            samples.append((time.perf_counter() - t0) * 1000)
+    samples.sort()
+    return {"p50_ms": round(statistics.median(samples), 2), "p99_ms": round(samples[int(len(samples) * 0.99) - 1], 2),
+            "rate": round(statistics.median(samples), 2)}
+
+
+def run(workload: str, n: int | None = None, backend: str = "sqlite") -> dict[str, Any]:
+    if backend != "sqlite":
+        raise SystemExit("the HTTP workloads run on SQLite (the goal of H1 is SQLite's)")
+    n = n or DEFAULT_N[workload]
+    with tempfile.TemporaryDirectory(prefix=f"flowli-bench-{workload}-") as tmp:
+        db = f"sqlite:///{tmp}/flowli.db"
+        with Running(db) as r:
+            figures = asyncio.run(_latency(n, r) if workload == "H2" else _throughput(workload, n, r))
+    return {"engine": "flowli", "backend": backend, "workload": workload, "n": n, "unit": UNIT[workload], **figures}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workloads", default="H1,H2,H3")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--n", type=int, default=None)
+    p.add_argument("--engines", default="flowli", help="flowli, temporal, or both")
+    args = p.parse_args()
+    lines = []
+    for _ in range(args.runs):
+        for w in args.workloads.split(","):
+            for engine in args.engines.split(","):
+                if engine == "temporal":
+                    from .peer_temporal import run as run_temporal
+
+                    line = run_temporal(w, args.n)
+                else:
+                    line = run(w, args.n)
+                line["loadavg"] = round(os.getloadavg()[0], 2)
+                print(json.dumps(line), flush=True)
+                lines.append(line)
+    summary(lines)
+
+
+def summary(lines: list[dict[str, Any]]) -> None:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for line in lines:
+        groups.setdefault((line["workload"], line["engine"]), []).append(line)
+    for (w, engine), runs in sorted(groups.items()):
+        med = statistics.median(r["rate"] for r in runs)
+        extra = ""
+        if w == "H2":
+            extra = f" p50 {statistics.median(r['p50_ms'] for r in runs)} ms, p99 {statistics.median(r['p99_ms'] for r in runs)} ms"
+        print(f"{w} {engine}: median {med} {runs[0]['unit']} over {len(runs)} runs{extra}", file=sys.stderr)
+    for w in ("H1", "H3"):
+        f = groups.get((w, "flowli"))
+        t = groups.get((w, "temporal"))
+        if f and t:
+            ratio = statistics.median(r["rate"] for r in f) / statistics.median(r["rate"] for r in t)
+            print(f"{w}: flowli / temporal = {ratio:.1f}x", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""The HttpWorker process of the HTTP workloads: ``python -m bench.http_worker URL KEY CONCURRENCY``."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+from flowli.client import HttpWorker
+
+
+async def main(url: str, key: str, concurrency: int) -> None:
+    worker = HttpWorker(url, key, "bench", wait_seconds=20)
+
+    def echo(job: dict[str, Any]) -> str:
+        return job["input"] or job["prevStageOutput"] or "ok"
+
+    for name in ("BenchHandler", "LoadInvoiceHandler", "EmailInvoiceHandler", "ArchiveInvoiceHandler"):
+        worker.handler(name)(echo)
+    await worker.run(concurrency=concurrency)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
