@@ -510,3 +510,85 @@ async def test_schedules_create_ordinary_pipelines_one_per_firing(service, billi
         assert [s["name"] for s in (await http.get("/schedules")).json()] == ["nightly", "once"]
         assert (await http.delete(f"/schedules/{once['id']}")).status_code == 204
         assert (await http.get(f"/schedules/{once['id']}")).status_code == 404
+
+
+async def test_a_result_appends_stages_and_edits_context_and_timeout_fails_an_attempt(service, billing):
+    _, key = billing
+    async with PipelinesClient(service.url, key) as client, Worker(service.url, key) as worker:
+        @worker.handler("Discover")
+        async def discover(job: dict[str, Any]) -> Any:
+            raise AssertionError("not used: the raw result below")
+
+        @worker.handler("Slow")
+        async def slow(job: dict[str, Any]) -> str:
+            if job["attempt"] == 1:
+                await asyncio.sleep(5)  # past the stage's timeOut of 1 s
+            return f"attempt {job['attempt']}"
+
+        @worker.handler("Tail")
+        async def tail(job: dict[str, Any]) -> str:
+            return "tail " + ",".join(sorted(c["key"] for c in job["contextItems"]))
+
+        # timeOut bounds one attempt: TIMEOUT, and the retry rules decide
+        timed = await client.create({"name": "timed", "pipelineKeywords": [{"key": "workflow", "value": "invoicing"}],
+                                     "stages": [{"stageName": "slow", "stageHandlerName": "Slow", "options": {
+                                         "timeOut": 1, "maxRetries": 1, "retryInterval": 0.1,
+                                         "retryOnErrorCodes": ["TIMEOUT"]}}]})
+        done = await until_status(client, timed["id"], "Completed")
+        assert (done["stages"][0]["output"], done["stages"][0]["attempt"]) == ("attempt 2", 2)
+        history = await client.history(timed["id"])
+        assert any(h["kind"] == "frame.failed" and (h["error"] or {}).get("type") == "TimeoutError" for h in history)
+        assert any(h["actor"].endswith("default") for h in history if h["kind"] == "execution.started")
+
+        # a result with appendStages and context edits, sent through the raw protocol
+        made = await client.create({"name": "grows", "stages": [{"stageName": "discover", "stageHandlerName": "Manual"}],
+                                    "pipelineContextItems": [{"key": "old", "value": "x"}, {"key": "keep", "value": "y"}]})
+        async with httpx.AsyncClient(base_url=service.url) as http:
+            boot = (await http.post("/workers/bootstrap", headers={"X-API-Key": key}, json={
+                "workerName": "manual", "supportedHandlers": ["Manual"]})).json()
+            s = {"X-Worker-Session": boot["workerSessionToken"]}
+            job = (await http.post("/jobs/pull", headers=s, json={"waitSeconds": 5})).json()
+            assert {c["key"] for c in job["contextItems"]} == {"old", "keep"}
+            lease = {"executionId": job["executionId"], "workerId": boot["workerId"]}
+            assert (await http.post(f"/stages/{job['stageId']}/lease/acquire", headers=s, json=lease)).json()["acquired"]
+            r = await http.post(f"/stages/{job['stageId']}/result", headers=s, json={
+                "executionId": job["executionId"], "attempt": job["attempt"], "isSuccess": True, "output": "found 1",
+                "contextItems": [{"key": "old", "isDeleted": True}, {"key": "new", "value": "z"}],
+                "appendStages": [{"stageName": "tail", "stageHandlerName": "Tail"}],
+                "logs": [{"message": "found one more stage", "logLevel": "Information", "created": "2026-12-01T10:00:00Z"}]})
+            assert r.status_code == 202, r.text
+        grown = await until_status(client, made["id"], "Completed")
+        assert [(s["name"], s["status"], s["dependsOn"]) for s in grown["stages"]] == [
+            ("discover", "Completed", []), ("tail", "Completed", ["discover"])]
+        assert grown["stages"][1]["output"] == "tail keep,new"
+        assert {c["key"] for c in grown["pipelineContextItems"]} == {"keep", "new"}
+        found = await client.list(keywords={"workflow": "invoicing"})
+        assert [p["id"] for p in found["items"]] == [timed["id"]]
+        assert (await client.list(search="grows"))["items"][0]["id"] == made["id"]
+        page = await client.list(page_size=1, page_number=2)
+        assert page["totalCount"] == 2 and [p["id"] for p in page["items"]] == [timed["id"]]  # newest first
+
+
+async def test_stages_appended_over_http_run_after_the_last_declared(service, billing):
+    _, key = billing
+    order: list[str] = []
+    gate = asyncio.Event()
+    async with PipelinesClient(service.url, key) as client, Worker(service.url, key) as worker:
+        @worker.handler("Step")
+        async def step(job: dict[str, Any]) -> str:
+            if job["stageName"] == "first":
+                await gate.wait()
+            order.append(job["stageName"])
+            return job["stageName"]
+
+        made = await client.create({"name": "extended", "stages": [{"stageName": "first", "stageHandlerName": "Step"}]})
+        added = await client.append_stages(made["id"], [{"stageName": "second", "stageHandlerName": "Step"},
+                                                        {"stageName": "third", "stageHandlerName": "Step"}])
+        assert [(s["name"], s["dependsOn"], s["status"]) for s in added] == [
+            ("second", ["first"], "NotStarted"), ("third", ["second"], "NotStarted")]
+        r = await client.http.post(f"/pipelines/{made['id']}/stages", json={"stages": [{"stageName": "first",
+                                                                                         "stageHandlerName": "Step"}]})
+        assert r.status_code == 400 and "twice" in r.json()["error"]
+        gate.set()
+        done = await until_status(client, made["id"], "Completed")
+        assert order == ["first", "second", "third"] and [s["status"] for s in done["stages"]] == ["Completed"] * 3

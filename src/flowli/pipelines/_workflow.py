@@ -14,7 +14,6 @@ from flowli.domain import StepFailed
 from flowli.engine import Context, Registry
 
 from . import _retry
-from ._spec import PipelineInputError, stage_list
 
 WORKFLOW = "flowli.pipeline"
 CHANNEL = "pipeline"
@@ -220,12 +219,7 @@ def _result(ctx: Context, p: Pipeline, stage: Stage, value: Any, waiting: dict[A
         stage.attempts = value["attempt"]
     p.merge_context(value.get("context") or [])
     if value.get("append"):
-        try:
-            specs = stage_list(value["append"], p.declared())
-            for spec, given in zip(specs, value["append"]):
-                p.add({**spec, "id": given["id"], "plan": given["plan"]})
-        except (PipelineInputError, KeyError, TypeError) as exc:
-            p.refused.append({"stage": stage.name, "append": str(exc)})
+        _append(p, value["append"])
     if not value.get("ok", True):
         _failed(ctx, p, stage, value.get("errorCode"), value.get("errorMessage"), value.get("retryable", True) is not False,
                 waiting, fid)
@@ -234,6 +228,17 @@ def _result(ctx: Context, p: Pipeline, stage: Stage, value: Any, waiting: dict[A
     stage.error_code = stage.error_message = None
     stage.finished = fid
     stage.status = "WaitingForApproval" if value.get("waiting") else "Completed"
+
+
+def _append(p: Pipeline, stages: list[dict[str, Any]]) -> None:
+    """Stages the service validated and numbered (ids, resolved dependsOn, retry plan). One whose
+    name or dependency no longer fits (a concurrent append took the name) is left out, and said."""
+    for spec in stages:
+        if not isinstance(spec, dict) or spec.get("stageName") in p.stages or \
+                any(d not in p.stages and d not in {s.get("stageName") for s in stages} for d in spec.get("dependsOn", [])):
+            p.refused.append({"append": spec.get("stageName") if isinstance(spec, dict) else None})
+            continue
+        p.add(spec)
 
 
 def _control(p: Pipeline, message: Any) -> None:
@@ -248,12 +253,7 @@ def _control(p: Pipeline, message: Any) -> None:
     elif op == "resume":
         p.paused = False
     elif op == "append":
-        try:
-            specs = stage_list(message.get("stages"), p.declared())
-            for spec, given in zip(specs, message["stages"]):
-                p.add({**spec, "id": given["id"], "plan": given["plan"]})
-        except (PipelineInputError, KeyError, TypeError) as exc:
-            p.refused.append({"append": str(exc)})
+        _append(p, message.get("stages") or [])
     elif stage is None:
         return
     elif op == "decide" and stage.status == "WaitingForApproval":
