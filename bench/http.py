@@ -83,13 +83,18 @@ class Running:
                 p.kill()
 
 
+_CONNECTIONS: dict[str, Any] = {}
+
+
 def _completed(db: str) -> int:
+    """Completed pipelines, read from the store (one connection per database, kept)."""
     import sqlite3
 
-    path = db.removeprefix("sqlite:///")
-    with sqlite3.connect(path, timeout=5) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM executions WHERE workflow = 'flowli.pipeline'"
-                                " AND status = 'completed'").fetchone()[0])
+    conn = _CONNECTIONS.get(db)
+    if conn is None:
+        conn = _CONNECTIONS[db] = sqlite3.connect(db.removeprefix("sqlite:///"), timeout=5, isolation_level=None)
+    return int(conn.execute("SELECT COUNT(*) FROM executions WHERE workflow = 'flowli.pipeline'"
+                            " AND status = 'completed'").fetchone()[0])
 
 
 def _body(workload: str, i: int) -> dict[str, Any]:
@@ -127,7 +132,7 @@ async def _throughput(workload: str, n: int, r: Running) -> dict[str, Any]:
         await asyncio.gather(*(create(i) for i in range(n)))
         created = time.perf_counter() - t0
         while _completed(r.db) < base + n:
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
         wall = time.perf_counter() - t0
     stages = n * STAGES[workload]
     return {"wall_s": round(wall, 3), "rate": round(stages / wall, 1), "create_s": round(created, 3), "stages": stages}
@@ -156,7 +161,12 @@ def run(workload: str, n: int | None = None, backend: str = "sqlite") -> dict[st
     with tempfile.TemporaryDirectory(prefix=f"flowli-bench-{workload}-") as tmp:
         db = f"sqlite:///{tmp}/flowli.db"
         with Running(db) as r:
-            figures = asyncio.run(_latency(n, r) if workload == "H2" else _throughput(workload, n, r))
+            try:
+                figures = asyncio.run(_latency(n, r) if workload == "H2" else _throughput(workload, n, r))
+            finally:
+                conn = _CONNECTIONS.pop(db, None)
+                if conn is not None:
+                    conn.close()
     return {"engine": "flowli", "backend": backend, "workload": workload, "n": n, "unit": UNIT[workload], **figures}
 
 

@@ -59,3 +59,13 @@ async def test_exactly_one_put_creates_among_concurrent_stores(shared_url):
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_put_many_is_one_transaction_of_puts(store):
+    items = store.items()
+    existing, _ = await items.put("stage", "a", "e/s1", {"n": 0}, T0)
+    stored = await items.put_many([("pipeline", "a", "e", {"name": "p"}), ("stage", "a", "e/s1", {"n": 1}),
+                                   ("stage", "a", "e/s2", {"n": 2})], at(1))
+    assert [(i.kind, i.key, created) for i, created in stored] == [
+        ("pipeline", "e", True), ("stage", "e/s1", False), ("stage", "e/s2", True)]
+    assert stored[1][0] == existing and stored[2][0].id > stored[0][0].id

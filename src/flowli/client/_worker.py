@@ -19,6 +19,8 @@ from ._client import ClientError, _check
 
 log = logging.getLogger("flowli.client")
 Handler = Callable[[dict[str, Any]], Any]
+POLLERS = 4
+"""Long polls a worker keeps open at most (its jobs run in up to ``concurrency`` tasks)."""
 
 
 class StageError(Exception):
@@ -71,7 +73,12 @@ class HttpWorker:
             self.session = boot
             headers = {"X-Worker-Session": boot["workerSessionToken"]}
             http.headers.update(headers)
-            lanes = [asyncio.create_task(self._lane(http, boot)) for _ in range(concurrency)]
+            # a few long polls feed up to `concurrency` jobs at once: a pull only when a slot is free
+            slots = asyncio.Semaphore(concurrency)
+            working: set[asyncio.Task[None]] = set()
+            self._working = working
+            lanes = [asyncio.create_task(self._lane(http, boot, slots, working))
+                     for _ in range(min(concurrency, POLLERS))]
             stop = asyncio.create_task(self._stop.wait())
             try:
                 await asyncio.wait([stop, *lanes], return_when=asyncio.FIRST_COMPLETED)
@@ -79,9 +86,9 @@ class HttpWorker:
                     if lane.done() and lane.exception() is not None:
                         raise lane.exception()  # type: ignore[misc]
             finally:
-                for t in [stop, *lanes]:
+                for t in [stop, *lanes, *working]:
                     t.cancel()
-                await asyncio.gather(stop, *lanes, return_exceptions=True)
+                await asyncio.gather(stop, *lanes, *working, return_exceptions=True)
                 with contextlib.suppress(httpx.HTTPError):
                     await http.post("/workers/shutdown")
 
@@ -98,23 +105,42 @@ class HttpWorker:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def _lane(self, http: httpx.AsyncClient, boot: dict[str, Any]) -> None:
+    async def _lane(self, http: httpx.AsyncClient, boot: dict[str, Any], slots: asyncio.Semaphore,
+                    working: set[asyncio.Task[None]]) -> None:
         while not self._stop.is_set():
+            await slots.acquire()
             try:
                 r = await http.post("/jobs/pull", json={"waitSeconds": self.wait_seconds})
             except httpx.TransportError:
+                slots.release()
                 await asyncio.sleep(0.5)
                 continue
+            except BaseException:
+                slots.release()
+                raise
             if r.status_code == 204:
+                slots.release()
                 continue
-            job = _check(r)
             try:
-                await self._work(http, boot, job)
-            except (httpx.TransportError, ClientError) as exc:
-                # the service went away or refused the job mid-way: its lease expires and the
-                # stage is delivered again, to this worker or another
-                log.warning("job %s abandoned: %s", job.get("executionId"), exc)
-                await asyncio.sleep(0.2)
+                job = _check(r)
+            except BaseException:
+                slots.release()
+                raise
+            task = asyncio.create_task(self._job(http, boot, job, slots))
+            working.add(task)
+            task.add_done_callback(working.discard)
+
+    async def _job(self, http: httpx.AsyncClient, boot: dict[str, Any], job: dict[str, Any],
+                   slots: asyncio.Semaphore) -> None:
+        try:
+            await self._work(http, boot, job)
+        except (httpx.TransportError, ClientError) as exc:
+            # the service went away or refused the job mid-way: its lease expires and the
+            # stage is delivered again, to this worker or another
+            log.warning("job %s abandoned: %s", job.get("executionId"), exc)
+            await asyncio.sleep(0.2)
+        finally:
+            slots.release()
 
     async def _work(self, http: httpx.AsyncClient, boot: dict[str, Any], job: dict[str, Any]) -> None:
         stage = job["stageId"]

@@ -24,9 +24,15 @@ async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, le
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[attr-defined,method-assign]
     loop = asyncio.get_running_loop()
+    workers = app.app.state.workers  # type: ignore[attr-defined]
+
+    def stop() -> None:
+        server.should_exit = True
+        workers.closing.set()  # the long polls answer 204 now, not at their waitSeconds
+
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+            loop.add_signal_handler(sig, stop)
     queues = ("pipelines", "default")
     async with contextlib.AsyncExitStack() as stack:
         if worker:

@@ -69,9 +69,9 @@ class Pipelines:
         else:
             key, created, start_key = None, True, str(uuid.uuid4())
         eid = keyed_eid(WORKFLOW, f"{access.application}/{start_key}")  # what engine.start gives it
-        pipeline_item, _ = await self.items.put(PIPELINE, access.application, eid,
-                                                {"name": decl["name"], "idempotencyKey": key}, now)
-        stages = await self._stage_ids(access, eid, pipeline_item.id, decl["stages"], decl["name"], decl["keywords"])
+        # the pipeline's id and its stages' ids in one write
+        pipeline_item, stages = await self._number(access, eid, decl["stages"], decl["name"], decl["keywords"],
+                                                   {"name": decl["name"], "idempotencyKey": key})
         context = await self._keep_secrets(access, eid, decl["context"])
         spec = {"pipelineId": pipeline_item.id, "name": decl["name"], "idempotencyKey": key, "traceId": decl["traceId"],
                 "application": access.application, "stages": stages, "keywords": decl["keywords"], "context": context}
@@ -80,17 +80,24 @@ class Pipelines:
             return declared(spec, access.application_id, self.engine.clock.now()), True
         return await self._view(access, pipeline_item.id, eid), False
 
-    async def _stage_ids(self, access: Access, eid: str, pid: int, stages: builtins.list[dict[str, Any]], name: str,
-                         keywords: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
+    async def _number(self, access: Access, eid: str, stages: builtins.list[dict[str, Any]], name: str,
+                      keywords: builtins.list[dict[str, Any]], pipeline: dict[str, Any] | None = None,
+                      ) -> tuple[Any, builtins.list[dict[str, Any]]]:
+        """Store the ids of the stages (and of the pipeline, given its body), with each stage's
+        retry plan (the policies enabled now, else its options), in one write."""
         policies = await self.policies_of(access.application)
-        out = []
-        for s in stages:
-            spec = {**s, "plan": _retry.plan(s, name, keywords, policies)}
-            item, _ = await self.items.put(STAGE, access.application, f"{eid}/{s['stageName']}",
-                                           {"eid": eid, "pipelineId": pid, "name": s["stageName"], "spec": spec},
-                                           self.engine.clock.now())
-            out.append({**spec, "id": item.id})
-        return out
+        specs = [{**s, "plan": _retry.plan(s, name, keywords, policies)} for s in stages]
+        wanted = [(PIPELINE, access.application, eid, pipeline)] if pipeline is not None else []
+        wanted += [(STAGE, access.application, f"{eid}/{s['stageName']}", {"eid": eid, "name": s["stageName"], "spec": s})
+                   for s in specs]
+        stored = await self.items.put_many(wanted, self.engine.clock.now())
+        pipeline_item = stored[0][0] if pipeline is not None else None
+        numbered = stored[1:] if pipeline is not None else stored
+        return pipeline_item, [{**s, "id": item.id} for s, (item, _) in zip(specs, numbered)]
+
+    async def _stage_ids(self, access: Access, eid: str, stages: builtins.list[dict[str, Any]], name: str,
+                         keywords: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
+        return (await self._number(access, eid, stages, name, keywords))[1]
 
     async def _keep_secrets(self, access: Access, eid: str, items: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
         """Sensitive values go to store items (workers read them there); the journal gets "***"."""
@@ -229,7 +236,7 @@ class Pipelines:
         stages = body.get("stages") if isinstance(body, dict) else None
         item, _, p = await self._live(access, pid, "append stages to")
         specs = stage_list(stages, p.declared())
-        given = await self._stage_ids(access, item.key, item.id, specs, p.spec["name"], p.spec.get("keywords") or [])
+        given = await self._stage_ids(access, item.key, specs, p.spec["name"], p.spec.get("keywords") or [])
         await self._signal(access, item.key, {"op": "append", "stages": given}, f"append stages to pipeline {item.id}")
         now = iso(self.engine.clock.now())
         return [stage_json(g["id"], item.id, g, "NotStarted", now) for g in given]
@@ -266,7 +273,7 @@ class Pipelines:
         item = await self.items.get(STAGE, number)
         if item is None or item.application != access.application:
             raise NotFound(f"no stage {number}")
-        pipeline_item = await self.items.get(PIPELINE, item.body["pipelineId"])
+        pipeline_item = await self.items.find(PIPELINE, item.body["eid"], access.application)
         return item, pipeline_item
 
     async def skip(self, access: Access, stage_id: Any) -> dict[str, Any]:

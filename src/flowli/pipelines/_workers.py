@@ -5,6 +5,8 @@ stale result are the engine's (``engine.consumer``)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import secrets
 import time
 import uuid
@@ -49,6 +51,8 @@ class Workers:
         self.engine = engine
         self.pipelines = pipelines
         self.lease = timedelta(seconds=lease_ttl)
+        self.closing = asyncio.Event()
+        """Set when the service stops: long polls end at once (``flowli serve``)."""
         self._sessions: dict[str, tuple[Session, float]] = {}
         """Sessions read in the last SESSION_CACHE_SECONDS: a worker's every call needs its own."""
 
@@ -119,7 +123,18 @@ class Workers:
             raise PipelineInputError(f"waitSeconds must be a number from 0 to 30, got {wait!r}")
         if not handlers:
             return None
-        tasks = await self._consumer(session, handlers).dequeue(1, wait=float(wait))
+        polling = asyncio.ensure_future(self._consumer(session, handlers).dequeue(1, wait=float(wait)))
+        closing = asyncio.ensure_future(self.closing.wait())
+        try:
+            await asyncio.wait([polling, closing], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+        if not polling.done():  # the service stops: no job (204), the worker polls again elsewhere
+            polling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await polling
+            return None
+        tasks = polling.result()
         if not tasks:
             return None
         return await self.job(session, tasks[0])
@@ -162,6 +177,9 @@ class Workers:
             return {"acquired": False, "reason": reason}
         if task.lease_owner is not None and task.lease_owner != session.worker_id and task.visible_at > now:
             return {"acquired": False, "reason": "held by another worker"}
+        if not renew and task.lease_owner == session.worker_id and task.visible_at - now > self.lease / 2:
+            # the lease that the pull just granted has most of its time left: held as it is
+            return {"acquired": True, "attempt": spec_attempt(task), "leaseExpiresAt": iso(task.visible_at)}
         try:
             renewed = await consumer.renew(task)
         except StaleAnswer:
@@ -223,8 +241,7 @@ class Workers:
     async def _appended(self, session: Session, task: Task, stages: Any) -> list[dict[str, Any]]:
         _, p = await self.pipelines.state(session.access, task.eid or "")
         specs = stage_list(stages, p.declared())
-        pid = (task.payload or {})["pipelineId"]
-        return await self.pipelines._stage_ids(session.access, task.eid or "", pid, specs, p.spec["name"],
+        return await self.pipelines._stage_ids(session.access, task.eid or "", specs, p.spec["name"],
                                                p.spec.get("keywords") or [])
 
     async def _accepted(self, task: Task, value: dict[str, Any]) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +32,14 @@ class PostgresItems:
         async with self._pool().acquire() as conn:
             created = _count(await conn.execute(_PUT, kind, application, key, q.body_text(body), now.timestamp())) > 0
             return q.item(await conn.fetchrow(_FIND_IN, kind, application, key)), created
+
+    async def put_many(self, items: Sequence[tuple[str, str, str, Any]], now: datetime) -> list[tuple[Item, bool]]:
+        out = []
+        async with self._pool().acquire() as conn, conn.transaction():
+            for kind, application, key, body in items:
+                created = _count(await conn.execute(_PUT, kind, application, key, q.body_text(body), now.timestamp())) > 0
+                out.append((q.item(await conn.fetchrow(_FIND_IN, kind, application, key)), created))
+        return out
 
     async def get(self, kind: str, id: int) -> Item | None:
         row = await self._pool().fetchrow(_GET, kind, int(id))

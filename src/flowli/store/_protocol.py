@@ -353,6 +353,9 @@ class Items(Protocol):
         """Insert the item unless one of that kind, application and key exists: returns the item
         stored and whether this call created it (exactly one of concurrent callers does)."""
 
+    async def put_many(self, items: Sequence[tuple[str, str, str, Any]], now: datetime) -> list[tuple[Item, bool]]:
+        """``put`` of each (kind, application, key, body), in one transaction."""
+
     async def get(self, kind: str, id: int) -> Item | None: ...
 
     async def find(self, kind: str, key: str, application: str | None = None) -> Item | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -25,6 +25,17 @@ class SQLiteItems:
             return q.item(conn.execute(q.FIND_IN, (kind, application, key)).fetchone()), created
 
         result: tuple[Item, bool] = await self._w(run)
+        return result
+
+    async def put_many(self, items: Sequence[tuple[str, str, str, Any]], now: datetime) -> list[tuple[Item, bool]]:
+        def run(conn: sqlite3.Connection) -> list[tuple[Item, bool]]:
+            out = []
+            for kind, application, key, body in items:
+                created = conn.execute(q.PUT, (kind, application, key, q.body_text(body), now.timestamp())).rowcount > 0
+                out.append((q.item(conn.execute(q.FIND_IN, (kind, application, key)).fetchone()), created))
+            return out
+
+        result: list[tuple[Item, bool]] = await self._w(run)
         return result
 
     async def get(self, kind: str, id: int) -> Item | None:
