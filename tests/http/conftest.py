@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ..pg import fresh_schema
 
 FLOWLI = [sys.executable, "-m", "flowli.cli"]
 
@@ -77,16 +80,56 @@ class Service:
         return self.log.read_text() if self.log and self.log.exists() else ""
 
 
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[Service]:
-    svc = Service(f"sqlite:///{tmp_path / 'flowli.db'}", log=tmp_path / "serve.log")
-    svc.start(lease_ttl=3.0)
-    try:
-        yield svc
-    finally:
-        svc.stop()
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def service(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Service]:
+    """The service on a fresh SQLite file, and on a fresh PostgreSQL schema."""
+    async with contextlib.AsyncExitStack() as stack:
+        if request.param == "sqlite":
+            db = f"sqlite:///{tmp_path / 'flowli.db'}"
+        else:
+            db = await stack.enter_async_context(fresh_schema())
+        svc = Service(db, log=tmp_path / "serve.log")
+        svc.start(lease_ttl=3.0)
+        try:
+            yield svc
+        finally:
+            svc.stop()
 
 
 @pytest.fixture
 def billing(service: Service) -> tuple[dict[str, Any], str]:
     return new_app(service.db, "billing")
+
+
+TABLES = ("items", "journal", "executions", "tasks", "messages", "control_log")
+
+
+async def rows(db: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Rows of a query on the service's database (``?`` placeholders), SQLite or PostgreSQL."""
+    if db.startswith("sqlite:///"):
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(db.removeprefix("sqlite:///"))) as conn:
+            return [tuple(r) for r in conn.execute(sql, params).fetchall()]
+    import re
+    from urllib.parse import parse_qs, urlparse
+
+    import asyncpg
+
+    parsed = urlparse(db)
+    schema = parse_qs(parsed.query)["schema"][0]
+    conn = await asyncpg.connect(db.split("?", 1)[0])
+    try:
+        await conn.execute(f'SET search_path TO "{schema}"')
+        n = iter(range(1, 1000))
+        return [tuple(r) for r in await conn.fetch(re.sub(r"\?", lambda _: f"${next(n)}", sql), *params)]
+    finally:
+        await conn.close()
+
+
+async def everything(db: str) -> str:
+    """Every row of the tables that could hold a secret, as text."""
+    out = []
+    for table in TABLES:
+        out += [str(r) for r in await rows(db, f"SELECT * FROM {table}")]
+    return "\n".join(out)

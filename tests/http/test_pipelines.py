@@ -5,7 +5,6 @@ redaction, isolation and bad input."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from typing import Any
 
@@ -13,7 +12,7 @@ import httpx
 
 from flowli.client import HttpWorker, PipelinesClient, StageError, WaitForApproval
 
-from .conftest import flowli, new_app, new_key
+from .conftest import everything, flowli, new_app, new_key, rows
 
 STAGE = {"stageName": "validate", "stageHandlerName": "ValidateInvoiceHandler", "input": '{"invoiceId":"invoice-42"}'}
 
@@ -327,8 +326,10 @@ async def test_sensitive_context_is_redacted_everywhere_public_and_real_in_the_j
         assert secret not in str(public)
         assert {"key": "accessToken", "value": "***", "valueType": "string", "isSensitive": True} in done["pipelineContextItems"]
     assert secret not in service.logs()
-    eid = sqlite3.connect(service.db.removeprefix("sqlite:///")).execute(
-        "SELECT key FROM items WHERE kind = 'pipeline' AND id = ?", (made["id"],)).fetchone()[0]
+    [(eid,)] = await rows(service.db, "SELECT key FROM items WHERE kind = 'pipeline' AND id = ?", made["id"])
+    assert secret in await everything(service.db)  # kept (as an item, for the workers) ...
+    journal = "\n".join(str(r) for r in await rows(service.db, "SELECT * FROM journal"))
+    assert secret not in journal  # ... and never in the journal
     for args in (("show", eid), ("ls",)):
         shown = flowli(service.db, *args)
         assert shown.returncode == 0, shown.stderr
