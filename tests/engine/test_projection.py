@@ -14,6 +14,7 @@ from flowli import Context, Registry
 from flowli.domain import EntryKind, RegistrationError
 from flowli.engine import Projector
 
+from ..crash import until
 from .conftest import FAST, wait_status
 
 
@@ -115,13 +116,20 @@ async def test_a_new_version_of_a_projector_rebuilds_its_view_from_the_control_l
         assert await engine.read_view("told", "SELECT n FROM view_told") == [(14,)]
 
 
+async def _all_completed(engine: Any, n: int) -> bool:
+    page = await engine.list(limit=100)
+    return len(page) == n and page.counts["completed"] == n
+
+
 async def test_a_new_engine_on_the_database_does_not_replay_the_control_log(db_url, tmp_path):
     async with await flowli.connect(db_url, app(), bucket=str(tmp_path / "b"), **FAST) as engine:
         async with engine.worker():
             eids = [await engine.start("quick", n) for n in range(20)]
             for eid in eids:
                 await engine.result(eid, timeout=30)
-        assert len(await engine.list(limit=100)) == 20
+        # every completion on the control log (and in the projection) first: its announcement
+        # follows the result, and a repair by the sweeper may still be under way
+        await until(lambda: _all_completed(engine, 20), 30, "20 completions in the projection")
         last = (await engine._store.read_control_log(0, 10_000))[-1].seq
     fresh = await flowli.connect(db_url, app(), bucket=str(tmp_path / "b"), **FAST)
     async with fresh:

@@ -138,11 +138,18 @@ class Engine:
         self._running.append(w)
         task = asyncio.create_task(w.run(), name="flowli-worker")
         self._workers.append(task)
-        firing = [asyncio.create_task(self._schedule_loop(), name="flowli-schedules")] if sweeper else []
+        stop_firing = asyncio.Event()
+        firing = asyncio.create_task(self._schedule_loop(stop_firing), name="flowli-schedules") if sweeper else None
         try:
             yield w
         finally:
-            await cancel_and_wait([*firing, task])
+            if firing is not None:
+                # stopped, not cancelled: a store call cancelled mid-way (asyncpg sends the server a
+                # cancel request) could hit the next statement on that connection
+                stop_firing.set()
+                await asyncio.wait([firing], timeout=10)
+                await cancel_and_wait([firing])
+            await cancel_and_wait([task])
             await w.retire()
             self._workers.remove(task)
             self._running.remove(w)
@@ -437,13 +444,14 @@ class Engine:
             fired += 1
         return fired
 
-    async def _schedule_loop(self) -> None:
-        while True:
+    async def _schedule_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
             try:
                 await self.fire_schedules()
             except Exception:
                 log.exception("firing schedules failed; trying again")
-            await asyncio.sleep(self.options.schedule_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.options.schedule_interval)
 
     @property
     def items(self) -> Items:

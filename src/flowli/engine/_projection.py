@@ -96,8 +96,13 @@ def _executions_plan(entries: list[Entry]) -> Plan:
         seq = e.journal_seq or 0
         if e.kind is EntryKind.EXECUTION_STARTED:
             v = e.value if isinstance(e.value, dict) else {}
+            # the control log may hold a later change of the execution before its start (two
+            # announcements racing, or a repair): the start then fills in what it knows only
             yield ("exec", "INSERT INTO view_executions (eid, workflow, version, status, parent_eid, application,"
-                           " created_at, updated_at, last_seq) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (eid) DO NOTHING",
+                           " created_at, updated_at, last_seq) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (eid) DO UPDATE"
+                           " SET workflow = excluded.workflow, version = excluded.version,"
+                           " parent_eid = excluded.parent_eid, application = excluded.application,"
+                           " created_at = excluded.created_at",
                    (e.eid, v.get("workflow"), v.get("version"), Status.PENDING.value, v.get("parent_eid"),
                     v.get("application"), at, at, seq))
         elif e.kind in ENTRY_STATUS:
@@ -105,15 +110,18 @@ def _executions_plan(entries: list[Entry]) -> Plan:
             v = e.value if isinstance(e.value, dict) else {}
             blocked = dumps(v) if e.kind is EntryKind.EXECUTION_SUSPENDED and v.get("reason") == "nondeterminism" \
                 else None
-            yield ("exec", "UPDATE view_executions SET status = ?, updated_at = ?, last_seq = ?, blocked = ? WHERE eid = ?"
-                           " AND last_seq < ?", (ENTRY_STATUS[e.kind].value, at, seq, blocked, e.eid, seq))
+            yield ("exec", "INSERT INTO view_executions (eid, status, created_at, updated_at, last_seq, blocked)"
+                           " VALUES (?,?,?,?,?,?) ON CONFLICT (eid) DO UPDATE SET status = excluded.status,"
+                           " updated_at = excluded.updated_at, last_seq = excluded.last_seq, blocked = excluded.blocked"
+                           " WHERE view_executions.last_seq < excluded.last_seq",
+                   (e.eid, ENTRY_STATUS[e.kind].value, at, at, seq, blocked))
         elif e.kind is EntryKind.EXECUTION_MIGRATED:
             yield ("exec", "UPDATE view_executions SET version = ? WHERE eid = ?", ((e.value or {}).get("to"), e.eid))
 
 
 EXECUTIONS = Projector(
     name="executions",
-    version=2,
+    version=3,
     tables=("view_executions",),
     schema=(
         "CREATE TABLE IF NOT EXISTS view_executions (eid TEXT PRIMARY KEY, workflow TEXT, version TEXT, status TEXT,"
