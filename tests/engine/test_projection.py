@@ -163,3 +163,35 @@ async def test_engines_catching_up_at_once_apply_each_entry_once(db_url, tmp_pat
         finally:
             for r in readers:
                 await r.close()
+
+
+def test_the_executions_view_keeps_a_change_announced_before_the_start():
+    """Two announcements may reach the control log in either order (or a repair re-announces a
+    start): the view ends at the execution's latest state, with what its start says."""
+    import sqlite3
+
+    from flowli.engine._projection import EXECUTIONS
+    from tests.conformance.conftest import prov
+
+    def entry(kind: EntryKind, journal_seq: int, value: Any = None) -> Any:
+        from flowli.domain import Entry
+
+        return Entry(eid="e1", kind=kind, provenance=prov(), fid="root", value=value, journal_seq=journal_seq)
+
+    started = entry(EntryKind.EXECUTION_STARTED, 1, {"workflow": "quick", "version": "1", "application": "a"})
+    completed = entry(EntryKind.EXECUTION_COMPLETED, 2)
+    for order in ([started, completed], [completed, started], [started, completed, started]):
+        conn = sqlite3.connect(":memory:")
+        for statement in EXECUTIONS.schema:
+            conn.execute(statement)
+        plan = EXECUTIONS.plan(order)
+        try:
+            query = next(plan)
+            while True:
+                _, sql, params = query
+                conn.execute(sql.replace("{lock}", ""), params)
+                query = plan.send(None)
+        except StopIteration:
+            pass
+        row = conn.execute("SELECT workflow, version, application, status, last_seq FROM view_executions").fetchone()
+        assert row == ("quick", "1", "a", "completed", 2), order
