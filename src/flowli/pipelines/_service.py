@@ -6,6 +6,7 @@ in the journal."""
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import uuid
 from typing import Any
@@ -14,6 +15,7 @@ from flowli.domain import (
     ExecutionStateError,
     ExecutionTerminalError,
     Principal,
+    Status,
     UnknownExecutionError,
     keyed_eid,
 )
@@ -291,6 +293,13 @@ class Pipelines:
         record, p = await self.state(access, pitem.key)
         status = build(record, p, [], [], access.application_id, self.engine.clock.now())["status"]
         message = {"op": "rerun", "stage": stage.body["name"], "next": bool(rerun_next)}
+        if status == "Failed" and record.status is not Status.FAILED:
+            # the workflow has failed the pipeline and its execution is ending: let it end
+            deadline = asyncio.get_running_loop().time() + 10
+            while record.status is not Status.FAILED and not record.terminal and \
+                    asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.02)
+                record = await self.engine.status(pitem.key, application=access.application)
         if status == "Failed":
             try:
                 await self.engine.retry(pitem.key, by=principal(access), application=access.application,
