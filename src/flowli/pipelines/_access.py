@@ -39,6 +39,19 @@ class Access:
             raise Forbidden(f"the key {self.actor!r} has role {self.role}, which may not do this ({role} or admin needed)")
 
 
+async def owned(engine: Engine, access: Access, kind: str, number: Any, what: str) -> Any:
+    """The item ``number`` of ``kind`` in the caller's application; NotFound ("no {what} N") for
+    an id that is not a number, does not exist, or belongs to another application."""
+    try:
+        n = int(number)
+    except (TypeError, ValueError):
+        raise NotFound(f"no {what} {number!r}") from None
+    item = await engine.items.get(kind, n)
+    if item is None or item.application != access.application:
+        raise NotFound(f"no {what} {n}")
+    return item
+
+
 class Applications:
     def __init__(self, engine: Engine):
         self.engine = engine

@@ -12,7 +12,7 @@ from typing import Any
 from flowli.engine import Engine
 
 from . import _retry
-from ._access import Access
+from ._access import Access, owned
 from ._errors import Conflict, NotFound, PipelineInputError
 from ._service import POLICY, STAGE, Pipelines
 
@@ -78,14 +78,7 @@ class Policies:
         return {"id": item.id, **{k: v for k, v in item.body.items() if k != "key"}}
 
     async def _item(self, access: Access, policy_id: Any) -> Any:
-        try:
-            number = int(policy_id)
-        except (TypeError, ValueError):
-            raise NotFound(f"no policy {policy_id!r}") from None
-        item = await self.engine.items.get(POLICY, number)
-        if item is None or item.application != access.application:
-            raise NotFound(f"no policy {number}")
-        return item
+        return await owned(self.engine, access, POLICY, policy_id, "policy")
 
     async def create(self, access: Access, body: Any) -> dict[str, Any]:
         access.require("operator")

@@ -10,8 +10,8 @@ from typing import Any
 
 from flowli.engine import SCHEDULE, Engine, ScheduleError, firing_key
 
-from ._access import Access
-from ._errors import NotFound, PipelineInputError
+from ._access import Access, owned
+from ._errors import PipelineInputError
 from ._service import Pipelines
 from ._spec import declaration
 
@@ -51,14 +51,7 @@ class Schedules:
         return await self.get(access, made["id"])
 
     async def _item(self, access: Access, schedule_id: Any) -> Any:
-        try:
-            number = int(schedule_id)
-        except (TypeError, ValueError):
-            raise NotFound(f"no schedule {schedule_id!r}") from None
-        item = await self.engine.items.get(SCHEDULE, number)
-        if item is None or item.application != access.application:
-            raise NotFound(f"no schedule {number}")
-        return item
+        return await owned(self.engine, access, SCHEDULE, schedule_id, "schedule")
 
     async def get(self, access: Access, schedule_id: Any) -> dict[str, Any]:
         return self._json(await self._item(access, schedule_id))

@@ -22,7 +22,7 @@ from flowli.domain import (
 from flowli.engine import Engine
 
 from . import _retry
-from ._access import Access
+from ._access import Access, owned
 from ._errors import Conflict, NotFound, PipelineInputError
 from ._spec import declaration, intent_digest, labels, stage_list
 from ._view import REDACTED, build, declared, iso
@@ -120,14 +120,7 @@ class Pipelines:
     # ---- read -----------------------------------------------------------------------------
 
     async def _item(self, access: Access, pid: Any) -> Any:
-        try:
-            number = int(pid)
-        except (TypeError, ValueError):
-            raise NotFound(f"no pipeline {pid!r}") from None
-        item = await self.items.get(PIPELINE, number)
-        if item is None or item.application != access.application:
-            raise NotFound(f"no pipeline {number}")
-        return item
+        return await owned(self.engine, access, PIPELINE, pid, "pipeline")
 
     async def state(self, access: Access, eid: str) -> tuple[Any, Pipeline]:
         try:
