@@ -7,6 +7,7 @@ import inspect
 import pytest
 
 import flowli
+import flowli.catalog
 import flowli.client
 import flowli.domain
 import flowli.engine
@@ -27,15 +28,15 @@ PINNED = {
         "Actor", "Cancelled", "Code", "DatabaseUnavailable", "DuplicateFrameError", "ENTRY_STATUS", "Entry", "EntryKind", "ExecutionFailed",
         "ExecutionRecord", "ExecutionStateError", "ExecutionTerminalError", "FlowliError", "FrameKind",
         "InvalidDatabaseURL", "LeaseLost", "Message", "NO_RETRY", "NoOpenReviewError", "NonRetryableError",
-        "NondeterminismError", "NotJSONCompatibleError", "OperationRefused", "Principal", "Provenance", "RegistrationError", "RetryPolicy",
-        "Site", "StaleAnswer", "Status", "StepFailed", "TERMINAL", "Task", "TaskKind", "Timer", "UnknownExecutionError",
+        "NondeterminismError", "NotJSONCompatibleError", "OperationRefused", "OutputInvalid", "Prerequisite", "Principal", "Provenance", "RegistrationError", "RetryPolicy",
+        "Site", "StaleAnswer", "Status", "StepFailed", "TERMINAL", "Task", "TaskKind", "Timer", "TypeMetadata", "UnknownExecutionError",
         "UnknownTaskError", "UnknownWorkflowError", "WorkflowArgumentsError", "actor_for", "canonical", "check_json",
-        "child_eid", "digest", "dumps", "keyed_eid", "new_eid", "principal_for", "task_id",
+        "child_eid", "digest", "dumps", "keyed_eid", "new_eid", "principal_for", "task_id", "type_metadata",
     ],
     flowli.engine: [
-        "AttemptView", "Clock", "Consumer", "Context", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
-        "Explanation", "FrameView", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError", "SystemClock",
-        "WorkflowDef", "firing_key", "reply_channel",
+        "AttemptView", "CallNext", "Clock", "Consumer", "Context", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
+        "Explanation", "FrameView", "Middleware", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
+        "SystemClock", "Transition", "WorkflowDef", "firing_key", "input_model", "problems", "reply_channel",
     ],
     flowli.store: [
         "Acquired", "Announcement", "Claim", "Fence", "Guard", "Intent", "Item", "Items", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",
@@ -45,6 +46,11 @@ PINNED = {
         "Access", "Applications", "Conflict", "Forbidden", "NotFound", "PipelineInputError", "Pipelines", "Policies", "ROLES",
         "Schedules", "ServiceError", "Session", "TERMINAL_CODES", "Unauthorized", "Unavailable", "WORKFLOW", "Workers",
         "install", "queue_of",
+    ],
+    flowli.catalog: [
+        "AUDIT", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError", "CompositionConflict", "CompositionInvalid", "DAG",
+        "InputsInvalid", "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
+        "RunStateError", "SAVE", "UnknownType", "content_hash", "install",
     ],
     flowli.http: ["MAX_BODY", "create_app", "serve"],
     flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],

@@ -143,6 +143,7 @@ async def test_a_renewal_keeps_the_attempt_and_an_answer_after_the_lease_expired
         await clock.advance(LEASE)  # no renewal in time: the lease expires
         with pytest.raises(StaleAnswer, match=f"task {attempt(eid, 1)} is stale: the lease of bot expired"):
             await bot.renew(task)
+        await engine.sweep()  # the expiry is recorded now, not between the snapshot and the answer
         before = await engine.journal(eid)
         # (the sweeper may end the attempt meanwhile: then it is withdrawn; stale either way)
         with pytest.raises(StaleAnswer, match="the lease of bot expired|withdrawn already"):

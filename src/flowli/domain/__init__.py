@@ -14,6 +14,7 @@ from ._errors import NonRetryableError as NonRetryableError
 from ._errors import NoOpenReviewError as NoOpenReviewError
 from ._errors import NotJSONCompatibleError as NotJSONCompatibleError
 from ._errors import OperationRefused as OperationRefused
+from ._errors import OutputInvalid as OutputInvalid
 from ._errors import RegistrationError as RegistrationError
 from ._errors import StaleAnswer as StaleAnswer
 from ._errors import StepFailed as StepFailed
@@ -49,6 +50,9 @@ from ._status import EntryKind as EntryKind
 from ._status import FrameKind as FrameKind
 from ._status import Status as Status
 from ._status import TaskKind as TaskKind
+from ._types import Prerequisite as Prerequisite
+from ._types import TypeMetadata as TypeMetadata
+from ._types import type_metadata as type_metadata
 
 __all__ = [
     "Actor",
@@ -74,6 +78,8 @@ __all__ = [
     "NondeterminismError",
     "NotJSONCompatibleError",
     "OperationRefused",
+    "OutputInvalid",
+    "Prerequisite",
     "Principal",
     "Provenance",
     "RegistrationError",
@@ -86,6 +92,7 @@ __all__ = [
     "Task",
     "TaskKind",
     "Timer",
+    "TypeMetadata",
     "UnknownExecutionError",
     "UnknownTaskError",
     "UnknownWorkflowError",
@@ -100,4 +107,5 @@ __all__ = [
     "new_eid",
     "principal_for",
     "task_id",
+    "type_metadata",
 ]

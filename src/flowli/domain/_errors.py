@@ -21,6 +21,7 @@ survive a user's ``except Exception:`` — cancellation and a lost lease — der
           ├── UnknownExecutionError    no execution with that eid
           ├── ExecutionTerminalError   the execution is completed, failed or cancelled
           ├── ExecutionStateError      the execution is not in a state that allows the call
+          ├── OutputInvalid            a workflow's result that does not fit its return annotation
           ├── OperationRefused         an operator's action refused by its guard (idle, lease, seq)
           ├── UnknownTaskError         no open task with that id
           ├── StaleAnswer              an answer or failure for an attempt that is not current
@@ -97,15 +98,19 @@ class NondeterminismError(FlowliError):
 class StepFailed(FlowliError):
     """A frame has no attempt left. Raised in the workflow, and again on every replay."""
 
-    def __init__(self, fid: str, error_type: str, message: str, attempts: int):
+    def __init__(self, fid: str, error_type: str, message: str, attempts: int, code: str | None = None,
+                 details: dict[str, Any] | None = None):
         self.fid = fid
         self.error_type = error_type
         self.message = message
         self.attempts = attempts
+        self.code = code
+        """The cause's own code (``OUTPUT_INVALID``, ``REMEDIATION_REQUIRED``), when it had one."""
+        self.details = details
         super().__init__(f"frame {fid} failed after {attempts} attempt(s): {error_type}: {message}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (StepFailed, (self.fid, self.error_type, self.message, self.attempts))
+        return (StepFailed, (self.fid, self.error_type, self.message, self.attempts, self.code, self.details))
 
 
 class ExecutionFailed(FlowliError):
@@ -159,6 +164,21 @@ class ExecutionStateError(FlowliError):
         self.eid = eid
         self.status = status
         super().__init__(f"cannot {action} execution {eid}: it is {status}, it must be {need}")
+
+
+class OutputInvalid(FlowliError):
+    """A workflow's result does not fit its return annotation: the run fails with OUTPUT_INVALID,
+    naming each bad field."""
+
+    code = "OUTPUT_INVALID"
+
+    def __init__(self, workflow: str, problems: list[str]):
+        self.workflow = workflow
+        self.problems = list(problems)
+        super().__init__(f"the output of workflow {workflow!r} does not match its schema: {'; '.join(self.problems)}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (OutputInvalid, (self.workflow, self.problems))
 
 
 class OperationRefused(FlowliError):

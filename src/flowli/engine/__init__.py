@@ -20,6 +20,11 @@ from ._runtime import Options as Options
 from ._schedules import SCHEDULE as SCHEDULE
 from ._schedules import ScheduleError as ScheduleError
 from ._schedules import firing_key as firing_key
+from ._transitions import CallNext as CallNext
+from ._transitions import Middleware as Middleware
+from ._transitions import Transition as Transition
+from ._typing import input_model as input_model
+from ._typing import problems as problems
 from ._views import AttemptView as AttemptView
 from ._views import FrameView as FrameView
 from ._views import RunView as RunView
@@ -28,6 +33,7 @@ __all__ = [
     "AttemptView",
     "FrameView",
     "RunView",
+    "CallNext",
     "Clock",
     "Consumer",
     "SCHEDULE",
@@ -39,10 +45,14 @@ __all__ = [
     "ExecutionPage",
     "Explanation",
     "ExecutionSummary",
+    "Middleware",
     "Options",
     "Registry",
     "Projector",
     "SystemClock",
+    "Transition",
     "WorkflowDef",
+    "input_model",
+    "problems",
     "reply_channel",
 ]

@@ -21,6 +21,7 @@ from flowli.domain import (
     LeaseLost,
     NondeterminismError,
     NotJSONCompatibleError,
+    OutputInvalid,
     Status,
     StepFailed,
     Task,
@@ -35,6 +36,7 @@ from ._core import Stopping, StoreFailure
 from ._errors import error_data
 from ._frames import ROOT
 from ._tasks import cancel_and_wait
+from ._typing import ValidationError, problems
 from ._waits import Waits
 
 log = logging.getLogger("flowli.worker")
@@ -96,9 +98,11 @@ class Activation(Waits):
             return await self._block()
         if exc is None:
             try:
-                value = check_json(wf_task.result(), f"the result of workflow {self.wf.name!r}")
+                value = self._accepted(wf_task.result())
             except NotJSONCompatibleError as bad:
                 return await self._end(Status.FAILED, error=error_data(bad))
+            except OutputInvalid as bad:
+                return await self._end(Status.FAILED, error=error_data(bad) | {"problems": bad.problems})
             return await self._end(Status.COMPLETED, result=value)
         if isinstance(exc, Cancelled):
             return await self._end(Status.CANCELLED, error=error_data(exc) | {"by": self.record.cancel_requested})
@@ -108,6 +112,19 @@ class Activation(Waits):
         if isinstance(exc, Exception):
             return await self._end(Status.FAILED, error=error_data(exc))
         raise exc
+
+    def _accepted(self, result: Any) -> Any:
+        """The result as the journal records it: checked against the return annotation (a model
+        becomes its JSON fields), then JSON-checked."""
+        adapter = self.wf.output
+        if adapter is not None:
+            try:
+                result = adapter.dump_python(adapter.validate_python(result), mode="json")
+            except ValidationError as exc:
+                raise OutputInvalid(self.wf.name, problems(exc, "output")) from None
+            except Exception as exc:  # a value pydantic cannot even dump
+                raise OutputInvalid(self.wf.name, [f"output: {exc}"]) from None
+        return check_json(result, f"the result of workflow {self.wf.name!r}")
 
     def _quiescent(self) -> bool:
         return self.live == 0 and bool(self.waits)

@@ -60,6 +60,17 @@ class Context(abc.ABC):
     @abc.abstractmethod
     def version(self) -> str: ...
 
+    @property
+    @abc.abstractmethod
+    def application(self) -> str | None:
+        """The application (tenant) the execution belongs to; None for single-tenant use."""
+
+    @property
+    @abc.abstractmethod
+    def items(self) -> Any:
+        """The store's items (``flowli.store.Items``): the named records of the layers above. A
+        workflow reads and writes them inside a step only (they are not journaled)."""
+
     @abc.abstractmethod
     def step(
         self,

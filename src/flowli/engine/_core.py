@@ -76,7 +76,9 @@ def frame_failed(fid: str, entry: Entry, attempts: int) -> BaseException:
     error = entry.error or {}
     if error.get("timeout"):
         return TimeoutError(error.get("message", ""))
-    return StepFailed(fid, error.get("type", "Error"), error.get("message", ""), attempts)
+    code = error.get("code") if isinstance(error.get("code"), str) else None
+    details = error.get("details") if isinstance(error.get("details"), dict) else None
+    return StepFailed(fid, error.get("type", "Error"), error.get("message", ""), attempts, code, details)
 
 
 class Core(Context):
@@ -138,6 +140,14 @@ class Core(Context):
     @property
     def version(self) -> str:
         return self.wf.version
+
+    @property
+    def application(self) -> str | None:
+        return self.record.application
+
+    @property
+    def items(self) -> Any:
+        return self.rt.store.items()
 
     def mark_lost(self) -> None:
         self.lost = True

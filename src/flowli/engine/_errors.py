@@ -13,13 +13,25 @@ import builtins
 from typing import Any
 
 from flowli import domain
-from flowli.domain import ExecutionFailed, StepFailed
+from flowli.domain import ExecutionFailed, NotJSONCompatibleError, StepFailed, check_json
 
 from ._registry import Registry
 
 
 def error_data(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)}
+    """The journal's form of an error: its type, module and message; an exception with a string
+    ``code`` attribute (and a JSON ``details`` dict) records them too."""
+    data: dict[str, Any] = {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)}
+    code = getattr(exc, "code", None)
+    if isinstance(code, str) and code:
+        data["code"] = code
+        details = getattr(exc, "details", None)
+        if isinstance(details, dict):
+            try:
+                data["details"] = check_json(details, f"the details of {type(exc).__name__}")
+            except NotJSONCompatibleError:
+                data["details"] = {"unrecorded": "the details were not JSON"}
+    return data
 
 
 def _flowli_errors() -> dict[tuple[str, str], type[BaseException]]:
@@ -51,7 +63,8 @@ def rebuild_error(eid: str, error: dict[str, Any], registry: Registry | None = N
     ExecutionFailed with the stored type name and message."""
     etype, module, message = str(error.get("type", "Error")), str(error.get("module", "")), str(error.get("message", ""))
     if etype == "StepFailed" and "fid" in error:
-        return StepFailed(error["fid"], error.get("cause", "Error"), error.get("cause_message", ""), error.get("attempts", 0))
+        return StepFailed(error["fid"], error.get("cause", "Error"), error.get("cause_message", ""), error.get("attempts", 0),
+                          error.get("code"), error.get("details"))
     cls = allowed_error(module, etype, registry)
     if cls is None:
         return ExecutionFailed(eid, etype, message)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
-from flowli.domain import RegistrationError, UnknownWorkflowError, WorkflowArgumentsError
+from flowli.domain import RegistrationError, TypeMetadata, UnknownWorkflowError, WorkflowArgumentsError, type_metadata
 
 F = TypeVar("F", bound=Callable[..., Any])
 E = TypeVar("E", bound=type)
@@ -20,6 +20,8 @@ class WorkflowDef:
     name: str
     version: str
     fn: Callable[..., Any]
+    meta: TypeMetadata = field(default_factory=TypeMetadata, compare=False)
+    """The catalog metadata declared at registration (kind, featured, scope, permissions, ...)."""
 
     @property
     def ref(self) -> str:
@@ -35,6 +37,14 @@ class WorkflowDef:
             self.signature.bind(None, *args)
         except TypeError as exc:
             raise WorkflowArgumentsError(self.name, f"{exc}; it takes {self.name}({self.parameters})") from None
+
+    @functools.cached_property
+    def output(self) -> Any:
+        """The pydantic adapter of the return annotation (None without one): a result is checked
+        against it before it is accepted, and dumped as JSON (a model becomes its fields)."""
+        from ._typing import output_adapter
+
+        return output_adapter(self.fn)
 
     @functools.cached_property
     def parameters(self) -> str:
@@ -79,14 +89,19 @@ class Registry:
     def declared_error(self, module: str, name: str) -> type[Exception] | None:
         return self._errors.get((module, name))
 
-    def workflow(self, name: str | None = None, *, version: str = "1") -> Callable[[F], F]:
+    def workflow(self, name: str | None = None, *, version: str = "1", **metadata: Any) -> Callable[[F], F]:
+        """Register an async workflow function under ``name`` and ``version``. The keywords are its
+        catalog metadata: ``kind`` (state_machine, data, dag), ``featured``, ``scope``
+        (organization, library, none), ``read_only``, ``permissions``, ``prerequisites``,
+        ``description``, ``compensate`` (the type that undoes it in a denied dag)."""
         def register(fn: F) -> F:
-            self.add(fn, name, version=version)
+            self.add(fn, name, version=version, **metadata)
             return fn
 
         return register
 
-    def add(self, fn: Callable[..., Any], name: str | None = None, *, version: str = "1") -> WorkflowDef:
+    def add(self, fn: Callable[..., Any], name: str | None = None, *, version: str = "1",
+            **metadata: Any) -> WorkflowDef:
         wf_name = name or getattr(fn, "__name__", None)
         if not wf_name:
             raise RegistrationError(f"workflow {fn!r} needs a name")
@@ -97,13 +112,14 @@ class Registry:
             )
         if not isinstance(version, str) or not version:
             raise RegistrationError(f"workflow {wf_name!r}: version must be a non-empty string, got {version!r}")
+        meta = type_metadata(wf_name, version, metadata)
         versions = self._defs.setdefault(wf_name, {})
         if version in versions:
             raise RegistrationError(
                 f"workflow {wf_name!r} version {version!r} is registered already"
                 f" (by {versions[version].ref}); give the new code another version"
             )
-        wf = WorkflowDef(wf_name, version, fn)
+        wf = WorkflowDef(wf_name, version, fn, meta)
         versions[version] = wf
         setattr(fn, _ATTR, wf)
         return wf

@@ -1,0 +1,45 @@
+"""The typed catalog of workflow types, the three-state view of runs, compositions (validated,
+compiled, saved as ``virtual.<name>@<version>``), remediation gates, operations and RBAC."""
+
+from flowli.domain import Prerequisite as Prerequisite
+
+from ._catalog import AUDIT as AUDIT
+from ._catalog import Catalog as Catalog
+from ._compose import COMPILED_FORMAT_VERSION as COMPILED_FORMAT_VERSION
+from ._compose import content_hash as content_hash
+from ._dag import DAG as DAG
+from ._dag import SAVE as SAVE
+from ._dag import install as install
+from ._errors import CatalogError as CatalogError
+from ._errors import CompositionConflict as CompositionConflict
+from ._errors import CompositionInvalid as CompositionInvalid
+from ._errors import InputsInvalid as InputsInvalid
+from ._errors import PermissionDenied as PermissionDenied
+from ._errors import RemediationDenied as RemediationDenied
+from ._errors import RemediationRequired as RemediationRequired
+from ._errors import RunStateError as RunStateError
+from ._errors import UnknownType as UnknownType
+from ._rbac import ROLES as ROLES
+from ._rbac import Roles as Roles
+
+__all__ = [
+    "AUDIT",
+    "COMPILED_FORMAT_VERSION",
+    "Catalog",
+    "CatalogError",
+    "CompositionConflict",
+    "CompositionInvalid",
+    "DAG",
+    "InputsInvalid",
+    "PermissionDenied",
+    "Prerequisite",
+    "ROLES",
+    "RemediationDenied",
+    "RemediationRequired",
+    "Roles",
+    "RunStateError",
+    "SAVE",
+    "UnknownType",
+    "content_hash",
+    "install",
+]

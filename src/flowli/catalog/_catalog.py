@@ -1,0 +1,417 @@
+"""``Catalog(engine)``: the catalog of workflow types, the three-state view of runs, compositions
+and the operations on runs, over the Engine (behind the MCP tools, the ``/catalog`` routes and
+the CLI). Every method takes ``by`` (a Principal carries the tenant and the roles); reads need
+``runs:read``, and every change is a transition that the RBAC middleware checks."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import weakref
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from flowli.domain import ExecutionRecord, Principal, Status, StepFailed, UnknownWorkflowError
+from flowli.engine import Engine, Registry, problems
+
+from . import _rbac as rbac
+from . import _runs as runs
+from ._compose import VIRTUAL, Validation, compile_definition, content_hash, input_fields, validate
+from ._dag import COMPOSITION, DAG, RESOLUTION, SAVE, install
+from ._errors import (
+    CatalogError,
+    CompositionConflict,
+    CompositionInvalid,
+    InputsInvalid,
+    RunStateError,
+    UnknownType,
+    suggest,
+)
+from ._types import CatalogType, lookup, namespace_of, types_of
+
+By = str | Principal | None
+_CATALOGS: weakref.WeakKeyDictionary[Registry, Catalog] = weakref.WeakKeyDictionary()
+AUDIT = "audit.workflow-run.query"
+_ENGINE_STATUS = {runs.COMPLETED: ("completed",), runs.FAILED: ("failed", "cancelled"),
+                  runs.PENDING: ("pending", "running", "suspended"), runs.PARKED: ("suspended",)}
+
+
+def _scope(by: By, application: str | None) -> str | None:
+    if isinstance(by, Principal) and by.application is not None:
+        return by.application
+    return application
+
+
+class Catalog:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.registry = engine.registry
+        install(self.registry)
+        _install_audit(self.registry)
+        self.roles = rbac.install(engine)
+        _CATALOGS[self.registry] = self
+
+    def _read(self, by: By, what: str) -> None:
+        self.roles.require(by, rbac.READ, what)
+
+    # ---- types ----------------------------------------------------------------------------
+
+    async def namespaces(self, *, by: By = None) -> list[dict[str, Any]]:
+        """Each namespace with how many types it holds (saved compositions are not listed)."""
+        self._read(by, "list the workflow namespaces")
+        counts: dict[str, int] = {}
+        for t in types_of(self.registry).values():
+            counts[namespace_of(t.name)] = counts.get(namespace_of(t.name), 0) + 1
+        return [{"namespace": ns, "types": n} for ns, n in sorted(counts.items())]
+
+    async def types(self, prefix: str | None = None, q: str | None = None, *, by: By = None) -> list[dict[str, Any]]:
+        """The types whose name starts with ``prefix`` and whose name or description holds ``q``
+        (case-insensitive), by name."""
+        self._read(by, "list the workflow types")
+        out = []
+        for t in types_of(self.registry).values():
+            if prefix and not t.name.startswith(prefix):
+                continue
+            if q and q.lower() not in f"{t.name} {t.wf.meta.description}".lower():
+                continue
+            out.append(t.summary())
+        return out
+
+    async def _composition(self, name: str, app: str | None) -> dict[str, Any]:
+        item = await self.engine.items.find(COMPOSITION, name[len(VIRTUAL):], app or "")
+        if item is None:
+            known = [i.body["workflow_type"] for i in await self.engine.items.list(COMPOSITION, app or "")]
+            raise UnknownType(name, known)
+        return dict(item.body)
+
+    def _type(self, name: Any) -> CatalogType:
+        return lookup(self.registry, name)
+
+    async def schema(self, name: str, *, by: By = None, application: str | None = None) -> dict[str, Any]:
+        """``input_schema``, ``output_schema``, ``fields``, ``read_only``, ``has_prerequisites``,
+        ``workflow_kind`` of a type (a saved composition's too)."""
+        self._read(by, f"read the schema of {name}")
+        if isinstance(name, str) and name.startswith(VIRTUAL):
+            saved = await self._composition(name, _scope(by, application))
+            model = self._inputs_model(name, validate(self.registry, saved["definition"]))
+            schema = model.model_json_schema()
+            schema.pop("title", None)
+            fields = [{"name": f, "type": schema.get("properties", {}).get(f, {}).get("type", "any"),
+                       "required": f in schema.get("required", [])} for f in model.model_fields]
+            return {"workflow_type": name, "version": saved["version"], "input_schema": schema,
+                    "output_schema": {"type": "object"}, "fields": fields, "read_only": False,
+                    "has_prerequisites": False, "workflow_kind": "dag"}
+        return self._type(name).schema()
+
+    async def prerequisites(self, name: str, variant: str | None = None, *, by: By = None) -> list[dict[str, Any]]:
+        """What must exist before ``name`` runs (of ``variant`` only, when given)."""
+        self._read(by, f"read the prerequisites of {name}")
+        if isinstance(name, str) and name.startswith(VIRTUAL):
+            await self._composition(name, _scope(by, None))
+            return []
+        found = self._type(name).wf.meta.prerequisites
+        variants = sorted({p.variant for p in found})
+        if variant is not None and variant not in variants:
+            if not found:
+                return []
+            raise CatalogError(f"variant {variant!r} is not a prerequisite variant of {name!r}; it has"
+                               f" {', '.join(variants)}")
+        return [p.as_json() for p in found if variant is None or p.variant == variant]
+
+    async def definition(self, name: str, *, by: By = None, application: str | None = None) -> dict[str, Any]:
+        """What a type is: its metadata and schemas, the code that runs it; a saved composition's
+        definition and compiled form."""
+        self._read(by, f"read the definition of {name}")
+        if isinstance(name, str) and name.startswith(VIRTUAL):
+            saved = await self._composition(name, _scope(by, application))
+            return {"workflow_type": name, "workflow_kind": "dag", "definition": saved["definition"],
+                    "compiled": saved["compiled"], "content_hash": saved["content_hash"]}
+        t = self._type(name)
+        m = t.wf.meta
+        return {**t.summary(), "workflow_type": t.name, "versions": self.registry.versions(t.name),
+                "read_only": m.read_only, "permissions": list(m.permissions),
+                "prerequisites": [p.as_json() for p in m.prerequisites], "compensate": m.compensate,
+                "input_schema": t.input_schema, "output_schema": t.output_schema, "code": t.wf.ref}
+
+    async def dag(self, name: str, *, by: By = None, application: str | None = None) -> dict[str, Any]:
+        """The layers and steps of a dag type; a type of another kind is one layer of one step."""
+        self._read(by, f"read the dag of {name}")
+        if isinstance(name, str) and name.startswith(VIRTUAL):
+            saved = await self._composition(name, _scope(by, application))
+            return {"workflow_type": name, "layers": [
+                {"name": layer["name"], "steps": [{"name": s["name"], "workflow_type": s["workflow_type"]}
+                                                  for s in layer["steps"]]}
+                for layer in saved["definition"]["layers"]]}
+        t = self._type(name)
+        return {"workflow_type": t.name, "layers": [{"name": "main", "steps": [{"name": t.name, "workflow_type": t.name}]}]}
+
+    # ---- runs -----------------------------------------------------------------------------
+
+    def _inputs_model(self, name: str, v: Validation) -> type[BaseModel]:
+        fields = {f: (ann, ... if required else None) for f, (ann, required) in input_fields(v).items()}
+        model: type[BaseModel] = create_model(f"{name}.input", __config__=ConfigDict(extra="forbid"),  # type: ignore[call-overload]
+                                              **fields)
+        return model
+
+    async def start(self, workflow_type: str, inputs: Any, *, by: By = None, key: str | None = None,
+                    application: str | None = None) -> dict[str, Any]:
+        """Start a run from one JSON object of inputs by name, validated first (InputsInvalid
+        names each bad field; nothing is stored)."""
+        app = _scope(by, application)
+        if isinstance(workflow_type, str) and workflow_type.startswith(VIRTUAL):
+            saved = await self._composition(workflow_type, app)
+            v = validate(self.registry, saved["definition"])
+            if v.errors:
+                raise CompositionInvalid(v.errors)  # the catalog changed since it was saved
+            if not isinstance(inputs, dict):
+                raise InputsInvalid(workflow_type, [f"inputs must be a JSON object, got {type(inputs).__name__}"])
+            try:
+                checked = self._inputs_model(workflow_type, v).model_validate(inputs).model_dump(mode="json")
+            except ValidationError as exc:
+                raise InputsInvalid(workflow_type, problems(exc)) from None
+            for step_type in v.types.values():  # a composition needs what its steps need: no back door
+                for p in step_type.wf.meta.permissions:
+                    self.roles.require(by, p, f"start {workflow_type} (step type {step_type.name})")
+            compiled = saved["compiled"]
+            eid = await self.engine.start(DAG, workflow_type, compiled,
+                                          {k: val for k, val in checked.items() if val is not None or k in inputs},
+                                          by=by, key=key, application=application)
+        else:
+            t = self._type(workflow_type)
+            args = t.arguments(inputs)
+            eid = await self.engine.start(t.name, *args, by=by, key=key, application=application)
+        return {"workflow_id": eid, "status": runs.PENDING}
+
+    async def _run(self, workflow_id: str, by: By, application: str | None) -> tuple[ExecutionRecord, list[Any]]:
+        app = _scope(by, application)
+        record = await self.engine.status(workflow_id, application=app)
+        return record, await self.engine.journal(workflow_id, application=app)
+
+    def _fn(self, record: ExecutionRecord) -> Any:
+        try:
+            return self.registry.get(record.workflow, record.version).fn
+        except UnknownWorkflowError:
+            return None
+
+    async def status(self, workflow_id: str, *, by: By = None, application: str | None = None) -> dict[str, Any]:
+        """``get_workflow_status``: the three-state view of a run."""
+        self._read(by, f"read run {workflow_id}")
+        return runs.view(*await self._run(workflow_id, by, application))
+
+    async def history(self, workflow_id: str, include_state_data: bool = False, *, by: By = None,
+                      application: str | None = None) -> list[dict[str, Any]]:
+        """``get_workflow_history``: the append-only transitions, oldest first."""
+        self._read(by, f"read the history of run {workflow_id}")
+        record, journal = await self._run(workflow_id, by, application)
+        return runs.history(record, journal, include_state_data, self._fn(record))
+
+    async def list(self, workflow_type: str | None = None, status: str | None = None, limit: int = 50,
+                   cursor: str | None = None, *, by: By = None, application: str | None = None) -> dict[str, Any]:
+        """Runs, newest first, a page at a time: ``{"runs": [...], "next": cursor or None}``."""
+        self._read(by, "list runs")
+        app = _scope(by, application)
+        if status is not None and status not in runs.STATES:
+            raise CatalogError(f"status must be one of {', '.join(runs.STATES)}, got {status!r}")
+        if not isinstance(limit, int) or not 1 <= limit <= 500:
+            raise CatalogError(f"limit must be an integer from 1 to 500, got {limit!r}")
+        virtual = isinstance(workflow_type, str) and workflow_type.startswith(VIRTUAL)
+        engine_wf = DAG if virtual else workflow_type
+        wanted = set(_ENGINE_STATUS[status]) if status else None
+        out: builtins.list[dict[str, Any]] = []
+        page_cursor = cursor
+        while len(out) < limit:
+            try:
+                page = await self.engine.list(workflow=engine_wf, limit=limit, cursor=page_cursor, application=app)
+            except ValueError as exc:
+                raise CatalogError(str(exc).replace("engine.list", "list_workflows")) from None
+            records = {r.eid: r for r in await self.engine.statuses([s.eid for s in page], application=app)}
+            for s in page:
+                page_cursor = f"{s.created_at.timestamp()!r}|{s.eid}"
+                record = records.get(s.eid)
+                if record is None:
+                    continue
+                if wanted is not None and record.status.value not in wanted:
+                    continue
+                if virtual and runs.workflow_type(record) != workflow_type:
+                    continue
+                if record.workflow.startswith("flowli.") and record.workflow != DAG:
+                    continue
+                journal = await self.engine.journal(record.eid, application=app) \
+                    if record.workflow == DAG and not record.terminal else []
+                state = runs.state_of(record, journal)
+                if status is not None and state != status:
+                    continue
+                out.append({"workflow_id": record.eid, "workflow_type": runs.workflow_type(record), "status": state,
+                            "created_at": record.created_at.isoformat(), "updated_at": record.updated_at.isoformat(),
+                            **({"parent_workflow_id": record.parent_eid} if record.parent_eid else {})})
+                if len(out) == limit:
+                    break
+            if page.next is None:
+                page_cursor = None
+                break
+        more = page_cursor is not None and len(out) == limit
+        return {"runs": out, "next": page_cursor if more else None}
+
+    # ---- operations -----------------------------------------------------------------------
+
+    async def retry(self, workflow_id: str, *, by: By = None, application: str | None = None) -> dict[str, Any]:
+        """Re-advance a FAILED run from its last good point (memoized steps are not run again)."""
+        record, journal = await self._run(workflow_id, by, application)
+        if record.status is not Status.FAILED:
+            state = runs.state_of(record, journal)
+            why = "it was cancelled" if record.status is Status.CANCELLED else f"it is {state}"
+            raise RunStateError(f"run {workflow_id} cannot be retried: {why}; only a FAILED run can be retried")
+        fid = await self.engine.retry(workflow_id, by=by, application=application)
+        out: dict[str, Any] = {"workflow_id": workflow_id, "status": runs.PENDING}
+        failed = next((e for e in reversed(journal) if e.fid == fid), None) if fid else None
+        if failed is not None and (step := runs.step_name(record, failed)) is not None:
+            out["step"] = step
+        return out
+
+    async def resolve(self, workflow_id: str, resolution: str, *, by: By = None,
+                      application: str | None = None) -> dict[str, Any]:
+        """Answer a remediation gate: ``remediated`` re-runs only the parked step, ``denied``
+        compensates the completed steps in reverse and fails the run."""
+        if resolution not in ("remediated", "denied"):
+            raise CatalogError(f"resolution must be 'remediated' or 'denied', got {resolution!r}")
+        record, journal = await self._run(workflow_id, by, application)
+        parked = runs.remediation(record, journal) if runs.state_of(record, journal) == runs.PARKED else None
+        if parked is None:
+            raise RunStateError(f"run {workflow_id} is {runs.state_of(record, journal)}, not remediation_pending:"
+                                " there is no remediation gate to resolve")
+        await self.engine.signal(workflow_id, RESOLUTION, {"resolution": resolution, "fid": parked["fid"]}, by=by,
+                                 application=application)
+        return {"workflow_id": workflow_id, "status": runs.PENDING, "resolution": resolution, "step": parked["step"]}
+
+    async def stuck(self, older_than_seconds: float = 3600, *, by: By = None,
+                    application: str | None = None) -> builtins.list[dict[str, Any]]:
+        """Runs not terminal, with no journal progress for ``older_than_seconds``, that do not wait
+        on a future timer; each with ``waiting_on`` (what ``engine.explain`` finds)."""
+        self._read(by, "list stuck runs")
+        if not isinstance(older_than_seconds, (int, float)) or older_than_seconds < 0:
+            raise CatalogError(f"older_than_seconds must be a number of seconds >= 0, got {older_than_seconds!r}")
+        app = _scope(by, application)
+        now = self.engine.clock.now()
+        horizon = now - timedelta(seconds=older_than_seconds)
+        out = []
+        for st in ("pending", "running", "suspended"):
+            cursor = None
+            while True:
+                page = await self.engine.list(status=st, limit=200, cursor=cursor, application=app)
+                for s in page:
+                    if s.workflow.startswith("flowli.") and s.workflow != DAG:
+                        continue
+                    try:
+                        why = await self.engine.explain(s.eid, application=app)
+                    except Exception:  # archived or gone meanwhile
+                        continue
+                    if why.last_at is None or why.last_at > horizon:
+                        continue
+                    if any(w["kind"] == "timer" and w.get("at") and w["at"] > now.isoformat() for w in why.waits):
+                        continue
+                    record = await self.engine.status(s.eid, application=app)
+                    out.append({"workflow_id": s.eid, "workflow_type": runs.workflow_type(record),
+                                "status": runs.state_of(record, await self.engine.journal(s.eid, application=app)),
+                                "idle_seconds": round((now - why.last_at).total_seconds(), 1),
+                                "last_seq": why.last_seq,
+                                "waiting_on": {"summary": why.summary, "waits": [dict(w) for w in why.waits]}})
+                if page.next is None:
+                    break
+                cursor = page.next
+        return out
+
+    async def terminate(self, workflow_id: str, reason: str, min_idle_seconds: float = 600,
+                        expected_last_seq: int | None = None, *, by: By = None,
+                        application: str | None = None) -> dict[str, Any]:
+        """Append a failed terminal state to a confirmed-stale run (its guards: idle for
+        ``min_idle_seconds``, no live lease, the journal at ``expected_last_seq`` when given)."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise CatalogError("reason must say why the run is terminated: it is recorded with the terminal state")
+        if not isinstance(min_idle_seconds, (int, float)) or min_idle_seconds < 0:
+            raise CatalogError(f"min_idle_seconds must be a number of seconds >= 0, got {min_idle_seconds!r}")
+        if expected_last_seq is not None and (not isinstance(expected_last_seq, int) or expected_last_seq < 0):
+            raise CatalogError(f"expected_last_seq must be a journal seq (an integer), got {expected_last_seq!r}")
+        await self.engine.terminate(workflow_id, reason, by=by, min_idle=timedelta(seconds=min_idle_seconds),
+                                    expected_last_seq=expected_last_seq, application=application)
+        return {"workflow_id": workflow_id, "status": runs.FAILED}
+
+    # ---- compositions ---------------------------------------------------------------------
+
+    def _definition(self, definition: Any) -> Any:
+        if isinstance(definition, (str, bytes)):
+            try:
+                return json.loads(definition)
+            except ValueError as exc:
+                raise CompositionInvalid([f"composition: the definition is not JSON: {exc}"]) from None
+        return definition
+
+    async def validate_composition(self, definition: Any, *, by: By = None) -> dict[str, builtins.list[str]]:
+        """``{"errors": [...], "warnings": [...]}`` of the three phases against the live catalog."""
+        self._read(by, "validate a composition")
+        try:
+            d = self._definition(definition)
+        except CompositionInvalid as exc:
+            return {"errors": exc.errors, "warnings": []}
+        v = validate(self.registry, d)
+        return {"errors": v.errors, "warnings": v.warnings}
+
+    def compile(self, definition: Any) -> dict[str, Any]:
+        """The compiled form of a valid definition (CompositionInvalid else)."""
+        d = self._definition(definition)
+        v = validate(self.registry, d)
+        if v.errors:
+            raise CompositionInvalid(v.errors)
+        return compile_definition(d)
+
+    async def save_composition(self, definition: Any, *, by: By = None, application: str | None = None,
+                               timeout: float = 30.0) -> dict[str, Any]:
+        """Run ``composition.save``: validate, compile, stamp and store the composition for the
+        caller's application; it becomes runnable as ``virtual.<name>@<version>``. Saving the same
+        definition again is the same save; a changed one under a saved version is refused."""
+        d = self._definition(definition)
+        v = validate(self.registry, d)
+        if v.errors:
+            raise CompositionInvalid(v.errors)
+        eid = await self.engine.start(SAVE, d, by=by, key=content_hash(d), application=application)
+        try:
+            result = await self.engine.result(eid, timeout=timeout, application=_scope(by, application))
+        except StepFailed as exc:
+            if exc.error_type == "CompositionConflict":
+                raise CompositionConflict(exc.message) from None
+            if exc.error_type == "CompositionInvalid":  # the catalog changed between the check and the save
+                raise CompositionInvalid([exc.message]) from None
+            raise
+        return {**result, "workflow_id": eid}
+
+    async def compositions(self, *, by: By = None, application: str | None = None) -> builtins.list[dict[str, Any]]:
+        """The saved compositions of the caller's application."""
+        self._read(by, "list compositions")
+        items = await self.engine.items.list(COMPOSITION, _scope(by, application) or "")
+        return [{"workflow_type": i.body["workflow_type"], "name": i.body["name"], "version": i.body["version"],
+                 "content_hash": i.body["content_hash"], "saved_at": i.body["saved_at"]} for i in items]
+
+    def suggest(self, name: str) -> str | None:
+        return suggest(name, list(types_of(self.registry)))
+
+
+def _install_audit(registry: Registry) -> None:
+    if AUDIT in registry.names():
+        return
+
+    async def audit_workflow_run_query(ctx: Any, workflow_type: str | None = None, status: str | None = None,
+                                       limit: int = 50) -> dict[str, Any]:
+        app = ctx.application
+
+        async def query(workflow_type: str | None, status: str | None, limit: int) -> dict[str, Any]:
+            catalog = _CATALOGS.get(registry)
+            if catalog is None:
+                raise CatalogError("the catalog is not set up in this process (flowli.catalog.Catalog(engine))")
+            return await catalog.list(workflow_type, status, limit, application=app)
+
+        found: dict[str, Any] = await ctx.step(query, workflow_type, status, limit)
+        return found
+
+    registry.add(audit_workflow_run_query, AUDIT, kind="data", featured=True, scope="organization",
+                 description="List what ran: runs of every type, saved compositions included, newest first.")

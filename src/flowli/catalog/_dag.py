@@ -1,0 +1,176 @@
+"""The built-in workflows of the catalog: ``flowli.dag``, which runs a compiled composition
+layer by layer (the steps of a layer are child executions that run together), with remediation
+gates and compensation; and ``composition.save``, which validates, compiles and stores a
+composition durably, for the caller's application."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from flowli.domain import NO_RETRY, StepFailed
+from flowli.engine import Context, Registry
+
+from ._compose import compile_definition, validate, virtual_name
+from ._errors import (
+    CompositionConflict,
+    CompositionInvalid,
+    InputsInvalid,
+    RemediationDenied,
+    StepInputInvalid,
+    UnknownType,
+)
+from ._types import lookup
+
+DAG = "flowli.dag"
+SAVE = "composition.save"
+RESOLUTION = "resolution"
+COMPOSITION = "composition"
+"""The item kind of a saved composition (key ``name@version``, scoped by application)."""
+REMEDIATION = "REMEDIATION_REQUIRED"
+
+
+def step_key(step: str, attempt: int) -> str:
+    """The child key of a step's run: its name, then ``name#2`` for a remediated re-run."""
+    return step if attempt == 1 else f"{step}#{attempt}"
+
+
+def step_of_key(key: str) -> str:
+    return key.split("#", 1)[0].split("~", 1)[0]
+
+
+def _kwargs(step: dict[str, Any], inputs: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for param, value in step.get("input", {}).items():
+        if isinstance(value, dict) and set(value) == {"$input"}:
+            if value["$input"] in inputs:
+                out[param] = inputs[value["$input"]]
+        else:
+            out[param] = value
+    for param, ref in step.get("state_data", {}).items():
+        produced = state["steps"].get(ref["step"])
+        if not isinstance(produced, dict) or ref["field"] not in produced:
+            raise StepInputInvalid(step["name"], f"input '{param}' maps field '{ref['field']}' of step '{ref['step']}',"
+                                                 " which its output does not hold")
+        out[param] = produced[ref["field"]]
+    return out
+
+
+def _arguments(registry: Registry, step: dict[str, Any], kwargs: dict[str, Any]) -> list[Any]:
+    try:
+        return lookup(registry, step["workflow_type"]).arguments(kwargs)
+    except (UnknownType, InputsInvalid) as exc:
+        raise StepInputInvalid(step["name"], str(exc)) from None
+
+
+async def run_dag(ctx: Context, registry: Registry, compiled: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+    state: dict[str, Any] = {"steps": {}}
+    done: list[tuple[dict[str, Any], dict[str, Any], Any]] = []
+
+    async def attempt(step: dict[str, Any], n: int) -> tuple[str, Any, dict[str, Any]]:
+        kwargs = _kwargs(step, inputs, state)
+        args = _arguments(registry, step, kwargs)
+        try:
+            return "ok", await ctx.child(step["workflow_type"], *args, key=step_key(step["name"], n)), kwargs
+        except StepFailed as exc:
+            return "failed", exc, kwargs
+
+    last: list[str] = []
+    for layer in compiled["layers"]:
+        steps = layer["steps"]
+        outcomes = await ctx.gather(*[attempt(s, 1) for s in steps])
+        for step, (how, value, kwargs) in zip(steps, outcomes):
+            if how == "ok":
+                state["steps"][step["name"]] = value
+                done.append((step, kwargs, value))
+        plain = [value for how, value, _ in outcomes if how == "failed" and value.code != REMEDIATION]
+        if plain:
+            raise plain[0]
+        for step, (how, value, _) in zip(steps, outcomes):
+            n = 1
+            while how == "failed":  # a remediation gate: park until resolve_workflow answers it
+                resolution = await _resolution(ctx, value.fid)
+                if resolution == "denied":
+                    compensated, failures = await _compensate(ctx, registry, done)
+                    raise RemediationDenied(step["name"], value.message, compensated, failures)
+                n += 1
+                how, value, kwargs = await attempt(step, n)
+                if how == "failed" and value.code != REMEDIATION:
+                    raise value
+            state["steps"][step["name"]] = value
+            if (step, kwargs, value) not in done:
+                done.append((step, kwargs, value))
+        last = [s["name"] for s in steps]
+    return {name: state["steps"][name] for name in last}
+
+
+async def _resolution(ctx: Context, fid: str) -> str:
+    while True:
+        message = await ctx.receive(RESOLUTION)
+        if isinstance(message, dict) and message.get("fid") == fid and message.get("resolution") in ("remediated", "denied"):
+            return str(message["resolution"])
+
+
+async def _compensate(ctx: Context, registry: Registry,
+                      done: list[tuple[dict[str, Any], dict[str, Any], Any]]) -> tuple[list[str], list[str]]:
+    """Run the compensation of each completed step, in reverse: its type's ``compensate`` type,
+    given the step's output fields and its inputs by name (its inputs win)."""
+    compensated: list[str] = []
+    failures: list[str] = []
+    for step, kwargs, output in reversed(done):
+        undo = registry.get(step["workflow_type"]).meta.compensate
+        if undo is None:
+            continue
+        try:
+            ctype = lookup(registry, undo)
+            given = {**(output if isinstance(output, dict) else {}), **kwargs}
+            args = ctype.arguments({k: v for k, v in given.items() if k in ctype.model.model_fields})
+            await ctx.child(undo, *args, key=f"{step['name']}~compensate")
+            compensated.append(step["name"])
+        except (StepFailed, UnknownType, InputsInvalid) as exc:
+            failures.append(f"{step['name']} ({exc})")
+    return compensated, failures
+
+
+def install(registry: Registry) -> None:
+    """Register the catalog's built-in workflows in ``registry`` (once)."""
+    if DAG in registry.names():
+        return
+
+    async def dag(ctx: Context, workflow_type: str, compiled: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+        return await run_dag(ctx, registry, compiled, inputs)
+
+    def compiled_form(definition: dict[str, Any]) -> dict[str, Any]:
+        v = validate(registry, definition)
+        if v.errors:
+            raise CompositionInvalid(v.errors)
+        return {"compiled": compile_definition(definition), "warnings": v.warnings}
+
+    async def save(ctx: Context, definition: dict[str, Any]) -> dict[str, Any]:
+        made = await ctx.step(compiled_form, definition, retry=NO_RETRY)
+        application = ctx.application
+
+        async def store(made: dict[str, Any]) -> dict[str, Any]:
+            compiled = made["compiled"]
+            name, version = compiled["name"], compiled["version"]
+            body = {"name": name, "version": version, "workflow_type": virtual_name(name, version),
+                    "definition": definition, "compiled": compiled,
+                    "content_hash": compiled["metadata"]["content_hash"],
+                    "saved_at": datetime.now(timezone.utc).isoformat(), "saved_by": ctx.eid}
+            item, created = await ctx.items.put(COMPOSITION, application or "", f"{name}@{version}", body,
+                                                datetime.now(timezone.utc))
+            if not created and item.body["content_hash"] != body["content_hash"]:
+                raise CompositionConflict(
+                    f"composition {name!r} version {version!r} is saved already with another definition"
+                    f" ({item.body['content_hash']}); give the changed definition a new version")
+            return {"workflow_type": item.body["workflow_type"], "content_hash": item.body["content_hash"],
+                    "created": created, "warnings": made["warnings"]}
+
+        return await ctx.step(store, made, retry=NO_RETRY)
+
+    registry.add(dag, DAG)
+    registry.add(save, SAVE, kind="state_machine", permissions=["catalog:write"],
+                 description="Validate, compile and store a composition; it becomes runnable as"
+                             " virtual.<name>@<version>.")
+
+

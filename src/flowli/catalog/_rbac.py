@@ -1,0 +1,99 @@
+"""RBAC in the engine: roles grant capabilities; one middleware checks every transition a
+principal with roles asks for, whatever the entry point (HTTP, MCP, CLI, the dashboard), and
+the catalog checks its reads with the same function.
+
+A principal without roles is code of the application itself (``by="alice@example.com"`` from
+Python): trusted, as any caller of the engine's methods is. Every entry point gives its
+principals their roles (an API key's, a dashboard user's, an MCP session's)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from flowli.domain import Principal
+from flowli.engine import CallNext, Engine, Registry, Transition
+
+from ._errors import PermissionDenied
+
+READ, START, OPERATE, WRITE = "runs:read", "runs:start", "runs:operate", "catalog:write"
+ROLES: dict[str, frozenset[str]] = {
+    "admin": frozenset({"*"}),
+    "operator": frozenset({READ, START, OPERATE, WRITE}),
+    "viewer": frozenset({READ}),
+}
+"""The built-in roles. ``admin`` holds every capability, a type's declared permissions included;
+``operator`` reads, starts, operates runs and saves compositions; ``viewer`` reads."""
+
+_OPERATE = {"signal", "broadcast", "cancel", "migrate", "answer", "retry", "terminate", "fail"}
+
+
+class Roles:
+    """The roles of one engine: the built-in ones and custom ones (``define``)."""
+
+    def __init__(self) -> None:
+        self._roles = dict(ROLES)
+
+    def define(self, name: str, capabilities: Iterable[str]) -> None:
+        """Define (or redefine) a custom role: the capabilities it grants (``runs:start``, a type's
+        declared permission such as ``s3:write``)."""
+        if not isinstance(name, str) or not name or name in ROLES:
+            raise ValueError(f"a custom role needs a name that is not a built-in role, got {name!r}")
+        caps = frozenset(capabilities)
+        if not all(isinstance(c, str) and c for c in caps):
+            raise ValueError(f"role {name!r}: capabilities are non-empty strings, got {sorted(map(repr, caps))}")
+        self._roles[name] = caps
+
+    def names(self) -> list[str]:
+        return sorted(self._roles)
+
+    def capabilities(self, roles: Iterable[str]) -> frozenset[str]:
+        out: set[str] = set()
+        for role in roles:
+            out |= self._roles.get(role, frozenset())
+        return frozenset(out)
+
+    def allows(self, principal: Principal, capability: str) -> bool:
+        caps = self.capabilities(principal.roles)
+        return "*" in caps or capability in caps
+
+    def require(self, principal: Any, capability: str, action: str) -> None:
+        """Refuse (PermissionDenied, naming the capability) a principal with roles that lack it."""
+        if not isinstance(principal, Principal) or not principal.roles:
+            return
+        if not self.allows(principal, capability):
+            raise PermissionDenied(f"{principal.kind}:{principal.id} (roles {', '.join(principal.roles)})",
+                                   capability, action)
+
+
+def needs(registry: Registry, t: Transition) -> list[tuple[str, str]]:
+    """The capabilities a transition needs, each with the action the refusal names."""
+    if t.kind == "start":
+        out = [(START, f"start {t.workflow}")]
+        if t.workflow is not None and t.workflow in registry.names():
+            out += [(p, f"start {t.workflow}") for p in registry.get(t.workflow).meta.permissions]
+        return out
+    if t.kind in _OPERATE:
+        return [(OPERATE, f"{t.kind} run {t.eid}")]
+    return []
+
+
+_INSTALLED = "_flowli_rbac"
+
+
+def install(engine: Engine) -> Roles:
+    """The RBAC of ``engine``: its middleware registered once; returns its roles."""
+    roles: Roles | None = getattr(engine, _INSTALLED, None)
+    if roles is not None:
+        return roles
+    found = Roles()
+
+    async def rbac(t: Transition, call_next: CallNext) -> Any:
+        if isinstance(t.principal, Principal) and t.principal.roles:
+            for capability, action in needs(engine.registry, t):
+                found.require(t.principal, capability, action)
+        return await call_next()
+
+    engine.use(rbac)
+    setattr(engine, _INSTALLED, found)
+    return found

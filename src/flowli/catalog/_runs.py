@@ -1,0 +1,236 @@
+"""A run as the catalog shows it: the three-state view (``PENDING``, ``COMPLETED``, ``FAILED``,
+and ``remediation_pending`` for a dag parked on a fixable step) and the history of its
+transitions, both read from the record and the journal (live or archived), never reconstructed."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from flowli.domain import Entry, EntryKind, ExecutionRecord, Status
+
+from ._dag import DAG, REMEDIATION, RESOLUTION, step_of_key
+
+PENDING, COMPLETED, FAILED, PARKED = "PENDING", "COMPLETED", "FAILED", "remediation_pending"
+STATES = (PENDING, COMPLETED, FAILED, PARKED)
+
+
+def workflow_type(record: ExecutionRecord) -> str:
+    """The catalog type of a run: a dag run's is the virtual type it was started as."""
+    if record.workflow == DAG and record.args:
+        return str(record.args[0])
+    return record.workflow
+
+
+def inputs_of(record: ExecutionRecord, fn: Any | None) -> Any:
+    """The inputs of a run by name (a dag's are its composition inputs)."""
+    if record.workflow == DAG and len(record.args) >= 3:
+        return record.args[2]
+    if fn is None:
+        return record.args
+    names = [p.name for p in list(inspect.signature(fn).parameters.values())[1:]]
+    return dict(zip(names, record.args))
+
+
+def _key_of(fid: str | None) -> str | None:
+    if not fid or "/" not in fid:
+        return None
+    tail = fid.split("/", 1)[1]
+    return tail.rpartition(":")[2] if ":" in tail else None
+
+
+def step_name(record: ExecutionRecord, e: Entry) -> str | None:
+    """The step an entry is of: a dag's child frames are its steps (by their key); another run's
+    step frames are its steps (by their name)."""
+    if e.fid is None or e.fid == "root" or not e.kind.value.startswith("frame."):
+        return None
+    code = e.provenance.code
+    if record.workflow == DAG:
+        if code.frame_kind != "child":
+            return None
+        key = _key_of(e.fid)
+        return step_of_key(key) if key else None
+    return code.frame_name or e.fid.rsplit("/", 1)[-1]
+
+
+def _parked(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any] | None:
+    """The remediation envelope of a dag parked on a fixable step, else None."""
+    if record.workflow != DAG or record.terminal:
+        return None
+    suspended = next((e for e in reversed(journal) if e.kind in (EntryKind.EXECUTION_SUSPENDED,
+                                                                 EntryKind.EXECUTION_RESUMED)), None)
+    if suspended is None or suspended.kind is not EntryKind.EXECUTION_SUSPENDED:
+        return None
+    waits = (suspended.value or {}).get("waits", []) if isinstance(suspended.value, dict) else []
+    if not any(str(w.get("channel", "")).endswith(f".{RESOLUTION}") for w in waits):
+        return None
+    return remediation(record, journal)
+
+
+def remediation(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any] | None:
+    """The last fixable failure of a dag step: ``{"step", "reason", "fix", "fid"}``."""
+    for e in reversed(journal):
+        if e.kind is EntryKind.FRAME_FAILED and (e.error or {}).get("code") == REMEDIATION:
+            details = (e.error or {}).get("details") or {}
+            cause = (e.error or {}).get("message", "")
+            reason = cause.split(": ", 1)[1] if cause.startswith("child execution ") and ": " in cause else cause
+            return {"step": step_name(record, e), "reason": reason, "fix": details.get("fix", {}), "fid": e.fid}
+    return None
+
+
+def state_of(record: ExecutionRecord, journal: list[Entry]) -> str:
+    if record.status is Status.COMPLETED:
+        return COMPLETED
+    if record.status in (Status.FAILED, Status.CANCELLED):
+        return FAILED
+    return PARKED if _parked(record, journal) is not None else PENDING
+
+
+def reason_of(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any]:
+    """The structured reason of a FAILED run: ``{"code", "message", "step"?}``."""
+    error = record.error or {}
+    if record.status is Status.CANCELLED:
+        by = (record.cancel_requested or {}).get("actor") or error.get("by")
+        return {"code": "CANCELLED", "message": f"cancelled by {by}" if by else "cancelled"}
+    if error.get("type") == "StepFailed":
+        code = error.get("code") or _upper(error.get("cause") or "StepFailed")
+        message = error.get("cause_message") or error.get("message", "")
+    else:
+        code = error.get("code") or _upper(error.get("type") or "Failed")
+        message = error.get("message", "")
+    reason: dict[str, Any] = {"code": code, "message": message or ""}
+    step = (error.get("details") or {}).get("step")
+    if step is None and error.get("fid"):
+        failed = next((e for e in reversed(journal) if e.fid == error["fid"] and e.kind is EntryKind.FRAME_FAILED), None)
+        if failed is not None:
+            step = step_name(record, failed)
+    if step is not None:
+        reason["step"] = step
+    if error.get("problems"):
+        reason["problems"] = error["problems"]
+    return reason
+
+
+def _upper(name: str) -> str:
+    """``TimeoutError`` → ``TIMEOUT_ERROR``: an error type as a code."""
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and not name[i - 1].isupper():
+            out.append("_")
+        out.append(ch.upper())
+    return "".join(out)
+
+
+def state_data(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any] | None:
+    """A dag's data threaded between steps: ``{"steps": {name: output}}``, and ``remediation``
+    while it is parked."""
+    if record.workflow != DAG:
+        return None
+    steps: dict[str, Any] = {}
+    for e in journal:
+        if e.kind is EntryKind.FRAME_COMPLETED and e.provenance.code.frame_kind == "child":
+            key = _key_of(e.fid)
+            if key and "~" not in key:
+                steps[step_of_key(key)] = e.value
+    data: dict[str, Any] = {"steps": steps}
+    parked = _parked(record, journal)
+    if parked is not None:
+        data["remediation"] = {k: parked[k] for k in ("step", "reason", "fix")}
+    return data
+
+
+def steps_of(record: ExecutionRecord, journal: list[Entry]) -> list[dict[str, Any]] | None:
+    """Each step of a dag and its state, in layer order."""
+    if record.workflow != DAG or len(record.args) < 2 or not isinstance(record.args[1], dict):
+        return None
+    status: dict[str, str] = {}
+    for e in journal:
+        name = step_name(record, e)
+        key = _key_of(e.fid)
+        if name is None or key is None or "~" in key:
+            continue
+        if e.kind is EntryKind.FRAME_STARTED:
+            status[name] = "running"
+        elif e.kind is EntryKind.FRAME_COMPLETED:
+            status[name] = "completed"
+        elif e.kind is EntryKind.FRAME_FAILED and (e.value or {}).get("final"):
+            code = (e.error or {}).get("code")
+            status[name] = PARKED if code == REMEDIATION and not record.terminal else "failed"
+    for e in journal:  # a retry reopens the failed step
+        if e.kind is EntryKind.EXECUTION_RETRIED and not record.terminal:
+            fid = (e.value or {}).get("fid")
+            for f in journal:
+                if f.fid == fid and (n := step_name(record, f)) is not None and status.get(n) == "failed":
+                    status[n] = "running"
+    return [{"name": s["name"], "layer": layer["name"], "status": status.get(s["name"], "pending")}
+            for layer in record.args[1].get("layers", []) for s in layer.get("steps", [])]
+
+
+def view(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any]:
+    """``get_workflow_status``: the three-state view of a run."""
+    state = state_of(record, journal)
+    out: dict[str, Any] = {"workflow_id": record.eid, "workflow_type": workflow_type(record), "status": state}
+    if state == COMPLETED:
+        out["output"] = record.result
+    if state == FAILED:
+        out["reason"] = reason_of(record, journal)
+    data = state_data(record, journal)
+    if data is not None:
+        out["state_data"] = data
+    steps = steps_of(record, journal)
+    if steps is not None:
+        out["steps"] = steps
+    out["created_at"] = record.created_at.isoformat()
+    out["updated_at"] = record.updated_at.isoformat()
+    if record.parent_eid is not None:
+        out["parent_workflow_id"] = record.parent_eid
+    return out
+
+
+_STATE_AFTER = {
+    EntryKind.EXECUTION_COMPLETED: COMPLETED, EntryKind.EXECUTION_FAILED: FAILED,
+    EntryKind.EXECUTION_CANCELLED: FAILED, EntryKind.EXECUTION_RETRIED: PENDING,
+}
+
+
+def history(record: ExecutionRecord, journal: list[Entry], include_state_data: bool, fn: Any | None) -> list[dict[str, Any]]:
+    """``get_workflow_history``: every transition of the journal, oldest first, each with the
+    three-state state after it; payloads only with ``include_state_data``."""
+    out: list[dict[str, Any]] = []
+    state = PENDING
+    steps: dict[str, Any] = {}
+    dag = record.workflow == DAG
+    for e in journal:
+        state = _STATE_AFTER.get(e.kind, state)
+        if e.kind is EntryKind.EXECUTION_SUSPENDED and dag:
+            waits = (e.value or {}).get("waits", []) if isinstance(e.value, dict) else []
+            parked = any(str(w.get("channel", "")).endswith(f".{RESOLUTION}") for w in waits)
+            state = PARKED if parked else PENDING
+        elif e.kind is EntryKind.EXECUTION_RESUMED:
+            state = PENDING
+        row: dict[str, Any] = {"seq": e.seq, "at": e.at.isoformat(), "event": e.kind.value, "state": state}
+        step = step_name(record, e)
+        if step is not None:
+            row["step"] = step
+        row["actor"] = str(e.provenance.actor)
+        if include_state_data:
+            if e.kind is EntryKind.EXECUTION_STARTED:
+                row["input"] = inputs_of(record, fn)
+            elif e.kind is EntryKind.FRAME_STARTED and isinstance(e.value, dict) and "args" in e.value:
+                row["input"] = e.value["args"]
+            if e.kind in (EntryKind.FRAME_COMPLETED, EntryKind.EXECUTION_COMPLETED):
+                row["output"] = e.value
+            if e.error is not None:
+                row["error"] = e.error
+            if dag:
+                if e.kind is EntryKind.FRAME_COMPLETED and step is not None and "~" not in (_key_of(e.fid) or ""):
+                    steps[step] = e.value
+                if step is not None or e.kind in (EntryKind.EXECUTION_SUSPENDED, EntryKind.EXECUTION_COMPLETED):
+                    data: dict[str, Any] = {"steps": dict(steps)}
+                    if state == PARKED:
+                        gate = remediation(record, journal[: journal.index(e) + 1])
+                        if gate is not None:
+                            data["remediation"] = {k: gate[k] for k in ("step", "reason", "fix")}
+                    row["state_data"] = data
+        out.append(row)
+    return out

@@ -1,0 +1,66 @@
+"""A workflow's types, from its annotations through pydantic: the model of its parameters after
+the context (the catalog's input schema and validation) and the adapter of its return
+annotation (the output schema, and the check of a result before it is accepted)."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import typing
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+
+__all__ = ["ValidationError", "input_model", "output_adapter", "problems"]
+log = logging.getLogger("flowli.engine")
+
+
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # an annotation that does not resolve: treated as not annotated
+        return {}
+
+
+def input_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
+    """A pydantic model with a field per parameter after the context (a default makes it
+    optional; an unannotated one takes any JSON value). Extra fields are refused."""
+    hints = _hints(fn)
+    fields: dict[str, Any] = {}
+    for p in list(inspect.signature(fn).parameters.values())[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        ann = hints.get(p.name, Any)
+        fields[p.name] = (ann, ... if p.default is p.empty else p.default)
+    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        f"{name}.input", __config__=ConfigDict(extra="forbid"), **fields)
+    return model
+
+
+def output_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:
+    """The adapter of the return annotation, or None when there is none (or it is Any)."""
+    hints = _hints(fn)
+    if "return" not in hints or hints["return"] is Any:
+        return None
+    ret = hints["return"]
+    try:
+        return TypeAdapter(type(None) if ret is None else ret)
+    except Exception as exc:  # an annotation pydantic cannot check (typing.TypedDict before 3.12)
+        log.warning("the return annotation of %s is not checked: %s", getattr(fn, "__qualname__", fn), exc)
+        return None
+
+
+def problems(exc: ValidationError, root: str = "") -> list[str]:
+    """One sentence per bad field: ``bucket: Input should be a valid string``."""
+    out = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        where = f"{root}.{loc}" if root and loc else (loc or root or "the value")
+        kind = err.get("type")
+        if kind == "missing":
+            out.append(f"{where} is required")
+        elif kind == "extra_forbidden":
+            out.append(f"{where} is not a parameter")
+        else:
+            out.append(f"{where}: {err.get('msg', 'is not valid')}")
+    return out
