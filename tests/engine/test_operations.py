@@ -249,6 +249,7 @@ async def test_a_terminated_child_fails_its_parent_and_an_open_delegation_is_wit
         await wait_status(engine, parent, "suspended")
         await until(lambda: engine.tasks(queue="clerks"), 40, "the clerk's task")
         [child_frame] = (await engine.run_view(parent)).frames
+        await wait_status(engine, child_frame.child, "suspended")  # its task is written before its suspension
         await clock.advance(timedelta(minutes=11))
         await engine.terminate(child_frame.child, "abandoned")
         with pytest.raises(StepFailed, match="abandoned"):

@@ -86,7 +86,9 @@ async def run_dag(ctx: Context, registry: Registry, compiled: dict[str, Any], in
         plain = [value for how, value, _ in outcomes if how == "failed" and value.code != REMEDIATION]
         if plain:
             raise plain[0]
-        for step, (how, value, _) in zip(steps, outcomes):
+        for step, (how, value, kwargs) in zip(steps, outcomes):
+            if how == "ok":
+                continue
             n = 1
             while how == "failed":  # a remediation gate: park until resolve_workflow answers it
                 resolution = await _resolution(ctx, value.fid)
@@ -98,8 +100,7 @@ async def run_dag(ctx: Context, registry: Registry, compiled: dict[str, Any], in
                 if how == "failed" and value.code != REMEDIATION:
                     raise value
             state["steps"][step["name"]] = value
-            if (step, kwargs, value) not in done:
-                done.append((step, kwargs, value))
+            done.append((step, kwargs, value))
         last = [s["name"] for s in steps]
     return {name: state["steps"][name] for name in last}
 

@@ -72,8 +72,11 @@ def remediation(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any]
     for e in reversed(journal):
         if e.kind is EntryKind.FRAME_FAILED and (e.error or {}).get("code") == REMEDIATION:
             details = (e.error or {}).get("details") or {}
-            cause = (e.error or {}).get("message", "")
-            reason = cause.split(": ", 1)[1] if cause.startswith("child execution ") and ": " in cause else cause
+            error = e.error or {}
+            reason = error.get("cause_message")  # the step's own message, when a step raised it
+            if not reason:
+                cause = error.get("message", "")
+                reason = cause.split(": ", 1)[1] if cause.startswith("child execution ") and ": " in cause else cause
             return {"step": step_name(record, e), "reason": reason, "fix": details.get("fix", {}), "fid": e.fid}
     return None
 

@@ -69,6 +69,8 @@ def rebuild_error(eid: str, error: dict[str, Any], registry: Registry | None = N
     if cls is None:
         return ExecutionFailed(eid, etype, message)
     try:
+        if cls.__module__.startswith("flowli.domain"):
+            raise TypeError  # flowli's own errors format their message from other arguments
         return cls(message)
     except Exception:  # a constructor with other arguments: keep the type and the message
         exc = cls.__new__(cls)
