@@ -159,6 +159,7 @@ class Catalog:
                     application: str | None = None) -> dict[str, Any]:
         """Start a run from one JSON object of inputs by name, validated first (InputsInvalid
         names each bad field; nothing is stored)."""
+        self.roles.require(by, rbac.START, f"start {workflow_type}")
         app = _scope(by, application)
         if isinstance(workflow_type, str) and workflow_type.startswith(VIRTUAL):
             saved = await self._composition(workflow_type, app)
@@ -258,6 +259,7 @@ class Catalog:
 
     async def retry(self, workflow_id: str, *, by: By = None, application: str | None = None) -> dict[str, Any]:
         """Re-advance a FAILED run from its last good point (memoized steps are not run again)."""
+        self.roles.require(by, rbac.OPERATE, f"retry run {workflow_id}")
         record, journal = await self._run(workflow_id, by, application)
         if record.status is not Status.FAILED:
             state = runs.state_of(record, journal)
@@ -274,6 +276,7 @@ class Catalog:
                       application: str | None = None) -> dict[str, Any]:
         """Answer a remediation gate: ``remediated`` re-runs only the parked step, ``denied``
         compensates the completed steps in reverse and fails the run."""
+        self.roles.require(by, rbac.OPERATE, f"resolve run {workflow_id}")
         if resolution not in ("remediated", "denied"):
             raise CatalogError(f"resolution must be 'remediated' or 'denied', got {resolution!r}")
         record, journal = await self._run(workflow_id, by, application)
@@ -327,6 +330,7 @@ class Catalog:
                         application: str | None = None) -> dict[str, Any]:
         """Append a failed terminal state to a confirmed-stale run (its guards: idle for
         ``min_idle_seconds``, no live lease, the journal at ``expected_last_seq`` when given)."""
+        self.roles.require(by, rbac.OPERATE, f"terminate run {workflow_id}")
         if not isinstance(reason, str) or not reason.strip():
             raise CatalogError("reason must say why the run is terminated: it is recorded with the terminal state")
         if not isinstance(min_idle_seconds, (int, float)) or min_idle_seconds < 0:
@@ -370,6 +374,7 @@ class Catalog:
         """Run ``composition.save``: validate, compile, stamp and store the composition for the
         caller's application; it becomes runnable as ``virtual.<name>@<version>``. Saving the same
         definition again is the same save; a changed one under a saved version is refused."""
+        self.roles.require(by, rbac.WRITE, "save a composition")
         d = self._definition(definition)
         v = validate(self.registry, d)
         if v.errors:
