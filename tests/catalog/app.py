@@ -36,6 +36,12 @@ class BucketOut(BaseModel):
     arn: str
 
 
+class Versioned(TypedDict):
+    bucket: str
+    versioning: str
+    count: int
+
+
 class Tagged(TypedDict):
     bucket: str
     tags: int
@@ -84,7 +90,7 @@ def app(registry: Registry | None = None) -> Registry:
 
     @registry.workflow("aws.s3.enable_versioning", scope="library", compensate="aws.s3.suspend_versioning",
                        description="Enable versioning on an S3 bucket.")
-    async def enable_versioning(ctx: Context, bucket: str, count: int = 1) -> dict[str, Any]:
+    async def enable_versioning(ctx: Context, bucket: str, count: int = 1) -> Versioned:
         await ctx.step(effect, f"version:{bucket}")
         return {"bucket": bucket, "versioning": "Enabled", "count": count}
 
@@ -93,8 +99,15 @@ def app(registry: Registry | None = None) -> Registry:
         await ctx.step(effect, f"unversion:{bucket}")
         return {"bucket": bucket, "versioning": "Suspended"}
 
+    @registry.workflow("ops.await_clerk", description="Waits for a clerk to answer.")
+    async def await_clerk(ctx: Context, note: str) -> Any:
+        return await ctx.delegate("clerks", {"note": note})
+
     @registry.workflow("billing.broken_output", description="Returns what its annotation does not allow.")
     async def broken_output(ctx: Context, amount: int) -> BucketOut:
         return {"bucket_name": amount}  # type: ignore[return-value]
 
     return registry
+
+registry = app()
+"""The registry that `flowli serve --app tests.catalog.app:registry` loads."""

@@ -143,3 +143,24 @@ async def test_catalog_metadata_is_checked_at_registration():
     with pytest.raises(RegistrationError, match="permissions must be a list of capability names"):
         registry.workflow("x.y", permissions="s3:write")(wf)
     assert registry.names() == []
+
+
+async def test_status_and_history_of_an_archived_run_read_its_archived_journal(open_engine):
+    from datetime import timedelta
+
+    from flowli.testing import Clock
+
+    clock = Clock()
+    async with open_engine(app(), clock=clock, retention=timedelta(days=1)) as engine:
+        catalog = Catalog(engine)
+        wid = (await catalog.start("aws.s3.create_bucket", {"bucket": "old"}))["workflow_id"]
+        await engine.result(wid, timeout=10)
+        live_status, live_history = await catalog.status(wid), await catalog.history(wid, include_state_data=True)
+        await clock.advance(timedelta(days=2))
+        await engine.retain()  # (the sweeper's own retention pass may be the one that archives it)
+        from ..crash import until
+
+        await until(lambda: engine.archived(wid), 10, "the run is archived")
+        assert await engine.status(wid) is not None and await engine.statuses([wid]) == []  # no longer live
+        assert await catalog.status(wid) == live_status
+        assert await catalog.history(wid, include_state_data=True) == live_history

@@ -379,6 +379,11 @@ class Catalog:
         v = validate(self.registry, d)
         if v.errors:
             raise CompositionInvalid(v.errors)
+        app = _scope(by, application)
+        existing = await self.engine.items.find(COMPOSITION, f"{d['name']}@{d['version']}", app or "")
+        if existing is not None and existing.body["content_hash"] == content_hash(d):
+            return {"workflow_type": existing.body["workflow_type"], "content_hash": existing.body["content_hash"],
+                    "created": False, "warnings": v.warnings, "workflow_id": existing.body["saved_by"]}
         eid = await self.engine.start(SAVE, d, by=by, key=content_hash(d), application=application)
         try:
             result = await self.engine.result(eid, timeout=timeout, application=_scope(by, application))

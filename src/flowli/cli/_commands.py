@@ -13,6 +13,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from flowli.catalog import Catalog
+from flowli.catalog import install as install_catalog
 from flowli.domain import Cancelled, UnknownExecutionError, UnknownWorkflowError
 
 from ._app import (
@@ -67,8 +69,10 @@ async def _worker(s: Settings, concurrency: int, queues: list[str], grace: float
     if not s.app:
         raise CLIError("flowli worker needs --app module:registry (or FLOWLI_APP): a worker runs the workflows of a registry")
     registry = load_registry(s.app)
+    install_catalog(registry)  # the dag runner and composition.save: a worker runs compositions too
     setup_logging()
     async with open_engine(s, registry, lease_ttl=timedelta(seconds=lease_ttl)) as engine:
+        Catalog(engine)  # the catalog's RBAC and its data types in this process
         if engine.options.bucket == "flowli-bucket" and not s.url.startswith("sqlite"):
             err.print(Text(f"warning: evidence goes to {Path.cwd() / 'flowli-bucket'} on this host while the"
                            " database is shared: give every worker one bucket (--bucket DIR or FLOWLI_BUCKET)",

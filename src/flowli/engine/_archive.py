@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
@@ -59,7 +60,7 @@ class Archive:
 
     def write(self, eid: str, obj: dict[str, Any]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".{eid}.json.tmp"
+        tmp = self.root / f".{eid}.{uuid.uuid4().hex}.json.tmp"  # two archivers of one run never share it
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(obj, f, ensure_ascii=False, separators=(",", ":"))
             f.flush()

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from flowli.catalog import Catalog
 from flowli.domain import DatabaseUnavailable, FlowliError
 from flowli.engine import Engine
 from flowli.pipelines import (
@@ -30,6 +31,7 @@ from flowli.pipelines import (
 )
 
 from . import _models as m
+from ._catalog_routes import add_catalog_routes
 
 log = logging.getLogger("flowli.http")
 MAX_BODY = 1 << 20
@@ -106,7 +108,9 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0) -> FastAPI:
     apps = Applications(engine)
     policies = Policies(engine, pipelines)
     schedules = Schedules(engine, pipelines)
+    catalog = Catalog(engine)
     app.state.pipelines, app.state.workers, app.state.applications = pipelines, workers, apps
+    app.state.catalog = catalog
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -324,6 +328,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0) -> FastAPI:
     @app.get("/stages/{stage_id}/effective-policy")
     async def effective_policy(stage_id: str, who: Access = Depends(access)) -> Any:
         return await policies.effective(who, stage_id)
+
+    add_catalog_routes(app, catalog, access, error)
 
     def openapi() -> dict[str, Any]:
         """The generated document, with the errors every route may answer (and no 422: bad

@@ -34,7 +34,7 @@ TERMINAL = ("Completed", "Failed", "Cancelled")
 
 
 def principal(access: Access) -> Principal:
-    return Principal(access.actor, "service", ("pipelines",), access.application)
+    return Principal(access.actor, "service", (access.role,), access.application)
 
 
 class Pipelines:

@@ -225,7 +225,7 @@ class Workers:
             value["logs"] = [{k: log.get(k) for k in ("message", "logLevel", "created")} for log in body["logs"]
                              if isinstance(log, dict)]
         consumer = self.engine.consumer(task.queue, session.worker_id, self.lease, application=session.access.application)
-        by = Principal(session.access.actor, "worker", ("pipelines",), session.access.application)
+        by = Principal(session.access.actor, "worker", (session.access.role,), session.access.application)
         try:
             await consumer.answer(task, value, by=by)
         except StaleAnswer as exc:
