@@ -4,6 +4,7 @@ file (one line per effect), so a test can tell how many times each one ran."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +14,18 @@ from typing_extensions import TypedDict
 from flowli import Context, Registry
 from flowli.catalog import Prerequisite, RemediationRequired
 
-FIXED: dict[str, bool] = {}
-"""Which buckets have their precondition fixed (a test flips it, then resolves the gate)."""
-
 
 def effects_file() -> Path:
     return Path(os.environ.get("FLOWLI_TEST_EFFECTS", "/tmp/flowli-effects"))
+
+
+def fix(bucket: str) -> None:
+    """Fix the precondition of ``bucket`` (a file beside the effects: every process sees it)."""
+    Path(f"{effects_file()}.fixed-{bucket}").write_text("fixed")
+
+
+def fixed(bucket: str) -> bool:
+    return Path(f"{effects_file()}.fixed-{bucket}").exists()
 
 
 def effect(name: str) -> None:
@@ -53,11 +60,18 @@ def make_bucket(bucket: str) -> dict[str, Any]:
 
 
 def tag(bucket: str, tagging: dict[str, Any]) -> dict[str, Any]:
-    if bucket.startswith("locked") and not FIXED.get(bucket):
+    if bucket.startswith("locked") and not fixed(bucket):
         effect(f"tag-refused:{bucket}")
         raise RemediationRequired(f"bucket {bucket} has a legal hold", fix={"action": "release_hold", "bucket": bucket})
     effect(f"tag:{bucket}")
     return {"bucket": bucket, "tags": len(tagging.get("TagSet", []))}
+
+
+def slow(bucket: str, seconds: float) -> dict[str, Any]:
+    Path(f"{effects_file()}.began-{bucket}").write_text("began")
+    time.sleep(seconds)
+    effect(f"slow:{bucket}")
+    return {"bucket": bucket}
 
 
 def app(registry: Registry | None = None) -> Registry:
@@ -98,6 +112,11 @@ def app(registry: Registry | None = None) -> Registry:
     async def suspend_versioning(ctx: Context, bucket: str) -> dict[str, Any]:
         await ctx.step(effect, f"unversion:{bucket}")
         return {"bucket": bucket, "versioning": "Suspended"}
+
+    @registry.workflow("ops.slow_touch", description="Touches a bucket, slowly.")
+    async def slow_touch(ctx: Context, bucket: str, seconds: float = 2.0) -> Versioned:
+        done = await ctx.step(slow, bucket, seconds)
+        return {"bucket": done["bucket"], "versioning": "touched", "count": 1}
 
     @registry.workflow("ops.await_clerk", description="Waits for a clerk to answer.")
     async def await_clerk(ctx: Context, note: str) -> Any:

@@ -10,11 +10,8 @@ from ..engine.conftest import open_engine as open_engine  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
-def effects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def effects_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Each test counts the effects of its steps in a file of its own."""
     path = tmp_path / "effects"
     monkeypatch.setenv("FLOWLI_TEST_EFFECTS", str(path))
-    from . import app
-
-    app.FIXED.clear()
     return path

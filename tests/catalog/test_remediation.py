@@ -54,7 +54,7 @@ async def test_remediated_re_runs_only_the_parked_step(open_engine):
         assert engine.running() == []  # a parked run holds no worker
         with pytest.raises(CatalogError, match="resolution must be 'remediated' or 'denied', got 'fixed'"):
             await catalog.resolve(wid, "fixed")
-        appmod.FIXED["locked-1"] = True  # the operator applies the fix
+        appmod.fix("locked-1")  # the operator applies the fix
         resolved = await catalog.resolve(wid, "remediated")
         assert resolved == {"workflow_id": wid, "status": "PENDING", "resolution": "remediated", "step": "tag"}
         await engine.result(wid, timeout=20)
@@ -103,7 +103,7 @@ async def test_a_parked_run_is_resolved_only_once(open_engine):
         await until(lambda: effects().count("tag-refused:locked-3") == 2 or None, 30, "the step runs again")
         again = await parked(catalog, engine, wid)
         assert again["state_data"]["remediation"]["step"] == "tag"
-        appmod.FIXED["locked-3"] = True
+        appmod.fix("locked-3")
         await catalog.resolve(wid, "remediated")
         await engine.result(wid, timeout=20)
         assert effects().count("create:locked-3") == 1 and effects().count("tag:locked-3") == 1

@@ -164,3 +164,22 @@ async def test_status_and_history_of_an_archived_run_read_its_archived_journal(o
         assert await engine.status(wid) is not None and await engine.statuses([wid]) == []  # no longer live
         assert await catalog.status(wid) == live_status
         assert await catalog.history(wid, include_state_data=True) == live_history
+
+
+async def test_a_bare_registration_journals_its_result_as_it_is(open_engine):
+    registry = Registry()
+
+    @registry.workflow("plain")
+    async def plain(ctx: Context) -> str:
+        return None  # type: ignore[return-value]  # the core contract's own example does this
+
+    @registry.workflow("typed", description="The same, declared in the catalog.")
+    async def typed(ctx: Context) -> str:
+        return None  # type: ignore[return-value]
+
+    async with open_engine(registry) as engine:
+        assert await engine.result(await engine.start("plain"), timeout=10) is None
+        with pytest.raises(OutputInvalid, match="output: Input should be a valid string"):
+            await engine.result(await engine.start("typed"), timeout=10)
+        # both have an output schema in the catalog
+        assert (await Catalog(engine).schema("plain"))["output_schema"] == {"type": "string"}

@@ -37,6 +37,10 @@ class TypeMetadata:
     compensate: str | None = None
     """The type that undoes a completed step of this type when a dag is denied."""
     extra: dict[str, Any] = field(default_factory=dict)
+    declared: bool = False
+    """Whether the registration gave catalog metadata: the result of such a type is checked
+    against its return annotation (OUTPUT_INVALID); a bare registration journals its result as
+    it is, as the engine's core contract has it."""
 
 
 def type_metadata(workflow: str, version: str, values: dict[str, Any]) -> TypeMetadata:
@@ -72,4 +76,5 @@ def type_metadata(workflow: str, version: str, values: dict[str, Any]) -> TypeMe
         raise RegistrationError(f"{where}: compensate must be the name of a workflow type, got {compensate!r}")
     read_only = bool(values.get("read_only", False)) or kind == "data"
     return TypeMetadata(kind, bool(values.get("featured", False)), scope, read_only, tuple(permissions),
-                        tuple(prerequisites), description, compensate, dict(values.get("extra") or {}))
+                        tuple(prerequisites), description, compensate, dict(values.get("extra") or {}),
+                        declared=bool(values))

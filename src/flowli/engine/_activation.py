@@ -114,9 +114,10 @@ class Activation(Waits):
         raise exc
 
     def _accepted(self, result: Any) -> Any:
-        """The result as the journal records it: checked against the return annotation (a model
-        becomes its JSON fields), then JSON-checked."""
-        adapter = self.wf.output
+        """The result as the journal records it: for a type registered with catalog metadata,
+        checked against its return annotation (a model becomes its JSON fields); then
+        JSON-checked."""
+        adapter = self.wf.output if self.wf.meta.declared else None
         if adapter is not None:
             try:
                 result = adapter.dump_python(adapter.validate_python(result), mode="json")

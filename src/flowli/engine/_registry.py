@@ -40,8 +40,9 @@ class WorkflowDef:
 
     @functools.cached_property
     def output(self) -> Any:
-        """The pydantic adapter of the return annotation (None without one): a result is checked
-        against it before it is accepted, and dumped as JSON (a model becomes its fields)."""
+        """The pydantic adapter of the return annotation (None without one): the output schema; the
+        result of a type registered with catalog metadata is checked against it before it is
+        accepted, and dumped as JSON (a model becomes its fields)."""
         from ._typing import output_adapter
 
         return output_adapter(self.fn)
