@@ -324,3 +324,13 @@ def test_the_http_workloads_run_through_a_real_service(workload, n):
     line = run(workload, n)
     assert (line["engine"], line["workload"], line["n"]) == ("flowli", workload, n)
     assert line["rate"] > 0 and (line.get("stages") == n * (3 if workload == "H3" else 1) or workload == "H2")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_the_composition_bench_runs_both_sides_and_reports_the_overhead(backend):
+    from bench.catalog import one_run
+
+    line = await one_run(backend, 8)
+    assert line["workload"] == "C1" and line["steps_per_run"] == 12
+    assert line["composition_runs_per_s"] > 0 and line["plain_runs_per_s"] > 0
+    assert "overhead_ms_per_step" in line and line["ratio_plain_over_composition"] > 0

@@ -51,6 +51,7 @@ class Catalog:
         install(self.registry)
         _install_audit(self.registry)
         self.roles = rbac.install(engine)
+        self._validated: dict[str, tuple[Validation, type[BaseModel]]] = {}
         _CATALOGS[self.registry] = self
 
     def _read(self, by: By, what: str) -> None:
@@ -95,7 +96,7 @@ class Catalog:
         self._read(by, f"read the schema of {name}")
         if isinstance(name, str) and name.startswith(VIRTUAL):
             saved = await self._composition(name, _scope(by, application))
-            model = self._inputs_model(name, validate(self.registry, saved["definition"]))
+            _, model = self._checked(name, saved)
             schema = model.model_json_schema()
             schema.pop("title", None)
             fields = [{"name": f, "type": schema.get("properties", {}).get(f, {}).get("type", "any"),
@@ -155,6 +156,17 @@ class Catalog:
                                               **fields)
         return model
 
+    def _checked(self, name: str, saved: dict[str, Any]) -> tuple[Validation, type[BaseModel]]:
+        """A saved composition validated against this process's catalog, and the model of its
+        inputs: built once per content hash (a saved version never changes)."""
+        found = self._validated.get(saved["content_hash"])
+        if found is None:
+            v = validate(self.registry, saved["definition"])
+            if v.errors:
+                raise CompositionInvalid(v.errors)  # the catalog changed since it was saved
+            found = self._validated[saved["content_hash"]] = (v, self._inputs_model(name, v))
+        return found
+
     async def start(self, workflow_type: str, inputs: Any, *, by: By = None, key: str | None = None,
                     application: str | None = None) -> dict[str, Any]:
         """Start a run from one JSON object of inputs by name, validated first (InputsInvalid
@@ -163,13 +175,11 @@ class Catalog:
         app = _scope(by, application)
         if isinstance(workflow_type, str) and workflow_type.startswith(VIRTUAL):
             saved = await self._composition(workflow_type, app)
-            v = validate(self.registry, saved["definition"])
-            if v.errors:
-                raise CompositionInvalid(v.errors)  # the catalog changed since it was saved
+            v, model = self._checked(workflow_type, saved)
             if not isinstance(inputs, dict):
                 raise InputsInvalid(workflow_type, [f"inputs must be a JSON object, got {type(inputs).__name__}"])
             try:
-                checked = self._inputs_model(workflow_type, v).model_validate(inputs).model_dump(mode="json")
+                checked = model.model_validate(inputs).model_dump(mode="json")
             except ValidationError as exc:
                 raise InputsInvalid(workflow_type, problems(exc)) from None
             for step_type in v.types.values():  # a composition needs what its steps need: no back door

@@ -101,9 +101,18 @@ def _jsonable(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool, list, dict))
 
 
+def type_of(wf: WorkflowDef) -> CatalogType:
+    """The catalog type of a workflow definition, built once and kept with it (its schemas are
+    pydantic models, costly to build)."""
+    found = wf.__dict__.get("_catalog_type")
+    if found is None:
+        found = wf.__dict__["_catalog_type"] = CatalogType(wf)
+    return found  # type: ignore[no-any-return]
+
+
 def types_of(registry: Registry) -> dict[str, CatalogType]:
     """The catalog types of a registry by name (the highest version of each)."""
-    return {name: CatalogType(registry.get(name)) for name in registry.names() if not name.startswith(INTERNAL)}
+    return {name: type_of(registry.get(name)) for name in registry.names() if not name.startswith(INTERNAL)}
 
 
 def lookup(registry: Registry, name: Any, where: str = "") -> CatalogType:
@@ -111,4 +120,4 @@ def lookup(registry: Registry, name: Any, where: str = "") -> CatalogType:
         raise UnknownType(str(name), [], where)
     if name.startswith(INTERNAL) or name not in registry.names():
         raise UnknownType(name, [n for n in registry.names() if not n.startswith(INTERNAL)], where)
-    return CatalogType(registry.get(name))
+    return type_of(registry.get(name))
