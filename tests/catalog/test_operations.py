@@ -171,3 +171,16 @@ async def test_lists_filter_by_state_and_page_with_a_cursor(open_engine):
 
 async def _terminal(engine: Any, eid: str) -> bool:
     return (await engine.status(eid)).terminal
+
+
+async def test_a_dag_started_on_the_engine_directly_needs_its_steps_permissions(open_engine):
+    async with open_engine(app()) as engine:
+        catalog = Catalog(engine)
+        definition = {"name": "mk", "version": "1", "layers": [{"name": "l", "steps": [
+            {"name": "s", "workflow_type": "aws.s3.create_bucket",
+             "input_mapping": {"bucket": {"source": "static", "value": "z"}}}]}]}
+        compiled = catalog.compile(definition)
+        operator = Principal("olga@example.com", roles=("operator",))
+        with pytest.raises(PermissionDenied, match="'s3:write'"):
+            await engine.start("flowli.dag", "virtual.mk@1", compiled, {}, by=operator)
+        assert len(await engine.list()) == 0 and effects() == []

@@ -14,6 +14,7 @@ from typing import Any
 from flowli.domain import Principal
 from flowli.engine import CallNext, Engine, Registry, Transition
 
+from ._dag import DAG
 from ._errors import PermissionDenied
 
 READ, START, OPERATE, WRITE = "runs:read", "runs:start", "runs:operate", "catalog:write"
@@ -72,6 +73,14 @@ def needs(registry: Registry, t: Transition) -> list[tuple[str, str]]:
         out = [(START, f"start {t.workflow}")]
         if t.workflow is not None and t.workflow in registry.names():
             out += [(p, f"start {t.workflow}") for p in registry.get(t.workflow).meta.permissions]
+        if t.workflow == DAG:  # a composition needs what its steps need: no back door
+            args = (t.payload or {}).get("args") or []
+            compiled = args[1] if len(args) > 1 and isinstance(args[1], dict) else {}
+            for layer in compiled.get("layers", []):
+                for step in layer.get("steps", []):
+                    name = step.get("workflow_type")
+                    if isinstance(name, str) and name in registry.names():
+                        out += [(p, f"start {args[0]} (step type {name})") for p in registry.get(name).meta.permissions]
         return out
     if t.kind in _OPERATE:
         return [(OPERATE, f"{t.kind} run {t.eid}")]
