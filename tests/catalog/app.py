@@ -74,6 +74,15 @@ def slow(bucket: str, seconds: float) -> dict[str, Any]:
     return {"bucket": bucket}
 
 
+def flaky(name: str) -> dict[str, Any]:
+    effect(f"flaky:{name}")
+    if not fixed(name):
+        from flowli.domain import NonRetryableError
+
+        raise NonRetryableError(f"{name} is down")
+    return {"name": name, "ok": True}
+
+
 def app(registry: Registry | None = None) -> Registry:
     registry = registry or Registry()
 
@@ -117,6 +126,10 @@ def app(registry: Registry | None = None) -> Registry:
     async def slow_touch(ctx: Context, bucket: str, seconds: float = 2.0) -> Versioned:
         done = await ctx.step(slow, bucket, seconds)
         return {"bucket": done["bucket"], "versioning": "touched", "count": 1}
+
+    @registry.workflow("ops.flaky", description="Fails until its upstream is fixed.")
+    async def flaky_wf(ctx: Context, name: str) -> dict[str, Any]:
+        return await ctx.step(flaky, name)
 
     @registry.workflow("ops.await_clerk", description="Waits for a clerk to answer.")
     async def await_clerk(ctx: Context, note: str) -> Any:

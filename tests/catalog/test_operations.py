@@ -83,10 +83,13 @@ async def test_rbac_refuses_by_capability_whatever_the_entry(open_engine):
         viewer = Principal("vic@example.com", roles=("viewer",))
         operator = Principal("olga@example.com", roles=("operator",))
         with pytest.raises(PermissionDenied, match="lacks the capability 'runs:start'"):
-            await catalog.start("aws.s3.list_buckets", {}, by=viewer)
+            await catalog.start("aws.s3.enable_versioning", {"bucket": "v"}, by=viewer)
         # the engine's own start is the same transition: no back door
         with pytest.raises(PermissionDenied, match="lacks the capability 'runs:start'"):
-            await engine.start("aws.s3.list_buckets", by=viewer)
+            await engine.start("aws.s3.enable_versioning", "v", by=viewer)
+        # a data type is a read: a viewer may start it
+        listing = (await catalog.start("aws.s3.list_buckets", {}, by=viewer))["workflow_id"]
+        assert await engine.result(listing, timeout=10) == []
         # a type's declared permission: the operator role does not grant s3:write
         with pytest.raises(PermissionDenied, match="lacks the capability 's3:write'"):
             await catalog.start("aws.s3.create_bucket", {"bucket": "x"}, by=operator)

@@ -82,8 +82,11 @@ async def test_types_schemas_and_a_run_over_http(served):
 async def test_compositions_over_http_and_roles(served):
     svc, keys = served
     async with client(svc.url, keys["viewer"]) as http:
-        refused = await http.post("/catalog/runs", json={"workflow_type": "aws.s3.list_buckets", "inputs": {}})
+        refused = await http.post("/catalog/runs", json={"workflow_type": "aws.s3.enable_versioning",
+                                                         "inputs": {"bucket": "b"}})
         assert refused.status_code == 403 and refused.json()["capability"] == "runs:start"
+        read = await http.post("/catalog/runs", json={"workflow_type": "aws.s3.list_buckets", "inputs": {}})
+        assert read.status_code == 201  # a data type is a read
         broken = vw_demo()
         broken["layers"][1]["steps"][0]["workflow_type"] = "aws.s3.put_bucket_taging"
         checked = await http.post("/catalog/compositions/validate", json=broken)

@@ -171,7 +171,9 @@ class Catalog:
                     application: str | None = None) -> dict[str, Any]:
         """Start a run from one JSON object of inputs by name, validated first (InputsInvalid
         names each bad field; nothing is stored)."""
-        self.roles.require(by, rbac.START, f"start {workflow_type}")
+        read_only = isinstance(workflow_type, str) and workflow_type in self.registry.names() and \
+            self.registry.get(workflow_type).meta.read_only
+        self.roles.require(by, rbac.READ if read_only else rbac.START, f"start {workflow_type}")
         app = _scope(by, application)
         if isinstance(workflow_type, str) and workflow_type.startswith(VIRTUAL):
             saved = await self._composition(workflow_type, app)
@@ -200,6 +202,17 @@ class Catalog:
         record = await self.engine.status(workflow_id, application=app)
         return record, await self.engine.journal(workflow_id, application=app)
 
+    async def _answered(self, record: ExecutionRecord, journal: list[Any]) -> bool:
+        """Whether a parked dag has a resolution on its way (sent, not read yet): it is PENDING
+        from the moment ``resolve`` returns."""
+        if runs.state_of(record, journal) != runs.PARKED:
+            return False
+        sent = await self.engine.messages(record.eid, RESOLUTION)
+        return len(sent) > runs.resolutions_read(journal)
+
+    async def _state(self, record: ExecutionRecord, journal: list[Any]) -> str:
+        return runs.state_of(record, journal, await self._answered(record, journal))
+
     def _fn(self, record: ExecutionRecord) -> Any:
         try:
             return self.registry.get(record.workflow, record.version).fn
@@ -209,7 +222,8 @@ class Catalog:
     async def status(self, workflow_id: str, *, by: By = None, application: str | None = None) -> dict[str, Any]:
         """``get_workflow_status``: the three-state view of a run."""
         self._read(by, f"read run {workflow_id}")
-        return runs.view(*await self._run(workflow_id, by, application))
+        record, journal = await self._run(workflow_id, by, application)
+        return runs.view(record, journal, await self._answered(record, journal))
 
     async def history(self, workflow_id: str, include_state_data: bool = False, *, by: By = None,
                       application: str | None = None) -> list[dict[str, Any]]:
@@ -251,7 +265,7 @@ class Catalog:
                     continue
                 journal = await self.engine.journal(record.eid, application=app) \
                     if record.workflow == DAG and not record.terminal else []
-                state = runs.state_of(record, journal)
+                state = await self._state(record, journal)
                 if status is not None and state != status:
                     continue
                 out.append({"workflow_id": record.eid, "workflow_type": runs.workflow_type(record), "status": state,
@@ -272,7 +286,7 @@ class Catalog:
         self.roles.require(by, rbac.OPERATE, f"retry run {workflow_id}")
         record, journal = await self._run(workflow_id, by, application)
         if record.status is not Status.FAILED:
-            state = runs.state_of(record, journal)
+            state = await self._state(record, journal)
             why = "it was cancelled" if record.status is Status.CANCELLED else f"it is {state}"
             raise RunStateError(f"run {workflow_id} cannot be retried: {why}; only a FAILED run can be retried")
         fid = await self.engine.retry(workflow_id, by=by, application=application)
@@ -290,9 +304,12 @@ class Catalog:
         if resolution not in ("remediated", "denied"):
             raise CatalogError(f"resolution must be 'remediated' or 'denied', got {resolution!r}")
         record, journal = await self._run(workflow_id, by, application)
-        parked = runs.remediation(record, journal) if runs.state_of(record, journal) == runs.PARKED else None
+        state = await self._state(record, journal)
+        parked = runs.remediation(record, journal) if state == runs.PARKED else None
         if parked is None:
-            raise RunStateError(f"run {workflow_id} is {runs.state_of(record, journal)}, not remediation_pending:"
+            if await self._answered(record, journal):
+                raise RunStateError(f"run {workflow_id} is resolved already: its resolution is on its way to it")
+            raise RunStateError(f"run {workflow_id} is {state}, not remediation_pending:"
                                 " there is no remediation gate to resolve")
         await self.engine.signal(workflow_id, RESOLUTION, {"resolution": resolution, "fid": parked["fid"]}, by=by,
                                  application=application)
@@ -326,7 +343,7 @@ class Catalog:
                         continue
                     record = await self.engine.status(s.eid, application=app)
                     out.append({"workflow_id": s.eid, "workflow_type": runs.workflow_type(record),
-                                "status": runs.state_of(record, await self.engine.journal(s.eid, application=app)),
+                                "status": await self._state(record, await self.engine.journal(s.eid, application=app)),
                                 "idle_seconds": round((now - why.last_at).total_seconds(), 1),
                                 "last_seq": why.last_seq,
                                 "waiting_on": {"summary": why.summary, "waits": [dict(w) for w in why.waits]}})

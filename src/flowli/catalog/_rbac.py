@@ -70,9 +70,12 @@ class Roles:
 def needs(registry: Registry, t: Transition) -> list[tuple[str, str]]:
     """The capabilities a transition needs, each with the action the refusal names."""
     if t.kind == "start":
-        out = [(START, f"start {t.workflow}")]
-        if t.workflow is not None and t.workflow in registry.names():
-            out += [(p, f"start {t.workflow}") for p in registry.get(t.workflow).meta.permissions]
+        known = t.workflow is not None and t.workflow in registry.names()
+        meta = registry.get(t.workflow).meta if known and t.workflow is not None else None
+        # a read-only (data) type is a read: a viewer may start it
+        out = [(READ if meta is not None and meta.read_only else START, f"start {t.workflow}")]
+        if meta is not None:
+            out += [(p, f"start {t.workflow}") for p in meta.permissions]
         if t.workflow == DAG:  # a composition needs what its steps need: no back door
             args = (t.payload or {}).get("args") or []
             compiled = args[1] if len(args) > 1 and isinstance(args[1], dict) else {}

@@ -53,9 +53,15 @@ def step_name(record: ExecutionRecord, e: Entry) -> str | None:
     return code.frame_name or e.fid.rsplit("/", 1)[-1]
 
 
-def _parked(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any] | None:
-    """The remediation envelope of a dag parked on a fixable step, else None."""
-    if record.workflow != DAG or record.terminal:
+def resolutions_read(journal: list[Entry]) -> int:
+    """How many resolutions a dag has read (its receive frames that completed)."""
+    return sum(1 for e in journal if e.kind is EntryKind.FRAME_COMPLETED and e.provenance.code.frame_kind == "receive")
+
+
+def _parked(record: ExecutionRecord, journal: list[Entry], answered: bool = False) -> dict[str, Any] | None:
+    """The remediation envelope of a dag parked on a fixable step, else None (also when a
+    resolution is on its way to it: ``answered``)."""
+    if record.workflow != DAG or record.terminal or answered:
         return None
     suspended = next((e for e in reversed(journal) if e.kind in (EntryKind.EXECUTION_SUSPENDED,
                                                                  EntryKind.EXECUTION_RESUMED)), None)
@@ -81,12 +87,12 @@ def remediation(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any]
     return None
 
 
-def state_of(record: ExecutionRecord, journal: list[Entry]) -> str:
+def state_of(record: ExecutionRecord, journal: list[Entry], answered: bool = False) -> str:
     if record.status is Status.COMPLETED:
         return COMPLETED
     if record.status in (Status.FAILED, Status.CANCELLED):
         return FAILED
-    return PARKED if _parked(record, journal) is not None else PENDING
+    return PARKED if _parked(record, journal, answered) is not None else PENDING
 
 
 def reason_of(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any]:
@@ -124,7 +130,7 @@ def _upper(name: str) -> str:
     return "".join(out)
 
 
-def state_data(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any] | None:
+def state_data(record: ExecutionRecord, journal: list[Entry], answered: bool = False) -> dict[str, Any] | None:
     """A dag's data threaded between steps: ``{"steps": {name: output}}``, and ``remediation``
     while it is parked."""
     if record.workflow != DAG:
@@ -136,7 +142,7 @@ def state_data(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any] 
             if key and "~" not in key:
                 steps[step_of_key(key)] = e.value
     data: dict[str, Any] = {"steps": steps}
-    parked = _parked(record, journal)
+    parked = _parked(record, journal, answered)
     if parked is not None:
         data["remediation"] = {k: parked[k] for k in ("step", "reason", "fix")}
     return data
@@ -169,15 +175,15 @@ def steps_of(record: ExecutionRecord, journal: list[Entry]) -> list[dict[str, An
             for layer in record.args[1].get("layers", []) for s in layer.get("steps", [])]
 
 
-def view(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any]:
+def view(record: ExecutionRecord, journal: list[Entry], answered: bool = False) -> dict[str, Any]:
     """``get_workflow_status``: the three-state view of a run."""
-    state = state_of(record, journal)
+    state = state_of(record, journal, answered)
     out: dict[str, Any] = {"workflow_id": record.eid, "workflow_type": workflow_type(record), "status": state}
     if state == COMPLETED:
         out["output"] = record.result
     if state == FAILED:
         out["reason"] = reason_of(record, journal)
-    data = state_data(record, journal)
+    data = state_data(record, journal, answered)
     if data is not None:
         out["state_data"] = data
     steps = steps_of(record, journal)

@@ -18,6 +18,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from flowli.catalog import Catalog
 from flowli.domain import DatabaseUnavailable, FlowliError
 from flowli.engine import Engine
+from flowli.mcp import build as build_mcp
+from flowli.mcp import from_headers
 from flowli.pipelines import (
     Access,
     Applications,
@@ -101,7 +103,23 @@ class _TooLarge(Exception):
     pass
 
 
-def create_app(engine: Engine, *, lease_ttl: float = 30.0) -> FastAPI:
+class WithMcp:
+    """The service's ASGI app: ``/mcp`` (the MCP server's streamable HTTP) beside the FastAPI
+    routes. ``state`` is the FastAPI app's."""
+
+    def __init__(self, api: FastAPI, mcp: ASGIApp):
+        self.api, self.mcp = api, mcp
+        self.state = api.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path == "/mcp" or path.startswith("/mcp/"):
+            await self.mcp(scope, receive, send)
+        else:
+            await self.api(scope, receive, send)
+
+
+def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.1") -> FastAPI:
     app = FastAPI(title="flowli", version="1", summary="Pipelines over HTTP: application workers in any language")
     pipelines = Pipelines(engine)
     workers = Workers(engine, pipelines, lease_ttl)
@@ -352,7 +370,10 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    return BodyLimit(app)  # type: ignore[return-value]
+    server = build_mcp(engine, from_headers(engine))
+    mcp_app = server.streamable_http_app(streamable_http_path="/mcp", host=host)
+    app.state.mcp = server  # flowli serve runs its session manager
+    return BodyLimit(WithMcp(app, mcp_app))  # type: ignore[return-value]
 
 
 _ERRORS = {

@@ -18,13 +18,14 @@ from ._app import create_app
 
 async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, lease_ttl: float = 30.0,
                 worker: bool = True, concurrency: int = 256, announce: Any = None) -> None:
-    app = create_app(engine, lease_ttl=lease_ttl)
+    app = create_app(engine, lease_ttl=lease_ttl, host=host)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[attr-defined,method-assign]
     loop = asyncio.get_running_loop()
-    workers = app.app.state.workers  # type: ignore[attr-defined]
+    state = app.app.state  # type: ignore[attr-defined]
+    workers = state.workers
 
     def stop() -> None:
         server.should_exit = True
@@ -37,6 +38,7 @@ async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, le
     async with contextlib.AsyncExitStack() as stack:
         if worker:
             await stack.enter_async_context(engine.worker(concurrency=concurrency, queues=queues))
+        await stack.enter_async_context(state.mcp.session_manager.run())  # the /mcp sessions
         task = asyncio.create_task(server.serve())
         while not server.started and not task.done():
             await asyncio.sleep(0.01)

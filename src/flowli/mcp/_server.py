@@ -1,0 +1,255 @@
+"""The MCP server: the catalog's loop (discover, schema, prerequisites, start, watch, recover)
+as the tools of the contract, with the prompt ``diagnose_workflow_run`` and the resources
+``concept://dag``, ``knowledge://mcp/execution`` and ``catalog://types/{name}``. Built on the
+official SDK's ``MCPServer``; every tool calls the Catalog (so the engine's transition path and
+RBAC), as the principal of its session."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from flowli.catalog import Catalog, CatalogError
+from flowli.domain import FlowliError, Principal
+from flowli.engine import Engine
+from flowli.pipelines import Applications, ServiceError
+
+from . import _knowledge as knowledge
+
+log = logging.getLogger("flowli.mcp")
+READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+CHANGES_A_RUN = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
+ENDS = ("COMPLETED", "FAILED", "remediation_pending")
+
+Who = Callable[[Context[Any, Any]], Awaitable[Principal]]
+"""How a tool call finds its principal: from the session's credential."""
+
+
+def local_admin() -> Principal:
+    return Principal("mcp", "system", ("admin",))
+
+
+def principal_of_key(engine: Engine) -> Callable[[str | None], Awaitable[Principal]]:
+    apps = Applications(engine)
+
+    async def resolve(key: str | None) -> Principal:
+        try:
+            access = await apps.authenticate(key)
+        except ServiceError as exc:
+            raise ToolError(exc.message) from None
+        return Principal(access.actor, "system", (access.role,), access.application)
+
+    return resolve
+
+
+def from_headers(engine: Engine) -> Who:
+    """The principal of an HTTP session: its ``Authorization: Bearer`` or ``X-API-Key`` key."""
+    resolve = principal_of_key(engine)
+
+    async def who(ctx: Context[Any, Any]) -> Principal:
+        headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
+        key = headers.get("x-api-key")
+        auth = headers.get("authorization", "")
+        if not key and auth.lower().startswith("bearer "):
+            key = auth[7:].strip()
+        return await resolve(key)
+
+    return who
+
+
+def fixed(principal: Principal) -> Who:
+    async def who(_: Context[Any, Any]) -> Principal:
+        return principal
+
+    return who
+
+
+async def _call(body: Awaitable[Any]) -> Any:
+    """A tool's body: a refusal is one sentence (an MCP error result), never a traceback."""
+    try:
+        return await body
+    except ToolError:
+        raise
+    except (CatalogError, FlowliError) as exc:
+        raise ToolError(str(exc)) from None
+    except ServiceError as exc:
+        raise ToolError(exc.message) from None
+    except (ValueError, TypeError) as exc:
+        raise ToolError(str(exc)) from None
+    except Exception:
+        log.exception("an MCP tool failed")
+        raise ToolError("internal error (the server logged it)") from None
+
+
+def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
+    """The MCP server of ``engine``, whose tool calls act as ``who(ctx)``."""
+    catalog = Catalog(engine)
+    server = MCPServer(name, instructions=knowledge.KNOWLEDGE_EXECUTION, version="1")
+
+    # ---- discover -------------------------------------------------------------------------
+
+    @server.tool(annotations=READ, description="The namespaces of the catalog, with how many types each holds.")
+    async def list_workflow_namespaces(ctx: Context[Any, Any]) -> dict[str, Any]:
+        return {"namespaces": await _call(catalog.namespaces(by=await who(ctx)))}
+
+    @server.tool(annotations=READ, description="The workflow types whose name starts with prefix and whose name or"
+                                               " description holds q; each with workflow_kind, featured, scope.")
+    async def list_workflow_types(ctx: Context[Any, Any], prefix: str | None = None, q: str | None = None) -> dict[str, Any]:
+        return {"types": await _call(catalog.types(prefix, q, by=await who(ctx)))}
+
+    @server.tool(annotations=READ, description="The input and output schemas of a type, its fields, read_only,"
+                                               " has_prerequisites and workflow_kind.")
+    async def get_workflow_schema(ctx: Context[Any, Any], workflow_type: str) -> dict[str, Any]:
+        return dict(await _call(catalog.schema(workflow_type, by=await who(ctx))))
+
+    @server.tool(annotations=READ, description="What must exist before a type runs (of one variant, when given),"
+                                               " with a setup guide.")
+    async def get_workflow_prerequisites(ctx: Context[Any, Any], workflow_type: str,
+                                         variant: str | None = None) -> dict[str, Any]:
+        found = await _call(catalog.prerequisites(workflow_type, variant, by=await who(ctx)))
+        return {"workflow_type": workflow_type, "prerequisites": found}
+
+    @server.tool(annotations=READ, description="What a type is: its metadata, schemas and permissions; a saved"
+                                               " composition's definition and compiled form.")
+    async def get_workflow_definition(ctx: Context[Any, Any], workflow_type: str) -> dict[str, Any]:
+        return dict(await _call(catalog.definition(workflow_type, by=await who(ctx))))
+
+    @server.tool(annotations=READ, description="The layers and steps of a dag type (another type is one layer of"
+                                               " one step).")
+    async def get_workflow_dag(ctx: Context[Any, Any], workflow_type: str) -> dict[str, Any]:
+        return dict(await _call(catalog.dag(workflow_type, by=await who(ctx))))
+
+    # ---- runs -----------------------------------------------------------------------------
+
+    @server.tool(annotations=WRITE, description="Start a run of a type with one JSON object of inputs by name"
+                                                " (checked against its schema first). Answers workflow_id and PENDING.")
+    async def start_workflow(ctx: Context[Any, Any], workflow_type: str,
+                             inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+        return dict(await _call(catalog.start(workflow_type, inputs or {}, by=await who(ctx))))
+
+    @server.tool(annotations=READ, description="The state of a run: PENDING, COMPLETED (with output), FAILED (with a"
+                                               " reason) or remediation_pending (with state_data.remediation).")
+    async def get_workflow_status(ctx: Context[Any, Any], workflow_id: str) -> dict[str, Any]:
+        return dict(await _call(catalog.status(workflow_id, by=await who(ctx))))
+
+    @server.tool(annotations=READ, description="Wait until a run is COMPLETED, FAILED or remediation_pending, with"
+                                               " progress notifications; on timeout, its current state.")
+    async def watch_workflow(ctx: Context[Any, Any], workflow_id: str,
+                             timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 300) -> dict[str, Any]:
+        by = await who(ctx)
+        return dict(await _call(_watch(engine, catalog, ctx, by, workflow_id, timeout_seconds)))
+
+    @server.tool(annotations=READ, description="The append-only transitions of a run, oldest first; payloads"
+                                               " (input, output, error, state_data) only with include_state_data.")
+    async def get_workflow_history(ctx: Context[Any, Any], workflow_id: str,
+                                   include_state_data: bool = False) -> dict[str, Any]:
+        found = await _call(catalog.history(workflow_id, include_state_data, by=await who(ctx)))
+        return {"workflow_id": workflow_id, "history": found}
+
+    @server.tool(annotations=READ, description="Runs, newest first, a page at a time (pass next as cursor).")
+    async def list_workflows(ctx: Context[Any, Any], workflow_type: str | None = None, status: str | None = None,
+                             limit: Annotated[int, Field(ge=1, le=200)] = 20,
+                             cursor: str | None = None) -> dict[str, Any]:
+        return dict(await _call(catalog.list(workflow_type, status, limit, cursor, by=await who(ctx))))
+
+    # ---- recover --------------------------------------------------------------------------
+
+    @server.tool(annotations=CHANGES_A_RUN, description="Re-advance a FAILED run from its last good point:"
+                                                        " completed steps do not run again.")
+    async def retry_workflow(ctx: Context[Any, Any], workflow_id: str) -> dict[str, Any]:
+        return dict(await _call(catalog.retry(workflow_id, by=await who(ctx))))
+
+    @server.tool(annotations=CHANGES_A_RUN, description="Answer a remediation gate: 'remediated' re-runs only the"
+                                                        " parked step, 'denied' compensates and fails the run.")
+    async def resolve_workflow(ctx: Context[Any, Any], workflow_id: str, resolution: str) -> dict[str, Any]:
+        return dict(await _call(catalog.resolve(workflow_id, resolution, by=await who(ctx))))
+
+    @server.tool(annotations=READ, description="Runs that stalled before a terminal state (no progress for"
+                                               " older_than_seconds, not waiting on a future timer), with waiting_on.")
+    async def list_stuck_workflows(ctx: Context[Any, Any],
+                                   older_than_seconds: Annotated[float, Field(ge=0)] = 3600) -> dict[str, Any]:
+        return {"runs": await _call(catalog.stuck(older_than_seconds, by=await who(ctx)))}
+
+    @server.tool(annotations=CHANGES_A_RUN, description="Append a failed terminal state to a confirmed-stale run;"
+                                                        " refused while it progresses or a worker holds it.")
+    async def force_terminate_workflow(ctx: Context[Any, Any], workflow_id: str, reason: str,
+                                       min_idle_seconds: Annotated[float, Field(ge=0)] = 600,
+                                       expected_last_seq: int | None = None) -> dict[str, Any]:
+        return dict(await _call(catalog.terminate(workflow_id, reason, min_idle_seconds, expected_last_seq,
+                                                  by=await who(ctx))))
+
+    # ---- compositions ---------------------------------------------------------------------
+
+    @server.tool(annotations=READ, description="Validate a composition against the live catalog: errors and"
+                                               " warnings, each naming its step or layer. Saves nothing.")
+    async def validate_composition(ctx: Context[Any, Any], definition: dict[str, Any] | str) -> dict[str, Any]:
+        return dict(await _call(catalog.validate_composition(definition, by=await who(ctx))))
+
+    @server.tool(annotations=WRITE, description="Save a composition for your application: it runs as"
+                                                " virtual.<name>@<version>.")
+    async def save_composition(ctx: Context[Any, Any], definition: dict[str, Any] | str) -> dict[str, Any]:
+        return dict(await _call(catalog.save_composition(definition, by=await who(ctx))))
+
+    @server.tool(annotations=READ, description="The saved compositions of your application.")
+    async def list_compositions(ctx: Context[Any, Any]) -> dict[str, Any]:
+        return {"compositions": await _call(catalog.compositions(by=await who(ctx)))}
+
+    # ---- prompt and resources -------------------------------------------------------------
+
+    @server.prompt(description="Diagnose a run: status, history with state data, the failing step and reason,"
+                               " then remediation, retry or stuck-run triage.")
+    def diagnose_workflow_run(workflow_id: str) -> str:
+        return knowledge.diagnose(workflow_id)
+
+    @server.resource("concept://dag", mime_type="text/markdown", description="DAGs and compositions.")
+    def concept_dag() -> str:
+        return knowledge.CONCEPT_DAG
+
+    @server.resource("knowledge://mcp/execution", mime_type="text/markdown",
+                     description="How an assistant runs workflows here: the rules, the states, how to report.")
+    def knowledge_execution() -> str:
+        return knowledge.KNOWLEDGE_EXECUTION
+
+    @server.resource("catalog://types/{name}", mime_type="application/json", description="One catalog type.")
+    async def catalog_type(name: str) -> str:
+        try:
+            shown = {**await catalog.definition(name), **await catalog.schema(name)}
+        except CatalogError as exc:
+            raise ValueError(str(exc)) from None
+        return json.dumps(shown, default=str)
+
+    return server
+
+
+async def _watch(engine: Engine, catalog: Catalog, ctx: Context[Any, Any], by: Principal, workflow_id: str,
+                 timeout: float) -> dict[str, Any]:
+    """Block until the run ends or parks, on the engine's wake-ups (``engine.watch``), reporting
+    each transition as progress; on timeout, the current state with ``"timed_out": true``."""
+    status = await catalog.status(workflow_id, by=by)
+    if status["status"] in ENDS:
+        return status
+    journal = await engine.journal(workflow_id, application=by.application)
+    after = journal[-1].seq if journal else 0
+    seen = 0
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            async for entry in engine.watch(workflow_id, after=after, application=by.application):
+                seen += 1
+                with contextlib.suppress(Exception):  # a client that asked for no progress
+                    await ctx.report_progress(seen, None, f"{entry.kind.value} (seq {entry.seq})")
+                if entry.kind.value.startswith("execution."):
+                    status = await catalog.status(workflow_id, by=by)
+                    if status["status"] in ENDS:
+                        return status
+    status = await catalog.status(workflow_id, by=by)
+    return status if status["status"] in ENDS else {**status, "timed_out": True}

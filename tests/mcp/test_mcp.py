@@ -1,0 +1,177 @@
+"""The MCP server, driven by the official SDK's own client: over stdio (``flowli mcp``) and over
+streamable HTTP (``/mcp`` on a real ``flowli serve``). The reference's discovery sequence, start
+and watch, a failed run diagnosed through the prompt's sequence and retried, a remediation gate,
+a composition validated then saved and run, RBAC and a second application's runs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp.client.streamable_http import streamable_http_client
+
+from mcp import Client, StdioServerParameters
+
+from ..catalog.app import fix
+from ..catalog.test_compositions import error_example, vw_demo
+from ..http.conftest import Service, new_app, new_key
+from ..pg import fresh_schema
+
+APP = "tests.catalog.app:registry"
+TOOLS = {"list_workflow_namespaces", "list_workflow_types", "get_workflow_schema", "get_workflow_prerequisites",
+         "get_workflow_definition", "get_workflow_dag", "start_workflow", "get_workflow_status", "watch_workflow",
+         "get_workflow_history", "list_workflows", "retry_workflow", "resolve_workflow", "list_stuck_workflows",
+         "force_terminate_workflow", "validate_composition", "save_composition", "list_compositions"}
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    assert result.content and result.content[0].text  # a short text for the assistant too
+    return dict(result.structured_content or {})
+
+
+async def refused(client: Client, tool: str, **arguments: Any) -> str:
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, result.structured_content
+    text = result.content[0].text
+    assert "Traceback" not in text
+    return str(text)
+
+
+@pytest.fixture
+def effects_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "effects"
+    monkeypatch.setenv("FLOWLI_TEST_EFFECTS", str(path))
+    return path
+
+
+async def test_the_discovery_sequence_and_a_run_over_stdio(tmp_path, effects_env):
+    params = StdioServerParameters(command=sys.executable, args=[
+        "-m", "flowli.cli", "--db", f"sqlite:///{tmp_path / 'm.db'}", "--app", APP, "mcp"],
+        env={**os.environ}, cwd=os.getcwd())
+    async with Client(params) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools) >= TOOLS
+        assert tools["get_workflow_status"].annotations.read_only_hint is True
+        assert tools["force_terminate_workflow"].annotations.destructive_hint is True
+        assert tools["start_workflow"].annotations.read_only_hint is False
+        assert "workflow_type" in tools["get_workflow_schema"].input_schema["properties"]
+        # the reference's discovery sequence
+        spaces = (await call(client, "list_workflow_namespaces"))["namespaces"]
+        assert {"namespace": "aws.s3", "types": 6} in spaces
+        s3 = (await call(client, "list_workflow_types", prefix="aws.s3."))["types"]
+        assert "aws.s3.create_bucket" in [t["name"] for t in s3]
+        schema = await call(client, "get_workflow_schema", workflow_type="aws.s3.create_bucket")
+        assert schema["has_prerequisites"] is True and schema["read_only"] is False
+        pre = await call(client, "get_workflow_prerequisites", workflow_type="aws.s3.create_bucket", variant="aws")
+        assert pre["prerequisites"][0]["title"] == "An AWS connection"
+        started = await call(client, "start_workflow", workflow_type="aws.s3.create_bucket",
+                             inputs={"bucket": "mcp-1"})
+        assert started["status"] == "PENDING"
+        progress: list[Any] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append(message)
+
+        watched = await client.call_tool("watch_workflow", {"workflow_id": started["workflow_id"]},
+                                         progress_callback=on_progress)
+        assert watched.structured_content["status"] == "COMPLETED"
+        assert watched.structured_content["output"] == {"bucket_name": "mcp-1", "arn": "arn:aws:s3:::mcp-1"}
+        unknown = await refused(client, "start_workflow", workflow_type="aws.s3.create_buckt", inputs={})
+        assert "unknown workflow type 'aws.s3.create_buckt'; did you mean 'aws.s3.create_bucket'?" in unknown
+        bad = await refused(client, "start_workflow", workflow_type="aws.s3.enable_versioning", inputs={"count": "x"})
+        assert "bucket is required" in bad
+        # the prompt and the resources
+        prompt = await client.get_prompt("diagnose_workflow_run", {"workflow_id": started["workflow_id"]})
+        text = prompt.messages[0].content.text
+        assert f'get_workflow_history("{started["workflow_id"]}", include_state_data=True)' in text
+        dag = await client.read_resource("concept://dag")
+        assert "remediation_pending" in dag.contents[0].text
+        rules = await client.read_resource("knowledge://mcp/execution")
+        assert "Never invent a type name" in rules.contents[0].text
+        one = await client.read_resource("catalog://types/aws.s3.create_bucket")
+        assert '"workflow_kind": "state_machine"' in one.contents[0].text
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def served(request: pytest.FixtureRequest, tmp_path: Path, effects_env: Path) -> AsyncIterator[Any]:
+    async with contextlib.AsyncExitStack() as stack:
+        db = f"sqlite:///{tmp_path / 'flowli.db'}" if request.param == "sqlite" else \
+            await stack.enter_async_context(fresh_schema())
+        _, admin = new_app(db, "acme")
+        viewer = new_key(db, "acme", "viewer", "watcher")
+        _, other = new_app(db, "globex")
+        svc = Service(db, log=tmp_path / "serve.log", extra=["--app", APP])
+        svc.start()
+        try:
+            yield svc, {"admin": admin, "viewer": viewer, "other": other}
+        finally:
+            svc.stop()
+            assert "Traceback" not in svc.logs()
+
+
+@contextlib.asynccontextmanager
+async def over_http(url: str, key: str, header: str = "bearer") -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {key}"} if header == "bearer" else {"X-API-Key": key}
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+        async with Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+            yield client
+
+
+async def test_the_loop_over_streamable_http(served):
+    svc, keys = served
+    async with over_http(svc.url, keys["admin"]) as client:
+        # a failed run diagnosed through the prompt's sequence, then retried
+        wid = (await call(client, "start_workflow", workflow_type="ops.flaky", inputs={"name": "up"}))["workflow_id"]
+        failed = await call(client, "watch_workflow", workflow_id=wid, timeout_seconds=60)
+        assert failed["status"] == "FAILED" and failed["reason"]["step"] == "flaky"
+        assert failed["reason"]["message"] == "up is down"
+        history = (await call(client, "get_workflow_history", workflow_id=wid, include_state_data=True))["history"]
+        assert any(h.get("error", {}).get("message") == "up is down" for h in history)
+        fix("up")
+        assert (await call(client, "retry_workflow", workflow_id=wid))["status"] == "PENDING"
+        done = await call(client, "watch_workflow", workflow_id=wid, timeout_seconds=60)
+        assert done["status"] == "COMPLETED" and done["output"] == {"name": "up", "ok": True}
+        # a composition validated (not saved), then saved and run; a remediation gate resolved
+        broken = vw_demo()
+        broken["layers"][1]["steps"][0]["workflow_type"] = "aws.s3.put_bucket_taging"
+        assert await call(client, "validate_composition", definition=broken) == error_example()
+        assert await call(client, "validate_composition", definition=vw_demo()) == {"errors": [], "warnings": []}
+        assert (await call(client, "list_compositions"))["compositions"] == []
+        saved = await call(client, "save_composition", definition=vw_demo())
+        assert saved["workflow_type"] == "virtual.vw_demo@1.0"
+        types = [t["name"] for t in (await call(client, "list_workflow_types", prefix="virtual."))["types"]]
+        assert types == []  # saved compositions are not listed as types
+        run = await call(client, "start_workflow", workflow_type="virtual.vw_demo@1.0",
+                         inputs={"bucket_name": "locked-m"})
+        parked = await call(client, "watch_workflow", workflow_id=run["workflow_id"], timeout_seconds=60)
+        assert parked["status"] == "remediation_pending"
+        assert parked["state_data"]["remediation"]["fix"] == {"action": "release_hold", "bucket": "locked-m"}
+        fix("locked-m")
+        await call(client, "resolve_workflow", workflow_id=run["workflow_id"], resolution="remediated")
+        finished = await call(client, "watch_workflow", workflow_id=run["workflow_id"], timeout_seconds=60)
+        assert finished["status"] == "COMPLETED" and finished["output"] == {"s2": {"bucket": "locked-m", "tags": 1}}
+        listed = await call(client, "list_workflows", workflow_type="virtual.vw_demo@1.0")
+        assert [r["workflow_id"] for r in listed["runs"]] == [run["workflow_id"]]
+    async with over_http(svc.url, keys["viewer"], header="x-api-key") as client:
+        assert (await call(client, "get_workflow_status", workflow_id=wid))["status"] == "COMPLETED"
+        denied = await refused(client, "retry_workflow", workflow_id=wid)
+        assert "lacks the capability 'runs:operate'" in denied
+        denied = await refused(client, "start_workflow", workflow_type="aws.s3.create_bucket", inputs={"bucket": "v"})
+        assert "lacks the capability 'runs:start'" in denied
+        # a viewer may start a data type: a read
+        data = await call(client, "start_workflow", workflow_type="aws.s3.list_buckets", inputs={})
+        assert (await call(client, "watch_workflow", workflow_id=data["workflow_id"]))["status"] == "COMPLETED"
+    async with over_http(svc.url, keys["other"]) as client:
+        assert "unknown execution" in await refused(client, "get_workflow_status", workflow_id=wid)
+        assert (await call(client, "list_workflows"))["runs"] == []
+        assert (await call(client, "list_compositions"))["compositions"] == []
+    async with over_http(svc.url, "flk_not-a-key") as client:
+        assert "key" in (await refused(client, "list_workflow_namespaces")).lower()
