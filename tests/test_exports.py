@@ -50,7 +50,7 @@ PINNED = {
     flowli.catalog: [
         "AUDIT", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError", "CompositionConflict", "CompositionInvalid", "DAG",
         "InputsInvalid", "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
-        "RunStateError", "SAVE", "UnknownType", "content_hash", "install",
+        "RunStateError", "SAVE", "UnknownType", "catalog_of", "content_hash", "install",
     ],
     flowli.http: ["MAX_BODY", "create_app", "serve"],
     flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],

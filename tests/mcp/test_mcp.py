@@ -175,3 +175,58 @@ async def test_the_loop_over_streamable_http(served):
         assert (await call(client, "list_compositions"))["compositions"] == []
     async with over_http(svc.url, "flk_not-a-key") as client:
         assert "key" in (await refused(client, "list_workflow_namespaces")).lower()
+
+
+async def test_writes_wait_for_a_persons_approval_when_the_application_requires_it(served):
+    from ..crash import until
+    from ..http.conftest import flowli
+
+    svc, keys = served
+    done = flowli(svc.db, "apps", "set", "acme", "--mcp-approval", "required")
+    assert done.returncode == 0 and "mcp approval required" in done.stdout, done.stderr
+    bad = flowli(svc.db, "apps", "set", "acme", "--mcp-approval", "sometimes")
+    assert bad.returncode == 2 and "mcpApproval must be one of required, none" in bad.stderr
+    async with over_http(svc.url, keys["admin"]) as client:
+        asked = await call(client, "start_workflow", workflow_type="aws.s3.create_bucket", inputs={"bucket": "ok-1"})
+        assert asked["status"] == "approval_required"
+        assert asked["summary"] == "start_workflow aws.s3.create_bucket"
+        approval = asked["approval_id"]
+        assert (await call(client, "get_approval", approval_id=approval))["status"] == "pending"
+        assert (await call(client, "list_workflows", workflow_type="aws.s3.create_bucket"))["runs"] == []
+        # reads need no approval
+        assert (await call(client, "list_workflow_types", prefix="aws.s3."))["types"]
+
+        async def in_inbox() -> bool:  # (a narrow table folds the eid: its first part is on one line)
+            return approval[:13] in flowli(svc.db, "inbox").stdout
+
+        await until(in_inbox, 30, "the approval in the review inbox")
+        assert flowli(svc.db, "approvals", "approve", approval).returncode == 2  # who decides is required
+        yes = flowli(svc.db, "approvals", "approve", approval, "--by", "carol@example.com")
+        assert yes.returncode == 0, yes.stderr
+
+        async def decided() -> Any:
+            state = await call(client, "get_approval", approval_id=approval)
+            return state if state["status"] != "pending" else None
+
+        state = await until(decided, 30, "the approved write")
+        assert state["status"] == "approved" and state["by"] == "carol@example.com"
+        wid = state["result"]["workflow_id"]
+        run = await call(client, "watch_workflow", workflow_id=wid, timeout_seconds=60)
+        assert run["status"] == "COMPLETED" and run["output"]["bucket_name"] == "ok-1"
+        # a rejected write is not carried out
+        asked = await call(client, "start_workflow", workflow_type="aws.s3.create_bucket", inputs={"bucket": "no-1"})
+        await until(lambda: asked["approval_id"][:13] in flowli(svc.db, "inbox").stdout, 30, "the second approval")
+        no = flowli(svc.db, "approvals", "reject", asked["approval_id"], "--by", "carol@example.com",
+                    "--reason", "not this quarter")
+        assert no.returncode == 0, no.stderr
+
+        async def rejected() -> Any:
+            s = await call(client, "get_approval", approval_id=asked["approval_id"])
+            return s if s["status"] != "pending" else None
+
+        assert (await until(rejected, 30, "the rejection")) ["reason"] == "not this quarter"
+        created = [r["workflow_id"] for r in (await call(client, "list_workflows",
+                                                         workflow_type="aws.s3.create_bucket"))["runs"]]
+        assert created == [wid]
+    async with over_http(svc.url, keys["other"]) as client:  # another application's approval is unknown
+        assert "unknown execution" in await refused(client, "get_approval", approval_id=approval)

@@ -5,6 +5,7 @@ from flowli.domain import Prerequisite as Prerequisite
 
 from ._catalog import AUDIT as AUDIT
 from ._catalog import Catalog as Catalog
+from ._catalog import catalog_of as catalog_of
 from ._compose import COMPILED_FORMAT_VERSION as COMPILED_FORMAT_VERSION
 from ._compose import content_hash as content_hash
 from ._dag import DAG as DAG
@@ -40,6 +41,7 @@ __all__ = [
     "RunStateError",
     "SAVE",
     "UnknownType",
+    "catalog_of",
     "content_hash",
     "install",
 ]

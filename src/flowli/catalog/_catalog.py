@@ -433,6 +433,12 @@ class Catalog:
         return suggest(name, list(types_of(self.registry)))
 
 
+def catalog_of(registry: Registry) -> Catalog | None:
+    """The Catalog built on an engine of ``registry`` in this process (a step that acts through
+    the catalog finds it here), or None."""
+    return _CATALOGS.get(registry)
+
+
 def _install_audit(registry: Registry) -> None:
     if AUDIT in registry.names():
         return

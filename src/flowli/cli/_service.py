@@ -82,6 +82,29 @@ def apps_create(
     run(go())
 
 
+@apps_app.command("set")
+def apps_set(
+    ctx: typer.Context, name: Annotated[str, typer.Argument(metavar="APP")],
+    mcp_approval: Annotated[str | None, typer.Option("--mcp-approval", metavar="required|none",
+                                                     help="Whether an assistant's writes over MCP wait for a"
+                                                          " person's approval.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Change the settings of an application."""
+    s = _settings(ctx, None, db)
+    values = {"mcpApproval": mcp_approval} if mcp_approval is not None else {}
+    if not values:
+        raise typer.BadParameter("give a setting to change, e.g. --mcp-approval required")
+
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            settings = await Applications(engine).configure(name, **values)
+        out.print(f"application {name}: mcp approval {settings['mcpApproval']}")
+        return 0
+
+    run(go())
+
+
 @keys_app.command("create")
 def keys_create(
     ctx: typer.Context, application: Annotated[str, typer.Argument(metavar="APP")],

@@ -23,6 +23,7 @@ from flowli.domain import FlowliError, Principal
 from flowli.engine import Engine
 from flowli.pipelines import Applications, ServiceError
 
+from . import _approvals as approvals
 from . import _knowledge as knowledge
 
 log = logging.getLogger("flowli.mcp")
@@ -94,7 +95,16 @@ async def _call(body: Awaitable[Any]) -> Any:
 def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
     """The MCP server of ``engine``, whose tool calls act as ``who(ctx)``."""
     catalog = Catalog(engine)
+    approvals.install(engine.registry)
     server = MCPServer(name, instructions=knowledge.KNOWLEDGE_EXECUTION, version="1")
+
+    async def write(ctx: Context[Any, Any], tool: str, arguments: dict[str, Any],
+                    do: Callable[[Principal], Awaitable[Any]]) -> dict[str, Any]:
+        """A write tool: carried out now, or (the application requires it) an approval opened."""
+        by = await who(ctx)
+        if await approvals.required(engine, by):
+            return dict(await _call(approvals.ask(engine, tool, arguments, by)))
+        return dict(await _call(do(by)))
 
     # ---- discover -------------------------------------------------------------------------
 
@@ -135,7 +145,8 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
                                                 " (checked against its schema first). Answers workflow_id and PENDING.")
     async def start_workflow(ctx: Context[Any, Any], workflow_type: str,
                              inputs: dict[str, Any] | None = None) -> dict[str, Any]:
-        return dict(await _call(catalog.start(workflow_type, inputs or {}, by=await who(ctx))))
+        args = {"workflow_type": workflow_type, "inputs": inputs or {}}
+        return await write(ctx, "start_workflow", args, lambda by: catalog.start(workflow_type, inputs or {}, by=by))
 
     @server.tool(annotations=READ, description="The state of a run: PENDING, COMPLETED (with output), FAILED (with a"
                                                " reason) or remediation_pending (with state_data.remediation).")
@@ -167,12 +178,14 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
     @server.tool(annotations=CHANGES_A_RUN, description="Re-advance a FAILED run from its last good point:"
                                                         " completed steps do not run again.")
     async def retry_workflow(ctx: Context[Any, Any], workflow_id: str) -> dict[str, Any]:
-        return dict(await _call(catalog.retry(workflow_id, by=await who(ctx))))
+        return await write(ctx, "retry_workflow", {"workflow_id": workflow_id},
+                           lambda by: catalog.retry(workflow_id, by=by))
 
     @server.tool(annotations=CHANGES_A_RUN, description="Answer a remediation gate: 'remediated' re-runs only the"
                                                         " parked step, 'denied' compensates and fails the run.")
     async def resolve_workflow(ctx: Context[Any, Any], workflow_id: str, resolution: str) -> dict[str, Any]:
-        return dict(await _call(catalog.resolve(workflow_id, resolution, by=await who(ctx))))
+        return await write(ctx, "resolve_workflow", {"workflow_id": workflow_id, "resolution": resolution},
+                           lambda by: catalog.resolve(workflow_id, resolution, by=by))
 
     @server.tool(annotations=READ, description="Runs that stalled before a terminal state (no progress for"
                                                " older_than_seconds, not waiting on a future timer), with waiting_on.")
@@ -185,8 +198,10 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
     async def force_terminate_workflow(ctx: Context[Any, Any], workflow_id: str, reason: str,
                                        min_idle_seconds: Annotated[float, Field(ge=0)] = 600,
                                        expected_last_seq: int | None = None) -> dict[str, Any]:
-        return dict(await _call(catalog.terminate(workflow_id, reason, min_idle_seconds, expected_last_seq,
-                                                  by=await who(ctx))))
+        args = {"workflow_id": workflow_id, "reason": reason, "min_idle_seconds": min_idle_seconds,
+                "expected_last_seq": expected_last_seq}
+        return await write(ctx, "force_terminate_workflow", args, lambda by: catalog.terminate(
+            workflow_id, reason, min_idle_seconds, expected_last_seq, by=by))
 
     # ---- compositions ---------------------------------------------------------------------
 
@@ -198,11 +213,17 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
     @server.tool(annotations=WRITE, description="Save a composition for your application: it runs as"
                                                 " virtual.<name>@<version>.")
     async def save_composition(ctx: Context[Any, Any], definition: dict[str, Any] | str) -> dict[str, Any]:
-        return dict(await _call(catalog.save_composition(definition, by=await who(ctx))))
+        return await write(ctx, "save_composition", {"definition": definition},
+                           lambda by: catalog.save_composition(definition, by=by))
 
     @server.tool(annotations=READ, description="The saved compositions of your application.")
     async def list_compositions(ctx: Context[Any, Any]) -> dict[str, Any]:
         return {"compositions": await _call(catalog.compositions(by=await who(ctx)))}
+
+    @server.tool(annotations=READ, description="Where a write that waits for a person's approval stands:"
+                                               " pending, approved (with its result), rejected or failed.")
+    async def get_approval(ctx: Context[Any, Any], approval_id: str) -> dict[str, Any]:
+        return dict(await _call(approvals.status(engine, approval_id, await who(ctx))))
 
     # ---- prompt and resources -------------------------------------------------------------
 
@@ -235,11 +256,13 @@ async def _watch(engine: Engine, catalog: Catalog, ctx: Context[Any, Any], by: P
                  timeout: float) -> dict[str, Any]:
     """Block until the run ends or parks, on the engine's wake-ups (``engine.watch``), reporting
     each transition as progress; on timeout, the current state with ``"timed_out": true``."""
+    # the journal first, then the state: an end between the two is in the state, and one after
+    # both is an entry past ``after``, which the watch sees
+    journal = await engine.journal(workflow_id, application=by.application)
+    after = journal[-1].seq if journal else 0
     status = await catalog.status(workflow_id, by=by)
     if status["status"] in ENDS:
         return status
-    journal = await engine.journal(workflow_id, application=by.application)
-    after = journal[-1].seq if journal else 0
     seen = 0
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(timeout):

@@ -75,6 +75,28 @@ class Applications:
             raise NotFound(f"no application {name!r}")
         return {"id": item.id, "name": name}
 
+    SETTINGS = {"mcpApproval": ("required", "none")}
+    """The settings of an application and the values each takes."""
+
+    async def settings(self, name: str) -> dict[str, Any]:
+        """The settings of an application (``mcpApproval``: whether an assistant's writes over MCP
+        wait for a person's approval)."""
+        item = await self.engine.items.find(APPLICATION, name, "")
+        if item is None:
+            raise NotFound(f"no application {name!r}")
+        return {"mcpApproval": item.body.get("mcpApproval", "none")}
+
+    async def configure(self, name: str, **values: Any) -> dict[str, Any]:
+        item = await self.engine.items.find(APPLICATION, name, "")
+        if item is None:
+            raise NotFound(f"no application {name!r}")
+        for key, value in values.items():
+            allowed = self.SETTINGS.get(key)
+            if allowed is None or value not in allowed:
+                raise PipelineInputError(f"{key} must be one of {', '.join(allowed or ())}, got {value!r}")
+        await self.engine.items.update(APPLICATION, item.id, {**item.body, **values}, self.now)
+        return await self.settings(name)
+
     async def list(self) -> builtins.list[dict[str, Any]]:
         return [{"id": i.id, "name": i.key} for i in await self.engine.items.list(APPLICATION, "")]
 
