@@ -334,3 +334,11 @@ async def test_the_composition_bench_runs_both_sides_and_reports_the_overhead(ba
     assert line["workload"] == "C1" and line["steps_per_run"] == 12
     assert line["composition_runs_per_s"] > 0 and line["plain_runs_per_s"] > 0
     assert "overhead_ms_per_step" in line and line["ratio_plain_over_composition"] > 0
+
+
+def test_the_mcp_bench_drives_a_real_service_with_the_sdk_client():
+    from bench.assistants import one_run
+
+    m1, m2 = one_run(3, 2, 2)
+    assert m1["workload"] == "M1" and 0 < m1["p50_ms"] <= m1["p99_ms"]
+    assert m2["workload"] == "M2" and m2["runs"] == 4 and m2["runs_per_s"] > 0

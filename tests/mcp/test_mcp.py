@@ -135,6 +135,12 @@ async def test_the_loop_over_streamable_http(served):
         assert failed["reason"]["message"] == "up is down"
         history = (await call(client, "get_workflow_history", workflow_id=wid, include_state_data=True))["history"]
         assert any(h.get("error", {}).get("message") == "up is down" for h in history)
+        first = await call(client, "get_workflow_history", workflow_id=wid, limit=2)
+        assert [h["seq"] for h in first["history"]] == [history[0]["seq"], history[1]["seq"]]
+        rest = await call(client, "get_workflow_history", workflow_id=wid, after_seq=first["next_after_seq"], limit=500)
+        assert first["history"] + rest["history"] == [{k: v for k, v in h.items() if k not in ("input", "output",
+                                                      "error", "state_data")} for h in history]
+        assert rest["next_after_seq"] is None
         fix("up")
         assert (await call(client, "retry_workflow", workflow_id=wid))["status"] == "PENDING"
         done = await call(client, "watch_workflow", workflow_id=wid, timeout_seconds=60)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import sys
 from typing import Any
@@ -19,6 +20,7 @@ from ._app import create_app
 async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, lease_ttl: float = 30.0,
                 worker: bool = True, concurrency: int = 256, announce: Any = None) -> None:
     app = create_app(engine, lease_ttl=lease_ttl, host=host)
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's session start and stop lines
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)

@@ -161,11 +161,16 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
         return dict(await _call(_watch(engine, catalog, ctx, by, workflow_id, timeout_seconds)))
 
     @server.tool(annotations=READ, description="The append-only transitions of a run, oldest first; payloads"
-                                               " (input, output, error, state_data) only with include_state_data.")
-    async def get_workflow_history(ctx: Context[Any, Any], workflow_id: str,
-                                   include_state_data: bool = False) -> dict[str, Any]:
+                                               " (input, output, error, state_data) only with include_state_data;"
+                                               " a page of limit, the next after next_after_seq.")
+    async def get_workflow_history(ctx: Context[Any, Any], workflow_id: str, include_state_data: bool = False,
+                                   after_seq: int | None = None,
+                                   limit: Annotated[int, Field(ge=1, le=1000)] = 200) -> dict[str, Any]:
         found = await _call(catalog.history(workflow_id, include_state_data, by=await who(ctx)))
-        return {"workflow_id": workflow_id, "history": found}
+        rows = [h for h in found if after_seq is None or h["seq"] > after_seq]
+        page = rows[:limit]  # whole transitions only: the next page starts after the last one here
+        return {"workflow_id": workflow_id, "history": page,
+                "next_after_seq": page[-1]["seq"] if len(rows) > limit else None}
 
     @server.tool(annotations=READ, description="Runs, newest first, a page at a time (pass next as cursor).")
     async def list_workflows(ctx: Context[Any, Any], workflow_type: str | None = None, status: str | None = None,
