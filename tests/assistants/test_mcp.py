@@ -5,6 +5,7 @@ a composition validated then saved and run, RBAC and a second application's runs
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
@@ -14,9 +15,11 @@ from typing import Any
 
 import httpx2
 import pytest
+from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp import Client, StdioServerParameters
+import flowli
+from flowli import Registry
 
 from ..catalog.app import fix
 from ..catalog.test_compositions import error_example, vw_demo
@@ -236,3 +239,52 @@ async def test_writes_wait_for_a_persons_approval_when_the_application_requires_
         assert created == [wid]
     async with over_http(svc.url, keys["other"]) as client:  # another application's approval is unknown
         assert "unknown execution" in await refused(client, "get_approval", approval_id=approval)
+
+
+async def test_stdio_with_an_api_key_acts_as_that_key(tmp_path, effects_env):
+    from ..crash import until
+    from ..http.conftest import flowli as run_cli
+
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    _, admin = new_app(db, "acme")
+    viewer = new_key(db, "acme", "viewer", "watcher")
+
+    def server(key: str) -> StdioServerParameters:
+        return StdioServerParameters(command=sys.executable, args=[
+            "-m", "flowli.cli", "--db", db, "--app", APP, "mcp", "--api-key", key], env={**os.environ}, cwd=os.getcwd())
+
+    async with Client(server(viewer)) as client:
+        denied = await refused(client, "start_workflow", workflow_type="ops.await_clerk", inputs={"note": "x"})
+        assert "watcher" in denied and "lacks the capability 'runs:start'" in denied
+    async with Client(server(admin)) as client:
+        wid = (await call(client, "start_workflow", workflow_type="ops.await_clerk", inputs={"note": "x"}))["workflow_id"]
+        progress: list[str] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append(message or "")
+
+        waited = await client.call_tool("watch_workflow", {"workflow_id": wid, "timeout_seconds": 2})
+        state = waited.structured_content
+        assert state["status"] == "PENDING" and state["timed_out"] is True  # it waits for a clerk
+
+        async def clerk() -> None:  # a clerk answers from another process while the watch waits
+            engine = await flowli.connect(db, Registry(), bucket=str(tmp_path / "bucket"))
+            async with engine:
+                bot = engine.consumer("clerks", "clerk")
+                [task] = await until(lambda: bot.dequeue(), 30, "the clerk's task")
+                await bot.answer(task, {"signed": True})
+
+        answering = asyncio.create_task(clerk())
+        watched = await client.call_tool("watch_workflow", {"workflow_id": wid, "timeout_seconds": 60},
+                                         progress_callback=on_progress)
+        await answering
+        assert watched.structured_content["status"] == "COMPLETED"
+        assert watched.structured_content["output"] == {"signed": True}
+        assert progress and progress[0].startswith("frame.completed"), progress  # progress while it waited
+    # the run belongs to the key's application: a local admin session of no application sees it too,
+    # a key of another application does not
+    _, other = new_app(db, "globex")
+    async with Client(server(other)) as client:
+        assert "unknown execution" in await refused(client, "get_workflow_status", workflow_id=wid)
+    bad = run_cli(db, "--app", APP, "mcp", "--api-key", "flk_nope")
+    assert bad.returncode == 2 and "--api-key: the API key is unknown or disabled" in bad.stderr
