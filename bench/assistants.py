@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from mcp.client.streamable_http import streamable_http_client
-
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from .http import _flowli, _free_port
 
