@@ -58,6 +58,10 @@ class Roles:
         caps = self.capabilities(principal.roles)
         return "*" in caps or capability in caps
 
+    def require_all(self, principal: Any, needed: Iterable[tuple[str, str]]) -> None:
+        for capability, action in needed:
+            self.require(principal, capability, action)
+
     def require(self, principal: Any, capability: str, action: str) -> None:
         """Refuse (PermissionDenied, naming the capability) a principal with roles that lack it."""
         if not isinstance(principal, Principal) or not principal.roles:
@@ -67,24 +71,29 @@ class Roles:
                                    capability, action)
 
 
+def start_needs(registry: Registry, workflow: Any, args: list[Any]) -> list[tuple[str, str]]:
+    """What a start of ``workflow(*args)`` needs: ``runs:start`` (``runs:read`` for a read-only
+    type, a data type being a read), the type's declared permissions, and for a dag those of
+    every step type of its compiled form (no back door)."""
+    known = isinstance(workflow, str) and workflow in registry.names()
+    meta = registry.get(workflow).meta if known else None
+    out = [(READ if meta is not None and meta.read_only else START, f"start {workflow}")]
+    if meta is not None:
+        out += [(p, f"start {workflow}") for p in meta.permissions]
+    if workflow == DAG:
+        compiled = args[1] if len(args) > 1 and isinstance(args[1], dict) else {}
+        for layer in compiled.get("layers", []):
+            for step in layer.get("steps", []):
+                name = step.get("workflow_type")
+                if isinstance(name, str) and name in registry.names():
+                    out += [(p, f"start {args[0]} (step type {name})") for p in registry.get(name).meta.permissions]
+    return out
+
+
 def needs(registry: Registry, t: Transition) -> list[tuple[str, str]]:
     """The capabilities a transition needs, each with the action the refusal names."""
     if t.kind == "start":
-        known = t.workflow is not None and t.workflow in registry.names()
-        meta = registry.get(t.workflow).meta if known and t.workflow is not None else None
-        # a read-only (data) type is a read: a viewer may start it
-        out = [(READ if meta is not None and meta.read_only else START, f"start {t.workflow}")]
-        if meta is not None:
-            out += [(p, f"start {t.workflow}") for p in meta.permissions]
-        if t.workflow == DAG:  # a composition needs what its steps need: no back door
-            args = (t.payload or {}).get("args") or []
-            compiled = args[1] if len(args) > 1 and isinstance(args[1], dict) else {}
-            for layer in compiled.get("layers", []):
-                for step in layer.get("steps", []):
-                    name = step.get("workflow_type")
-                    if isinstance(name, str) and name in registry.names():
-                        out += [(p, f"start {args[0]} (step type {name})") for p in registry.get(name).meta.permissions]
-        return out
+        return start_needs(registry, t.workflow, (t.payload or {}).get("args") or [])
     if t.kind in _OPERATE:
         return [(OPERATE, f"{t.kind} run {t.eid}")]
     return []
@@ -102,8 +111,7 @@ def install(engine: Engine) -> Roles:
 
     async def rbac(t: Transition, call_next: CallNext) -> Any:
         if isinstance(t.principal, Principal) and t.principal.roles:
-            for capability, action in needs(engine.registry, t):
-                found.require(t.principal, capability, action)
+            found.require_all(t.principal, needs(engine.registry, t))
         return await call_next()
 
     engine.use(rbac)

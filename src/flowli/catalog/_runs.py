@@ -209,7 +209,7 @@ def history(record: ExecutionRecord, journal: list[Entry], include_state_data: b
     state = PENDING
     steps: dict[str, Any] = {}
     dag = record.workflow == DAG
-    for e in journal:
+    for n, e in enumerate(journal):
         state = _STATE_AFTER.get(e.kind, state)
         if e.kind is EntryKind.EXECUTION_SUSPENDED and dag:
             waits = (e.value or {}).get("waits", []) if isinstance(e.value, dict) else []
@@ -237,7 +237,7 @@ def history(record: ExecutionRecord, journal: list[Entry], include_state_data: b
                 if step is not None or e.kind in (EntryKind.EXECUTION_SUSPENDED, EntryKind.EXECUTION_COMPLETED):
                     data: dict[str, Any] = {"steps": dict(steps)}
                     if state == PARKED:
-                        gate = remediation(record, journal[: journal.index(e) + 1])
+                        gate = remediation(record, journal[: n + 1])
                         if gate is not None:
                             data["remediation"] = {k: gate[k] for k in ("step", "reason", "fix")}
                     row["state_data"] = data

@@ -3,7 +3,7 @@ kind=..., featured=..., ...)``): plain values, checked when the workflow is regi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ._errors import RegistrationError
@@ -36,7 +36,6 @@ class TypeMetadata:
     description: str = ""
     compensate: str | None = None
     """The type that undoes a completed step of this type when a dag is denied."""
-    extra: dict[str, Any] = field(default_factory=dict)
     declared: bool = False
     """Whether the registration gave catalog metadata: the result of such a type is checked
     against its return annotation (OUTPUT_INVALID); a bare registration journals its result as
@@ -47,8 +46,7 @@ def type_metadata(workflow: str, version: str, values: dict[str, Any]) -> TypeMe
     """The metadata of ``workflow`` from the keywords of its registration; RegistrationError
     naming the workflow and the keyword for a bad one."""
     where = f"workflow {workflow!r} version {version!r}"
-    known = {"kind", "featured", "scope", "read_only", "permissions", "prerequisites", "description", "compensate",
-             "extra"}
+    known = {"kind", "featured", "scope", "read_only", "permissions", "prerequisites", "description", "compensate"}
     unknown = sorted(set(values) - known)
     if unknown:
         raise RegistrationError(f"{where}: unknown keyword {unknown[0]!r}; the catalog metadata is one of"
@@ -76,5 +74,4 @@ def type_metadata(workflow: str, version: str, values: dict[str, Any]) -> TypeMe
         raise RegistrationError(f"{where}: compensate must be the name of a workflow type, got {compensate!r}")
     read_only = bool(values.get("read_only", False)) or kind == "data"
     return TypeMetadata(kind, bool(values.get("featured", False)), scope, read_only, tuple(permissions),
-                        tuple(prerequisites), description, compensate, dict(values.get("extra") or {}),
-                        declared=bool(values))
+                        tuple(prerequisites), description, compensate, declared=bool(values))

@@ -60,6 +60,11 @@ class ExecutionSummary:
     blocked: dict[str, Any] | None = None
     """Why a suspended execution waits for an operator (a nondeterminism), else None."""
 
+    @property
+    def cursor(self) -> str:
+        """The cursor of the page that starts after this row (``engine.list(cursor=...)``)."""
+        return f"{self.created_at.timestamp()!r}|{self.eid}"
+
 
 @dataclass(frozen=True, eq=False)
 class ExecutionPage(Sequence[ExecutionSummary]):
@@ -139,10 +144,6 @@ EXECUTIONS = Projector(
 
 def _stamp(value: float) -> datetime:
     return datetime.fromtimestamp(value, timezone.utc)
-
-
-def _cursor_of(row: ExecutionSummary) -> str:
-    return f"{row.created_at.timestamp()!r}|{row.eid}"
 
 
 def _parse_cursor(cursor: str) -> tuple[float, str]:
@@ -238,4 +239,4 @@ class Projection:
                                   updated_at=_stamp(r[5]), parent_eid=r[6], application=r[7],
                                   blocked=json.loads(r[8]) if r[8] else None) for r in rows[:limit]]
         more = len(rows) > limit
-        return ExecutionPage(items, _cursor_of(items[-1]) if more and items else None, counts)
+        return ExecutionPage(items, items[-1].cursor if more and items else None, counts)

@@ -30,6 +30,7 @@ from flowli.pipelines import (
     ServiceError,
     Session,
     Workers,
+    key_of,
 )
 
 from . import _models as m
@@ -164,11 +165,7 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
         return error(500, "internal error (the service logged it)")
 
     async def access(request: Request) -> Access:
-        key = request.headers.get("x-api-key")
-        auth = request.headers.get("authorization", "")
-        if not key and auth.lower().startswith("bearer "):
-            key = auth[7:].strip()
-        return await apps.authenticate(key)
+        return await apps.authenticate(key_of(request.headers))
 
     async def session(request: Request) -> Session:
         token = request.headers.get("x-worker-session")

@@ -21,7 +21,7 @@ from pydantic import Field
 from flowli.catalog import Catalog, CatalogError
 from flowli.domain import FlowliError, Principal
 from flowli.engine import Engine
-from flowli.pipelines import Applications, ServiceError
+from flowli.pipelines import Applications, ServiceError, key_of
 
 from . import _approvals as approvals
 from . import _knowledge as knowledge
@@ -48,7 +48,7 @@ def principal_of_key(engine: Engine) -> Callable[[str | None], Awaitable[Princip
             access = await apps.authenticate(key)
         except ServiceError as exc:
             raise ToolError(exc.message) from None
-        return Principal(access.actor, "system", (access.role,), access.application)
+        return access.principal
 
     return resolve
 
@@ -58,12 +58,7 @@ def from_headers(engine: Engine) -> Who:
     resolve = principal_of_key(engine)
 
     async def who(ctx: Context[Any, Any]) -> Principal:
-        headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
-        key = headers.get("x-api-key")
-        auth = headers.get("authorization", "")
-        if not key and auth.lower().startswith("bearer "):
-            key = auth[7:].strip()
-        return await resolve(key)
+        return await resolve(key_of({k.lower(): v for k, v in (ctx.headers or {}).items()}))
 
     return who
 

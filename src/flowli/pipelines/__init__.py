@@ -4,6 +4,7 @@ pipeline is an execution of the built-in workflow ``flowli.pipeline``; see ``_wo
 from ._access import ROLES as ROLES
 from ._access import Access as Access
 from ._access import Applications as Applications
+from ._access import key_of as key_of
 from ._errors import Conflict as Conflict
 from ._errors import Forbidden as Forbidden
 from ._errors import NotFound as NotFound
@@ -23,4 +24,4 @@ from ._workflow import queue_of as queue_of
 
 __all__ = ["ROLES", "TERMINAL_CODES", "WORKFLOW", "Access", "Applications", "Conflict", "Forbidden", "NotFound",
            "PipelineInputError", "Pipelines", "Policies", "Schedules", "ServiceError", "Session", "Unauthorized", "Unavailable", "Workers",
-           "install", "queue_of"]
+           "install", "key_of", "queue_of"]

@@ -10,12 +10,23 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from flowli.domain import Principal
 from flowli.engine import Engine
 
 from ._errors import Conflict, Forbidden, NotFound, PipelineInputError, Unauthorized
 
 ROLES = ("admin", "operator", "viewer")
 APPLICATION, KEY, USER, SESSION = "application", "apikey", "user", "worker-session"
+
+
+def key_of(headers: Any) -> str | None:
+    """The API key a request carries: ``X-API-Key``, else ``Authorization: Bearer <key>``
+    (``headers`` is a mapping with lower-case names, or a case-insensitive one)."""
+    key = headers.get("x-api-key")
+    auth = headers.get("authorization", "")
+    if not key and auth.lower().startswith("bearer "):
+        key = auth[7:].strip()
+    return str(key) if key else None
 
 
 def digest(secret: str) -> str:
@@ -32,6 +43,11 @@ class Access:
     actor: str
     """The key's name (or the worker's), recorded as the actor of every action."""
     key_id: int | None = None
+
+    @property
+    def principal(self) -> Principal:
+        """Who acts, for the engine: the key's name, with the key's role, in its application."""
+        return Principal(self.actor, "service", (self.role,), self.application)
 
     def require(self, role: str) -> None:
         rank = {"viewer": 0, "operator": 1, "admin": 2}

@@ -14,7 +14,6 @@ from typing import Any
 from flowli.domain import (
     ExecutionStateError,
     ExecutionTerminalError,
-    Principal,
     Status,
     UnknownExecutionError,
     keyed_eid,
@@ -31,10 +30,6 @@ from ._workflow import CHANNEL, REOPEN, WORKFLOW, Pipeline, install
 PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
 STATUSES = ("NotStarted", "Running", "Paused", "Completed", "Failed", "Cancelled")
 TERMINAL = ("Completed", "Failed", "Cancelled")
-
-
-def principal(access: Access) -> Principal:
-    return Principal(access.actor, "service", (access.role,), access.application)
 
 
 class Pipelines:
@@ -77,7 +72,7 @@ class Pipelines:
         context = await self._keep_secrets(access, eid, decl["context"])
         spec = {"pipelineId": pipeline_item.id, "name": decl["name"], "idempotencyKey": key, "traceId": decl["traceId"],
                 "application": access.application, "stages": stages, "keywords": decl["keywords"], "context": context}
-        await self.engine.start(WORKFLOW, spec, by=principal(access), key=start_key, queue="pipelines")
+        await self.engine.start(WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines")
         if created:
             return declared(spec, access.application_id, self.engine.clock.now()), True
         return await self._view(access, pipeline_item.id, eid), False
@@ -212,7 +207,7 @@ class Pipelines:
 
     async def _signal(self, access: Access, eid: str, message: dict[str, Any], what: str) -> None:
         try:
-            await self.engine.signal(eid, CHANNEL, message, by=principal(access), application=access.application)
+            await self.engine.signal(eid, CHANNEL, message, by=access.principal, application=access.application)
         except ExecutionTerminalError as exc:
             raise Conflict(f"cannot {what}: the pipeline is {exc.status}") from None
         except UnknownExecutionError:
@@ -252,7 +247,7 @@ class Pipelines:
         access.require("operator")
         item, _, _ = await self._live(access, pid, "cancel")
         try:
-            await self.engine.cancel(item.key, by=principal(access), application=access.application)
+            await self.engine.cancel(item.key, by=access.principal, application=access.application)
         except (ExecutionTerminalError, ExecutionStateError) as exc:
             raise Conflict(f"cannot cancel pipeline {item.id}: {exc}") from None
         return await self._view(access, item.id, item.key)
@@ -295,7 +290,7 @@ class Pipelines:
                 record = await self.engine.status(pitem.key, application=access.application)
         if status == "Failed":
             try:
-                await self.engine.retry(pitem.key, by=principal(access), application=access.application,
+                await self.engine.retry(pitem.key, by=access.principal, application=access.application,
                                         reason=f"rerun of stage {stage.body['name']}", signal=(REOPEN, message))
             except ExecutionStateError as exc:
                 raise Conflict(f"cannot rerun stage {stage.id}: {exc}") from None
