@@ -62,7 +62,15 @@ async def test_a_composition_whose_worker_dies_between_layers_completes_elsewher
             wid = (await catalog.start("virtual.crashy@1", {"bucket": "kb"}))["workflow_id"]
             began = Path(f"{effects_path}.began-kb")
             await until(began.exists, 60, "the second layer to begin")
-            killed(first)  # SIGKILL in the middle of the second layer, the first one done
+
+            async def versioned() -> bool:
+                page = await engine.list("completed", "aws.s3.enable_versioning")
+                return bool(page.items)
+
+            # a step is run at least once: the one that completed must not run again, the one cut
+            # off in the middle must run again; a kill between an effect and its record may do both
+            await until(versioned, 60, "the versioning step to complete")
+            killed(first)  # SIGKILL in the middle of the second layer: the first layer and one step done
             assert "slow:kb" not in effect_lines()
             second = spawn(db_url, tmp_path, "second")
 
