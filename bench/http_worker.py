@@ -21,4 +21,10 @@ async def main(url: str, key: str, concurrency: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    try:  # the loop an application worker would pick for speed; the standard one without it
+        import uvloop
+        factory: Any = uvloop.new_event_loop
+    except ImportError:
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))

@@ -48,6 +48,21 @@ async def test_update_and_delete(store):
     assert await items.get("policy", item.id) is None
 
 
+async def test_an_update_that_expects_a_body_changes_only_that_body(store):
+    items = store.items()
+    item, _ = await items.put("schedule", "a", "nightly", {"state": "enabled", "firings": 1}, T0)
+    # a firing counted itself after an operator read the body: the operator's change is refused
+    assert await items.update("schedule", item.id, {"state": "enabled", "firings": 2}, at(1), expect=item.body)
+    assert not await items.update("schedule", item.id, {"state": "paused", "firings": 1}, at(2), expect=item.body)
+    fresh = await items.get("schedule", item.id)
+    assert fresh.body == {"firings": 2, "state": "enabled"} and fresh.at == at(1)
+    # read again, the change goes in (the expected body compares as stored: key order aside)
+    assert await items.update("schedule", item.id, {**fresh.body, "state": "paused"}, at(3),
+                              expect={"state": "enabled", "firings": 2})
+    assert (await items.get("schedule", item.id)).body == {"state": "paused", "firings": 2}
+    assert not await items.update("schedule", item.id + 1000, {}, at(4), expect={})
+
+
 async def test_exactly_one_put_creates_among_concurrent_stores(shared_url):
     stores = [open_store(shared_url) for _ in range(3)]
     for s in stores:

@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Any, AsyncIterator, Coroutine, NoReturn
+from typing import Annotated, Any, AsyncIterator, Callable, Coroutine, NoReturn
 from urllib.parse import unquote, urlparse
 
 import typer
@@ -106,15 +106,26 @@ def _settings(ctx: typer.Context, app_: str | None, db: str | None) -> Settings:
 # ---- helpers -------------------------------------------------------------------------------
 
 
+def _fast_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:  # not on every platform: the standard loop then
+        return None
+    return uvloop.new_event_loop
+
+
 def fail(message: str, code: int = EXIT_REFUSED) -> NoReturn:
     err.print(Text.assemble(("error: ", "bold red"), (message, "red")), soft_wrap=True)
     raise typer.Exit(code)
 
 
-def run(coro: Coroutine[Any, Any, int | None]) -> None:
-    """Run a command's coroutine; a flowli error is one red line and exit code 2."""
+def run(coro: Coroutine[Any, Any, int | None], *, fast_loop: bool = False) -> None:
+    """Run a command's coroutine; a flowli error is one red line and exit code 2. With
+    ``fast_loop`` (the long-running service and worker), on uvloop's event loop when it is
+    installed."""
     try:
-        code = asyncio.run(coro)
+        with asyncio.Runner(loop_factory=_fast_loop() if fast_loop else None) as runner:
+            code = runner.run(coro)
     except FlowliError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

@@ -62,7 +62,7 @@ def worker(
     db: DbOption = None,
 ) -> None:
     """Run a worker in the foreground until Ctrl-C or SIGTERM (a second one stops it at once)."""
-    run(_worker(_settings(ctx, app_, db), concurrency, queue or ["default"], grace, lease_ttl))
+    run(_worker(_settings(ctx, app_, db), concurrency, queue or ["default"], grace, lease_ttl), fast_loop=True)
 
 
 async def _worker(s: Settings, concurrency: int, queues: list[str], grace: float = 30.0, lease_ttl: float = 30.0) -> int:

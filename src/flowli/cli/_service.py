@@ -57,7 +57,7 @@ def serve(
             await serve_http(engine, host, port, lease_ttl=lease_ttl, worker=not no_worker)
         return 0
 
-    run(go())
+    run(go(), fast_loop=True)
 
 
 @apps_app.command("create")

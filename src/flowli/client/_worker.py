@@ -10,9 +10,11 @@ import inspect
 import logging
 import os
 import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import certifi
 import httpx
 
 from ._client import ClientError, _check
@@ -65,19 +67,30 @@ class HttpWorker:
     async def run(self, concurrency: int = 1) -> None:
         if not self.handlers:
             raise ValueError("register a handler first (@worker.handler('Name'))")
-        limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
         timeout = httpx.Timeout(self.wait_seconds + 30)
-        async with httpx.AsyncClient(base_url=self.base_url, timeout=timeout, limits=limits,
-                                     transport=self._transport) as http:
+        tls = ssl.create_default_context(cafile=certifi.where())  # one for every client: each would load it
+
+        def client(headers: dict[str, str] | None = None) -> httpx.AsyncClient:
+            # a client per long poll and per job slot, each with its own small pool: httpx scans
+            # every connection of a pool on each request, which one pool of `concurrency`
+            # connections made the worker's main cost (two connections: a renewal beside a result)
+            return httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=self._transport, verify=tls,
+                                     headers=headers, limits=httpx.Limits(max_connections=2, max_keepalive_connections=2))
+
+        async with contextlib.AsyncExitStack() as stack:
+            http = await stack.enter_async_context(client())
             boot = await self._bootstrap(http)
             self.session = boot
             headers = {"X-Worker-Session": boot["workerSessionToken"]}
             http.headers.update(headers)
-            # a few long polls feed up to `concurrency` jobs at once: a pull only when a slot is free
-            slots = asyncio.Semaphore(concurrency)
+            # a few long polls feed up to `concurrency` jobs at once: a pull only when a job slot
+            # (a client in `free`) is there for it
+            free: asyncio.LifoQueue[httpx.AsyncClient] = asyncio.LifoQueue()  # the warmest first
+            for _ in range(concurrency):
+                free.put_nowait(await stack.enter_async_context(client(headers)))
             working: set[asyncio.Task[None]] = set()
             self._working = working
-            lanes = [asyncio.create_task(self._lane(http, boot, slots, working))
+            lanes = [asyncio.create_task(self._lane(await stack.enter_async_context(client(headers)), boot, free, working))
                      for _ in range(min(concurrency, POLLERS))]
             stop = asyncio.create_task(self._stop.wait())
             try:
@@ -105,33 +118,33 @@ class HttpWorker:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def _lane(self, http: httpx.AsyncClient, boot: dict[str, Any], slots: asyncio.Semaphore,
+    async def _lane(self, poll: httpx.AsyncClient, boot: dict[str, Any], free: asyncio.Queue[httpx.AsyncClient],
                     working: set[asyncio.Task[None]]) -> None:
         while not self._stop.is_set():
-            await slots.acquire()
+            http = await free.get()  # a free job slot first
             try:
-                r = await http.post("/jobs/pull", json={"waitSeconds": self.wait_seconds})
+                r = await poll.post("/jobs/pull", json={"waitSeconds": self.wait_seconds})
             except httpx.TransportError:
-                slots.release()
+                free.put_nowait(http)
                 await asyncio.sleep(0.5)
                 continue
             except BaseException:
-                slots.release()
+                free.put_nowait(http)
                 raise
             if r.status_code == 204:
-                slots.release()
+                free.put_nowait(http)
                 continue
             try:
                 job = _check(r)
             except BaseException:
-                slots.release()
+                free.put_nowait(http)
                 raise
-            task = asyncio.create_task(self._job(http, boot, job, slots))
+            task = asyncio.create_task(self._job(http, boot, job, free))
             working.add(task)
             task.add_done_callback(working.discard)
 
     async def _job(self, http: httpx.AsyncClient, boot: dict[str, Any], job: dict[str, Any],
-                   slots: asyncio.Semaphore) -> None:
+                   free: asyncio.Queue[httpx.AsyncClient]) -> None:
         try:
             await self._work(http, boot, job)
         except (httpx.TransportError, ClientError) as exc:
@@ -140,7 +153,7 @@ class HttpWorker:
             log.warning("job %s abandoned: %s", job.get("executionId"), exc)
             await asyncio.sleep(0.2)
         finally:
-            slots.release()
+            free.put_nowait(http)
 
     async def _work(self, http: httpx.AsyncClient, boot: dict[str, Any], job: dict[str, Any]) -> None:
         stage = job["stageId"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -43,7 +44,7 @@ from flowli.domain import (
     principal_for,
     task_id,
 )
-from flowli.store import NewMessage, Resume, TaskHold, Write
+from flowli.store import NewMessage, Resume, Take, TaskHold, Write
 
 from ._runtime import WORK, Runtime
 from ._steps import failure_entry_value, policy_from_json
@@ -178,6 +179,12 @@ async def settle(
                           attempt=task.attempt, value=outcome,
                           error={"type": error_type, "module": None, "message": message})
         write = Write(expect=(task.eid, _LIVE), entries=[entry], hold=hold, resumes=[resume])
+    # a worker of this process with a free slot runs the resumed execution at once: the write
+    # takes its lease, so its RESUME goes through no queue (as a direct start's START)
+    worker = next((w for w in rt.workers if w.reserve(None)), None)
+    if worker is not None:
+        write = dataclasses.replace(write, take=Take(task.eid, resume.id, rt.owner, now + rt.options.lease_ttl,
+                                                     tuple(worker.queues)))
     kind = "answer" if failure is None else "fail"
     payload = {"task": task.id, "attempt": task.attempt, "value": value} if failure is None else \
         {"task": task.id, "attempt": task.attempt, "error_type": failure[0], "message": failure[1]}
@@ -185,6 +192,18 @@ async def settle(
         result = await commit(rt, Transition(kind, write, task.eid, code.workflow, principal,
                                              task.application, payload))
     except ExecutionStateError as exc:
+        if worker is not None:
+            worker.unreserve()
         await rt.store.write(Write(acks=[(task.id, None)]), rt.clock.now())  # nobody waits for it any more
         raise ExecutionTerminalError(task.eid, exc.status, f"{kind} task {task.id} of") from None
+    except BaseException:
+        if worker is not None:
+            worker.unreserve()
+        raise
+    if worker is not None:
+        taken = result.taken
+        if taken is not None and taken.record is not None:
+            worker.adopt(taken.record, taken.journal, key=resume.id)
+        else:
+            worker.unreserve()
     return result.message_seqs[0] if result.message_seqs else None

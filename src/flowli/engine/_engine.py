@@ -70,7 +70,7 @@ class Engine:
         self._projection = Projection(store)
         self._archive = Archive(Path(self.options.bucket))
         self._workers: list[asyncio.Task[None]] = []
-        self._running: list[Worker] = []
+        self._running: list[Worker] = self._rt.workers
         self._firers: dict[str, sched.Firer] = {}
         """The workers of this engine: a start here may hand its execution to one."""
         self._closed = False
@@ -436,11 +436,16 @@ class Engine:
                 log.exception("schedule %s (id %d) failed to fire at %s", body.get("name"), item.id, due)
             created = datetime.fromisoformat(body["createdAt"])
             following = sched.next_fire(body["trigger"], max(instant, now), created)
-            fresh = await self._store.items().get(sched.SCHEDULE, item.id)
-            if fresh is not None and fresh.body.get("nextFireAt") == due:  # not advanced by another process
-                await self._store.items().update(sched.SCHEDULE, item.id, {
-                    **fresh.body, "nextFireAt": sched.iso(following), "lastFireAt": sched.iso(instant),
-                    "firings": fresh.body.get("firings", 0) + 1}, now)
+            # advanced unless another process did; an operator's pause or resume meanwhile is kept:
+            # the body changes only as it was read, else it is read again
+            while True:
+                fresh = await self._store.items().get(sched.SCHEDULE, item.id)
+                if fresh is None or fresh.body.get("nextFireAt") != due:
+                    break
+                if await self._store.items().update(sched.SCHEDULE, item.id, {
+                        **fresh.body, "nextFireAt": sched.iso(following), "lastFireAt": sched.iso(instant),
+                        "firings": fresh.body.get("firings", 0) + 1}, now, expect=fresh.body):
+                    break
             fired += 1
         return fired
 

@@ -146,6 +146,9 @@ class Runtime:
         """``engine.observe``: called after every commit, appends included."""
         self.principal = Principal(self.owner, "worker")
         """The principal of what this process's workers and sweeper do on their own."""
+        self.workers: list[Any] = []
+        """The running workers of this process's engine: a start or an answer made here hands its
+        execution to one with a free slot (``Worker.reserve``), without the queue."""
 
     def _notified(self, what: str) -> None:
         """Another process enqueued a task ("work"), set a timer ("timer"), appended to the control

@@ -112,9 +112,10 @@ class Worker:
         if not self.retired:
             self.accepting = True
 
-    def reserve(self, queue: str) -> bool:
-        """Promise a slot to an execution being started in this process on ``queue``."""
-        if not self.accepting or queue not in self.queues or self._free() <= 0:
+    def reserve(self, queue: str | None) -> bool:
+        """Promise a slot to an execution being started (or resumed) in this process on ``queue``
+        (None: a queue of this worker, which the store checks as it takes the lease)."""
+        if not self.accepting or (queue is not None and queue not in self.queues) or self._free() <= 0:
             return False
         self.reserved += 1
         return True
@@ -134,10 +135,11 @@ class Worker:
         self.reserved -= 1
         self._slot.set()
 
-    def adopt(self, record: ExecutionRecord, journal: list[Entry]) -> None:
-        """Run an execution created leased to this process (epoch 1), in a reserved slot."""
+    def adopt(self, record: ExecutionRecord, journal: list[Entry], key: str | None = None) -> None:
+        """Run an execution leased to this process as it was created (epoch 1) or resumed (the
+        write took its lease, see ``Take``; ``key`` its RESUME task), in a reserved slot."""
         self.reserved -= 1
-        key = task_id(TaskKind.START, record.eid)
+        key = key or task_id(TaskKind.START, record.eid)
         # a worker that stopped while the start was written hands the execution back (a RESUME
         # on its queue) instead of running it unsupervised
         work = self._run(record, record.lease_epoch, journal) if self.accepting else \

@@ -67,5 +67,8 @@ class Schedules:
     async def set_state(self, access: Access, schedule_id: Any, state: str) -> dict[str, Any]:
         access.require("operator")
         item = await self._item(access, schedule_id)
-        await self.engine.items.update(SCHEDULE, item.id, {**item.body, "state": state}, self.engine.clock.now())
+        # a firing counts itself in the same item meanwhile: change the body read, else read again
+        while not await self.engine.items.update(SCHEDULE, item.id, {**item.body, "state": state},
+                                                 self.engine.clock.now(), expect=item.body):
+            item = await self._item(access, schedule_id)
         return await self.get(access, item.id)

@@ -16,6 +16,7 @@ from ._protocol import Renewal as Renewal
 from ._protocol import Resume as Resume
 from ._protocol import StatusChange as StatusChange
 from ._protocol import Store as Store
+from ._protocol import Take as Take
 from ._protocol import TaskHold as TaskHold
 from ._protocol import Views as Views
 from ._protocol import WakeCheck as WakeCheck
@@ -37,6 +38,7 @@ __all__ = [
     "NewMessage",
     "Renewal",
     "Resume",
+    "Take",
     "StatusChange",
     "Plan",
     "Query",

@@ -31,7 +31,7 @@ from flowli.domain import (
 )
 
 from . import _codec as c
-from ._protocol import Plan, Write, WriteResult
+from ._protocol import Acquired, Plan, Take, Write, WriteResult
 
 
 def insert_task(task: Task) -> Plan:
@@ -237,8 +237,26 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         woke = yield from wake_holds(w, now)
         if woke:
             yield from insert_task(w.wake.task)
+    taken = (yield from take_lease(w.take, now)) if w.take is not None else None
     return WriteResult(entry_seqs=entry_seqs, entry_values=[e.value for e in entries], message_seqs=message_seqs,
-                       created=created, woke=woke)
+                       created=created, woke=woke, taken=taken)
+
+
+def take_lease(t: Take, now: float) -> Plan:
+    """Lease a suspended execution whose lease is free to ``t.owner`` and ack its RESUME (see
+    Take): the record at its new epoch and the journal, or None."""
+    queues = ", ".join("?" for _ in t.queues)
+    row = yield ("one", "UPDATE executions SET lease_owner = ?, lease_epoch = lease_epoch + 1, lease_expires_at = ?,"
+                        " status = 'running', updated_at = ? WHERE eid = ? AND status = 'suspended'"
+                        f" AND queue IN ({queues}) AND (lease_owner IS NULL OR lease_expires_at IS NULL"
+                        f" OR lease_expires_at <= ?) RETURNING {c.EXECUTION_COLUMNS}",
+                 (t.owner, t.until.timestamp(), now, t.eid, *t.queues, now))
+    if row is None:
+        return None
+    yield ("exec", "UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ? AND state = 'ready'", (t.resume,))
+    rows = yield ("all", f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = ? ORDER BY seq", (t.eid,))
+    record = c.execution_record(row)
+    return Acquired(record, record.lease_epoch, [c.entry_record(r) for r in rows])
 
 
 def hold_task(w: Write, now: float) -> Plan:

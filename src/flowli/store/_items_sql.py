@@ -15,6 +15,7 @@ FIND_IN = f"SELECT {COLUMNS} FROM items WHERE kind = ? AND application = ? AND k
 FIND_ANY = f"SELECT {COLUMNS} FROM items WHERE kind = ? AND key = ? ORDER BY id LIMIT 1"
 GET = f"SELECT {COLUMNS} FROM items WHERE kind = ? AND id = ?"
 UPDATE = "UPDATE items SET body = ?, at = ? WHERE kind = ? AND id = ?"
+UPDATE_IF = UPDATE + " AND body = ?"
 DELETE = "DELETE FROM items WHERE kind = ? AND id = ?"
 
 

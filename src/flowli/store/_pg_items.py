@@ -17,6 +17,7 @@ _FIND_IN = dialect(q.FIND_IN)
 _FIND_ANY = dialect(q.FIND_ANY)
 _GET = dialect(q.GET)
 _UPDATE = dialect(q.UPDATE)
+_UPDATE_IF = dialect(q.UPDATE_IF)
 _DELETE = dialect(q.DELETE)
 
 
@@ -61,7 +62,10 @@ class PostgresItems:
         sql, params = q.counting(kind, application, prefix)
         return int(await self._pool().fetchval(dialect(sql), *params))
 
-    async def update(self, kind: str, id: int, body: Any, now: datetime) -> bool:
+    async def update(self, kind: str, id: int, body: Any, now: datetime, *, expect: Any = None) -> bool:
+        if expect is not None:
+            return _count(await self._pool().execute(_UPDATE_IF, q.body_text(body), now.timestamp(), kind, int(id),
+                                                     q.body_text(expect))) > 0
         return _count(await self._pool().execute(_UPDATE, q.body_text(body), now.timestamp(), kind, int(id))) > 0
 
     async def delete(self, kind: str, id: int) -> bool:

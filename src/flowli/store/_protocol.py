@@ -31,6 +31,20 @@ class Fence:
 
 
 @dataclass(frozen=True)
+class Take:
+    """The lease of an execution taken in the write that resumes it (an answer's): ``owner``
+    leases ``eid`` until ``until`` if it is suspended with its lease free and its queue is one of
+    ``queues``; its RESUME task ``resume`` is then acked in the same write, so no worker dequeues
+    it. Otherwise the write is applied all the same and the RESUME goes through the queue."""
+
+    eid: str
+    resume: str
+    owner: str
+    until: datetime
+    queues: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class NewExecution:
     """An execution to create if no execution with its eid exists, with its first entry and task."""
 
@@ -231,6 +245,8 @@ class Write:
     wake: WakeCheck | None = None
     wake_waiters: list[WakeWaiters] = field(default_factory=list)
     announcements: list[Announcement] = field(default_factory=list)
+    take: Take | None = None
+    """Lease the resumed execution to the writer's process (see Take); WriteResult.taken says."""
 
 
 _FIELDS: dict[Intent, frozenset[str]] = {
@@ -280,6 +296,9 @@ class WriteResult:
     created: list[bool]
     """For each NewExecution: whether it was created (False: the eid existed)."""
     woke: bool = False
+    taken: Acquired | None = None
+    """With Write.take: the lease taken, the record at its new epoch and the journal (None: not
+    taken, its RESUME is on the queue)."""
 
 
 @dataclass(frozen=True)
@@ -367,8 +386,9 @@ class Items(Protocol):
 
     async def count(self, kind: str, application: str | None, *, prefix: str | None = None) -> int: ...
 
-    async def update(self, kind: str, id: int, body: Any, now: datetime) -> bool:
-        """Replace the body of an item; False when there is none."""
+    async def update(self, kind: str, id: int, body: Any, now: datetime, *, expect: Any = None) -> bool:
+        """Replace the body of an item; False when there is none, or, with ``expect``, when its
+        body is not ``expect`` any more (another writer changed it since it was read)."""
 
     async def delete(self, kind: str, id: int) -> bool: ...
 

@@ -68,8 +68,11 @@ class SQLiteItems:
         result: int = await self._r(lambda conn: int(conn.execute(sql, params).fetchone()[0]))
         return result
 
-    async def update(self, kind: str, id: int, body: Any, now: datetime) -> bool:
+    async def update(self, kind: str, id: int, body: Any, now: datetime, *, expect: Any = None) -> bool:
         def run(conn: sqlite3.Connection) -> bool:
+            if expect is not None:
+                return conn.execute(q.UPDATE_IF, (q.body_text(body), now.timestamp(), kind, int(id),
+                                                  q.body_text(expect))).rowcount > 0
             return conn.execute(q.UPDATE, (q.body_text(body), now.timestamp(), kind, int(id))).rowcount > 0
 
         result: bool = await self._w(run)
