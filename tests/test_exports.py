@@ -40,7 +40,7 @@ PINNED = {
     ],
     flowli.store: [
         "Acquired", "Announcement", "Claim", "Fence", "Guard", "Intent", "Item", "Items", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",
-        "Resume", "StatusChange", "Store", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
+        "Resume", "StatusChange", "Store", "Take", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
     ],
     flowli.pipelines: [
         "Access", "Applications", "Conflict", "Forbidden", "NotFound", "PipelineInputError", "Pipelines", "Policies", "ROLES",

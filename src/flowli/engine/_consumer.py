@@ -21,7 +21,6 @@ message on the reply channel of its execution (``reply:{task id}``), which the w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import Sequence
 from datetime import timedelta
@@ -46,6 +45,7 @@ from flowli.domain import (
 )
 from flowli.store import NewMessage, Resume, Take, TaskHold, Write
 
+from ._handoff import Poll
 from ._runtime import WORK, Runtime
 from ._steps import failure_entry_value, policy_from_json
 from ._transitions import Transition, commit
@@ -84,8 +84,32 @@ class Consumer:
                 remaining = deadline - loop.time()
                 if tasks or remaining <= 0:
                     return tasks
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(enqueued.wait(), min(remaining, self.rt.options.poll_interval * 2))
+                # a delegation of this process meanwhile is handed to this poll (see _handoff)
+                poll = Poll(tuple(self.queues), self.application, self.name, self.lease)
+                handed = await self._wait(poll, enqueued, min(remaining, self.rt.options.poll_interval * 2))
+                if handed is not None:
+                    return [handed]
+
+    async def _wait(self, poll: Poll, enqueued: asyncio.Event, timeout: float) -> Task | None:
+        """Wait for an enqueue or a hand-off; the task handed, if one was."""
+        self.rt.polls.wait(poll)
+        woke: asyncio.Future[Any] = asyncio.ensure_future(enqueued.wait())
+        handed: asyncio.Future[Any] = poll.handed
+        try:
+            await asyncio.wait([woke, handed], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not poll.claimed:
+                return None
+            return await poll.handed  # its writer resolves it: the task, or None when its write failed
+        except asyncio.CancelledError:
+            if poll.claimed:
+                if not poll.handed.done():
+                    poll.handed.cancel()  # the writer gives the task back
+                elif not poll.handed.cancelled() and poll.handed.result() is not None:
+                    self.rt.give_back(poll.handed.result(), self.name)
+            raise
+        finally:
+            woke.cancel()
+            self.rt.polls.leave(poll)
 
     async def read(self, task_id_: str) -> Task | None:
         """The task ``task_id_`` of this consumer's queues (and application), or None."""

@@ -16,6 +16,7 @@ from flowli.log import Bucket
 from flowli.store import Announcement, Intent, Store, Write
 
 from ._clock import Clock
+from ._handoff import Polls
 from ._registry import Registry
 
 log = logging.getLogger("flowli.engine")
@@ -146,9 +147,26 @@ class Runtime:
         """``engine.observe``: called after every commit, appends included."""
         self.principal = Principal(self.owner, "worker")
         """The principal of what this process's workers and sweeper do on their own."""
+        self.polls = Polls()
+        """The long polls of this process's consumers (see ``_handoff``)."""
+        self.giving_back: set[asyncio.Future[Any]] = set()
+        """Hand-offs whose poll went away, being given back to the queue."""
         self.workers: list[Any] = []
         """The running workers of this process's engine: a start or an answer made here hands its
         execution to one with a free slot (``Worker.reserve``), without the queue."""
+
+    def give_back(self, task: Any, owner: str) -> None:
+        """Give a task handed to a poll that went away (see ``_handoff``) back to its queue,
+        visible at once rather than when its lease runs out, in the background."""
+        back = asyncio.ensure_future(self.store.nack(task.id, owner, timedelta(0), self.clock.now()))
+        self.giving_back.add(back)
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            self.giving_back.discard(fut)
+            if not fut.cancelled() and fut.exception() is not None:  # its lease runs out instead
+                log.warning("a task handed to a poll that went away was not given back: %s", fut.exception())
+
+        back.add_done_callback(done)
 
     def _notified(self, what: str) -> None:
         """Another process enqueued a task ("work"), set a timer ("timer"), appended to the control

@@ -118,7 +118,8 @@ def react(rt: Runtime, w: Write, result: WriteResult, now: datetime) -> None:
                     per_queue[task.queue] = per_queue.get(task.queue, 0) + 1
             for queue, count in per_queue.items():
                 rt.hub.touch_some(("queue", queue), count)  # consumers' long polls (Consumer.dequeue)
-    later = [t.visible_at for t in w.tasks if t.visible_at > now] + [t.at for t in w.timers]
+    # (a task written leased, a hand-off, is not due at its lease's end: that is the sweeper's)
+    later = [t.visible_at for t in w.tasks if t.visible_at > now and t.lease_owner is None] + [t.at for t in w.timers]
     if later:
         rt.timer_set(min(later))
     lifecycle = [Entry(**{**e.__dict__, "seq": s}) for e, s in zip(w.entries, result.entry_seqs) if e.kind.lifecycle]

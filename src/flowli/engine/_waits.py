@@ -283,7 +283,21 @@ class Waits(Steps):
             task = Task(id=tid, kind=TaskKind.DELEGATE, queue=queue, eid=self.eid, payload=payload,
                         provenance=self.rt.provenance(epoch=self.epoch, attempt=attempt), visible_at=self.rt.clock.now(),
                         application=self.record.application, attempt=attempt, frame=frame)
-            await self._write(Write(entries=[started], tasks=[task]))
+            # a consumer of this process that long-polls the queue gets the task leased, at once
+            handoff = self.rt.polls.claim(task, self.rt.clock.now())
+            if handoff is not None:
+                poll, task = handoff
+            try:
+                await self._write(Write(entries=[started], tasks=[task]))
+            except BaseException:
+                if handoff is not None and not poll.handed.done():
+                    poll.handed.set_result(None)  # the poll goes on waiting
+                raise
+            if handoff is not None:
+                if poll.handed.done():  # the poll went away meanwhile
+                    self.rt.give_back(task, poll.owner)
+                else:
+                    poll.handed.set_result(task)
             self.memo.attempts_started.add((fid, attempt))
             self.memo.started.setdefault(fid, started)
         await self._wait(Wait(fid, "delegate", at=deadline, queue=queue))

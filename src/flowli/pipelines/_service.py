@@ -30,11 +30,14 @@ from ._workflow import CHANNEL, REOPEN, WORKFLOW, Pipeline, install
 PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
 STATUSES = ("NotStarted", "Running", "Paused", "Completed", "Failed", "Cancelled")
 TERMINAL = ("Completed", "Failed", "Cancelled")
+STAGES_KEPT = 10_000
+"""Stage items a process keeps (see Pipelines.stage_item)."""
 
 
 class Pipelines:
     def __init__(self, engine: Engine):
         self.engine = engine
+        self._stages: dict[int, Any] = {}
         install(engine.registry)
 
     @property
@@ -90,6 +93,8 @@ class Pipelines:
         stored = await self.items.put_many(wanted, self.engine.clock.now())
         pipeline_item = stored[0][0] if pipeline is not None else None
         numbered = stored[1:] if pipeline is not None else stored
+        for item, _ in numbered:
+            self._keep(item)
         return pipeline_item, [{**s, "id": item.id} for s, (item, _) in zip(specs, numbered)]
 
     async def _stage_ids(self, access: Access, eid: str, stages: builtins.list[dict[str, Any]], name: str,
@@ -254,17 +259,33 @@ class Pipelines:
 
     async def stage(self, access: Access, stage_id: Any) -> tuple[Any, Any]:
         """The stage item and its pipeline's item."""
+        item = await self.stage_item(access, stage_id)
+        pipeline_item = await self.items.find(PIPELINE, item.body["eid"], access.application)
+        return item, pipeline_item
+
+    async def stage_item(self, access: Access, stage_id: Any) -> Any:
+        """The stage item of a stage id of the caller's application. A stage item never changes
+        once written (its id, pipeline and declaration), so this process keeps the ones it read:
+        a worker names the stage in each of its calls."""
         if isinstance(stage_id, bool) or not isinstance(stage_id, (int, str)):
             raise PipelineInputError(f"stageId must be a number, got {stage_id!r}")
         try:
             number = int(stage_id)
         except ValueError:
             raise NotFound(f"no stage {stage_id!r}") from None
-        item = await self.items.get(STAGE, number)
+        item = self._stages.get(number)
+        if item is None:
+            item = await self.items.get(STAGE, number)
+            if item is not None:
+                self._keep(item)
         if item is None or item.application != access.application:
             raise NotFound(f"no stage {number}")
-        pipeline_item = await self.items.find(PIPELINE, item.body["eid"], access.application)
-        return item, pipeline_item
+        return item
+
+    def _keep(self, item: Any) -> None:
+        if len(self._stages) >= STAGES_KEPT:
+            self._stages.clear()
+        self._stages[item.id] = item
 
     async def skip(self, access: Access, stage_id: Any) -> dict[str, Any]:
         access.require("operator")

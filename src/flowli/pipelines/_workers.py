@@ -158,7 +158,7 @@ class Workers:
     async def _task(self, session: Session, stage_id: Any, execution_id: Any) -> Task:
         if not isinstance(execution_id, str) or not execution_id:
             raise PipelineInputError("executionId is required (the job's executionId)")
-        stage, _ = await self.pipelines.stage(session.access, stage_id)
+        stage = await self.pipelines.stage_item(session.access, stage_id)
         task = await self.engine.task(execution_id, application=session.access.application)
         if task is None or (task.payload or {}).get("stageId") != stage.id:
             raise NotFound(f"no execution {execution_id!r} of stage {stage.id}")

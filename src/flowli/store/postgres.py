@@ -139,7 +139,7 @@ class _Optimism(Exception):
 
 def _later(w: Write, now: datetime) -> bool:
     """Whether a write sets a timer or enqueues a task visible only after ``now``."""
-    return bool(w.timers) or any(t.visible_at > now for t in w.tasks)
+    return bool(w.timers) or any(t.visible_at > now and t.lease_owner is None for t in w.tasks)
 
 
 def _wakes(w: Write, result: WriteResult) -> bool:

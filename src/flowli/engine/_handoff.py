@@ -1,0 +1,51 @@
+"""Hand-offs: a DELEGATE task enqueued while a consumer of this process long-polls its queue is
+written leased to that consumer and handed to its poll, which then returns it without a
+dequeue (no second write, no wake-up and store read in between). The task is in the store as
+any leased task: if the consumer goes away, its lease expires as after a dequeue."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from flowli.domain import Task
+
+
+@dataclass(eq=False)
+class Poll:
+    """One waiting ``Consumer.dequeue``: its queues, tenant, name (the lease owner) and lease."""
+
+    queues: tuple[str, ...]
+    application: str | None
+    owner: str
+    lease: timedelta
+    handed: asyncio.Future[Task | None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    claimed: bool = False
+    """A writer took this poll: ``handed`` resolves with its task (None when its write failed)."""
+
+
+class Polls:
+    """The long polls of this process that wait for a DELEGATE task, oldest first."""
+
+    def __init__(self) -> None:
+        self._waiting: list[Poll] = []
+
+    def wait(self, poll: Poll) -> None:
+        self._waiting.append(poll)
+
+    def leave(self, poll: Poll) -> None:
+        if poll in self._waiting:
+            self._waiting.remove(poll)
+
+    def claim(self, task: Task, now: datetime) -> tuple[Poll, Task] | None:
+        """The oldest poll that may take ``task`` (its queue, its tenant), taken off the list,
+        and the task leased to it; None when no poll waits for it."""
+        for poll in self._waiting:
+            if task.queue in poll.queues and (poll.application is None or poll.application == task.application) \
+                    and not poll.handed.done():
+                self._waiting.remove(poll)
+                poll.claimed = True
+                return poll, replace(task, lease_owner=poll.owner, visible_at=now + poll.lease,
+                                     deliveries=task.deliveries + 1)
+        return None

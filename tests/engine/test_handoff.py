@@ -1,0 +1,107 @@
+"""Hand-offs: a delegation made while a consumer of this process long-polls its queue is written
+leased to that consumer and returned by its poll, without a dequeue; a poll of another queue or
+another application is not handed it; a poll that went away before the hand-off completed gives
+the task back to the queue at once."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from flowli import Context, Registry
+from flowli.domain import TaskKind, task_id
+
+from ..crash import until
+
+QUEUE = "approvers"
+LEASE = timedelta(seconds=30)
+
+
+def app() -> Registry:
+    registry = Registry()
+
+    @registry.workflow("approve")
+    async def approve(ctx: Context, what: str) -> Any:
+        return await ctx.delegate(QUEUE, {"what": what}, key="decision")
+
+    return registry
+
+
+def attempt_of(eid: str) -> str:
+    return task_id(TaskKind.DELEGATE, eid, "root/delegate:decision@1")
+
+
+async def polling(engine: Any, n: int = 1) -> None:
+    await until(lambda: len(engine._rt.polls._waiting) >= n, 30, f"{n} long poll(s) waiting")
+
+
+async def test_a_waiting_long_poll_is_handed_the_delegation_leased_to_it(open_engine):
+    async with open_engine(app()) as engine:
+        clerk = engine.consumer(QUEUE, "clerk", lease=LEASE)
+        poll = asyncio.ensure_future(clerk.dequeue(1, wait=20))
+        await polling(engine)
+        dequeued = 0
+        real = engine._store.dequeue
+
+        async def counting(*args: Any, **kwargs: Any) -> Any:
+            nonlocal dequeued
+            if TaskKind.DELEGATE in args[1]:
+                dequeued += 1
+            return await real(*args, **kwargs)
+
+        engine._store.dequeue = counting  # type: ignore[method-assign]
+        eid = await engine.start("approve", "invoice 7")
+        [task] = await asyncio.wait_for(poll, 20)
+        assert dequeued == 0  # handed, not dequeued
+        assert (task.id, task.lease_owner, task.deliveries, task.payload) == (attempt_of(eid), "clerk", 1, {"what": "invoice 7"})
+        stored = await engine.task(task.id)
+        assert (stored.lease_owner, stored.deliveries, stored.state) == ("clerk", 1, "ready")
+        assert stored.visible_at > engine.clock.now() + LEASE / 2  # leased for the consumer's lease
+        assert engine._rt.polls._waiting == []
+        await clerk.answer(task, "approved")
+        assert await engine.result(eid, timeout=30) == "approved"
+
+
+async def test_a_poll_of_another_queue_or_application_is_not_handed_the_task(open_engine):
+    async with open_engine(app()) as engine:
+        elsewhere = engine.consumer("other", "o", lease=LEASE)
+        tenant = engine.consumer(QUEUE, "t", lease=LEASE, application="acme")
+        polls = [asyncio.ensure_future(elsewhere.dequeue(1, wait=2)), asyncio.ensure_future(tenant.dequeue(1, wait=2))]
+        await polling(engine, 2)
+        eid = await engine.start("approve", "invoice 8")  # single-tenant: application None
+        assert await asyncio.gather(*polls) == [[], []]
+        stored = await engine.task(attempt_of(eid))
+        assert stored.lease_owner is None and stored.state == "ready"  # on the queue, for the next poll
+        [task] = await engine.consumer(QUEUE, "clerk", lease=LEASE).dequeue(1, wait=5)
+        assert task.id == attempt_of(eid)
+
+
+async def test_a_poll_that_went_away_before_the_hand_off_gives_the_task_back(open_engine):
+    async with open_engine(app()) as engine:
+        clerk = engine.consumer(QUEUE, "clerk", lease=LEASE)
+        poll = asyncio.ensure_future(clerk.dequeue(1, wait=20))
+        await polling(engine)
+        [waiting] = engine._rt.polls._waiting
+        real = engine._store.write
+
+        async def poll_leaves_first(write: Any, now: Any) -> Any:
+            if any(t.kind is TaskKind.DELEGATE for t in write.tasks):
+                poll.cancel()  # the HTTP client hung up while the delegation was being written
+                await asyncio.sleep(0)
+            return await real(write, now)
+
+        engine._store.write = poll_leaves_first  # type: ignore[method-assign]
+        eid = await engine.start("approve", "invoice 9")
+
+        async def given_back() -> bool:
+            t = await engine.task(attempt_of(eid))
+            return t is not None and t.lease_owner is None
+
+        await until(given_back, 30, "the task given back to the queue")
+        assert waiting.claimed and poll.cancelled()
+        engine._store.write = real  # type: ignore[method-assign]
+        [task] = await engine.consumer(QUEUE, "second", lease=LEASE).dequeue(1, wait=5)
+        assert task.id == attempt_of(eid)  # at once, not after the first lease ran out
+        await engine.consumer(QUEUE, "second", lease=LEASE).answer(task, "approved")
+        assert await engine.result(eid, timeout=30) == "approved"
