@@ -172,6 +172,7 @@ async def test_explain_names_each_wait(open_engine):
         [task] = await engine.consumer("clerks", "clerk-1").dequeue()
         held = await engine.explain(asking)
         assert held.waits[0]["held_by"] == "clerk-1" and "waits for clerk-1 to answer" in held.summary
+        await wait_status(engine, (await engine.explain(parent)).waits[0]["child"], "suspended")  # its own activation too
         child = await engine.explain(parent)
         assert child.waits[0]["kind"] == "child" and child.waits[0]["child_status"] == "suspended"
         assert "waits for child execution" in child.summary and child.last_seq > 0

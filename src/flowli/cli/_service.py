@@ -46,6 +46,7 @@ def serve(
     """Run the HTTP service (pipelines, the worker protocol) and, in the same process, the
     engine's worker and sweeper. Prints ``listening on http://HOST:PORT`` once it accepts
     connections."""
+    from flowli.dashboard import Dashboard
     from flowli.http import serve as serve_http
 
     s = _settings(ctx, app_, db)
@@ -54,7 +55,8 @@ def serve(
         registry = registry_of(s)
         install(registry)
         async with open_engine(s, registry) as engine:
-            await serve_http(engine, host, port, lease_ttl=lease_ttl, worker=not no_worker)
+            await serve_http(engine, host, port, lease_ttl=lease_ttl, worker=not no_worker,
+                             wrap=lambda api: Dashboard(api, engine))
         return 0
 
     run(go(), fast_loop=True)

@@ -13,9 +13,7 @@ import asyncio
 import logging
 from typing import Any
 
-from flowli.domain import (
-    TERMINAL,
-)
+from flowli.domain import TERMINAL, UnknownExecutionError
 from flowli.store import Write
 
 from ._archive import Archive, entry_json, message_json, record_json
@@ -45,7 +43,10 @@ async def fold(rt: Runtime, eid: str, archive: Archive) -> bool:
     }
     await asyncio.to_thread(archive.write, eid, obj)
     write = Write(expect=(eid, TERMINAL), delete_executions=[eid])
-    await commit(rt, Transition("fold", write, eid, record.workflow, SWEEPER, record.application))
+    try:
+        await commit(rt, Transition("fold", write, eid, record.workflow, SWEEPER, record.application))
+    except UnknownExecutionError:
+        return False  # another pass (this process's sweeper, another process) folded it meanwhile
     return True
 
 

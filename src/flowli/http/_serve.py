@@ -8,20 +8,24 @@ import contextlib
 import logging
 import signal
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import uvicorn
 
 from flowli.engine import Engine
 
-from ._app import create_app
+from ._app import BodyLimit, create_app
 
 
 async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, lease_ttl: float = 30.0,
-                worker: bool = True, concurrency: int = 256, announce: Any = None) -> None:
+                worker: bool = True, concurrency: int = 256, announce: Any = None,
+                wrap: Callable[[Any], Any] | None = None) -> None:
+    """Serve the HTTP service; ``wrap`` puts an ASGI app in front of its routes (the dashboard),
+    under the same body limit."""
     app = create_app(engine, lease_ttl=lease_ttl, host=host)
     logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's session start and stop lines
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
+    served = BodyLimit(wrap(app.app)) if wrap is not None else app  # type: ignore[attr-defined]
+    config = uvicorn.Config(served, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[attr-defined,method-assign]
