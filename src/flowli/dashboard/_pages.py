@@ -35,7 +35,6 @@ class Dashboard:
 
     def __init__(self, api: ASGIApp, engine: Engine):
         self.api = api
-        self.state = getattr(api, "state", None)
         self.engine = engine
         self.sessions = Sessions(engine)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
