@@ -39,8 +39,8 @@ PINNED = {
         "SystemClock", "Transition", "WorkflowDef", "firing_key", "input_model", "problems", "reply_channel",
     ],
     flowli.store: [
-        "Acquired", "Announcement", "Claim", "Fence", "Guard", "Intent", "Item", "Items", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",
-        "Resume", "StatusChange", "Store", "Take", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
+        "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "Intent", "Item", "Items", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",
+        "Resume", "StatusChange", "Store", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
     ],
     flowli.pipelines: [
         "Access", "Applications", "Conflict", "Forbidden", "NotFound", "PipelineInputError", "Pipelines", "Policies", "ROLES",

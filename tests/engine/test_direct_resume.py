@@ -12,7 +12,7 @@ from typing import Any
 
 from flowli import Context, Registry
 from flowli.domain import Status, TaskKind, task_id
-from flowli.store import Resume, Take, Write
+from flowli.store import Acquisition, Resume, Write
 
 from ..crash import until
 from .conftest import wait_status
@@ -136,18 +136,18 @@ async def test_a_take_leases_only_a_suspended_execution_of_its_queues_with_a_fre
             return Resume(id=task_id(TaskKind.RESUME, eid, f"probe:{n}"), eid=eid, payload=None,
                           provenance=engine._rt.provenance(), visible_at=now)
 
-        wrong_queue = await store.write(Write(resumes=[resume(1)], take=Take(eid, resume(1).id, owner, until_, ("other",))), now)
-        assert wrong_queue.taken is None
+        wrong_queue = await store.write(Write(resumes=[resume(1)], acquire=Acquisition(eid, resume(1).id, owner, until_, ("other",))), now)
+        assert wrong_queue.acquired is None
         assert (await engine.status(eid)).lease_owner is None
-        taken = await store.write(Write(resumes=[resume(2)], take=Take(eid, resume(2).id, owner, until_, ("default",))), now)
-        assert taken.taken is not None and taken.taken.record is not None
+        taken = await store.write(Write(resumes=[resume(2)], acquire=Acquisition(eid, resume(2).id, owner, until_, ("default",))), now)
+        assert taken.acquired is not None and taken.acquired.record is not None
         record = await engine.status(eid)
-        assert (record.status, record.lease_owner, record.lease_epoch) == (Status.RUNNING, owner, taken.taken.epoch)
-        assert [e.seq for e in taken.taken.journal] == list(range(1, len(taken.taken.journal) + 1))
-        assert taken.taken.journal[-1].kind.value == "execution.suspended"
+        assert (record.status, record.lease_owner, record.lease_epoch) == (Status.RUNNING, owner, taken.acquired.epoch)
+        assert [e.seq for e in taken.acquired.journal] == list(range(1, len(taken.acquired.journal) + 1))
+        assert taken.acquired.journal[-1].kind.value == "execution.suspended"
         # held now (and running, not suspended): a second take changes nothing but its RESUME
-        again = await store.write(Write(resumes=[resume(3)], take=Take(eid, resume(3).id, "another:2", until_, ("default",))), now)
-        assert again.taken is None
+        again = await store.write(Write(resumes=[resume(3)], acquire=Acquisition(eid, resume(3).id, "another:2", until_, ("default",))), now)
+        assert again.acquired is None
         assert (await engine.status(eid)).lease_owner == owner
         states = {t.id: t.state for t in await store.read_tasks(eid=eid, include_acked=True)}
         assert (states[resume(1).id], states[resume(2).id], states[resume(3).id]) == ("ready", "acked", "ready")

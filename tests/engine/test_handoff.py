@@ -99,7 +99,7 @@ async def test_a_poll_that_went_away_before_the_hand_off_gives_the_task_back(ope
             return t is not None and t.lease_owner is None
 
         await until(given_back, 30, "the task given back to the queue")
-        assert waiting.claimed and poll.cancelled()
+        assert waiting.matched and poll.cancelled()
         engine._store.write = real  # type: ignore[method-assign]
         [task] = await engine.consumer(QUEUE, "second", lease=LEASE).dequeue(1, wait=5)
         assert task.id == attempt_of(eid)  # at once, not after the first lease ran out

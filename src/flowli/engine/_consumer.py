@@ -43,7 +43,7 @@ from flowli.domain import (
     principal_for,
     task_id,
 )
-from flowli.store import NewMessage, Resume, Take, TaskHold, Write
+from flowli.store import Acquisition, NewMessage, Resume, TaskHold, Write
 
 from ._handoff import Poll
 from ._runtime import WORK, Runtime
@@ -97,15 +97,15 @@ class Consumer:
         handed: asyncio.Future[Any] = poll.handed
         try:
             await asyncio.wait([woke, handed], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            if not poll.claimed:
+            if not poll.matched:
                 return None
             return await poll.handed  # its writer resolves it: the task, or None when its write failed
         except asyncio.CancelledError:
-            if poll.claimed:
+            if poll.matched:
                 if not poll.handed.done():
                     poll.handed.cancel()  # the writer gives the task back
                 elif not poll.handed.cancelled() and poll.handed.result() is not None:
-                    self.rt.give_back(poll.handed.result(), self.name)
+                    self.rt.nack_handed(poll.handed.result(), self.name)
             raise
         finally:
             woke.cancel()
@@ -204,10 +204,10 @@ async def settle(
                           error={"type": error_type, "module": None, "message": message})
         write = Write(expect=(task.eid, _LIVE), entries=[entry], hold=hold, resumes=[resume])
     # a worker of this process with a free slot runs the resumed execution at once: the write
-    # takes its lease, so its RESUME goes through no queue (as a direct start's START)
+    # acquires its lease, so its RESUME goes through no queue (as a direct start's START)
     worker = next((w for w in rt.workers if w.reserve(None)), None)
     if worker is not None:
-        write = dataclasses.replace(write, take=Take(task.eid, resume.id, rt.owner, now + rt.options.lease_ttl,
+        write = dataclasses.replace(write, acquire=Acquisition(task.eid, resume.id, rt.owner, now + rt.options.lease_ttl,
                                                      tuple(worker.queues)))
     kind = "answer" if failure is None else "fail"
     payload = {"task": task.id, "attempt": task.attempt, "value": value} if failure is None else \
@@ -225,9 +225,9 @@ async def settle(
             worker.unreserve()
         raise
     if worker is not None:
-        taken = result.taken
-        if taken is not None and taken.record is not None:
-            worker.adopt(taken.record, taken.journal, key=resume.id)
+        acquired = result.acquired
+        if acquired is not None and acquired.record is not None:
+            worker.adopt(acquired.record, acquired.journal, key=resume.id)
         else:
             worker.unreserve()
     return result.message_seqs[0] if result.message_seqs else None

@@ -21,7 +21,7 @@ class Poll:
     owner: str
     lease: timedelta
     handed: asyncio.Future[Task | None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    claimed: bool = False
+    matched: bool = False
     """A writer took this poll: ``handed`` resolves with its task (None when its write failed)."""
 
 
@@ -38,14 +38,14 @@ class Polls:
         if poll in self._waiting:
             self._waiting.remove(poll)
 
-    def claim(self, task: Task, now: datetime) -> tuple[Poll, Task] | None:
+    def match(self, task: Task, now: datetime) -> tuple[Poll, Task] | None:
         """The oldest poll that may take ``task`` (its queue, its tenant), taken off the list,
         and the task leased to it; None when no poll waits for it."""
         for poll in self._waiting:
             if task.queue in poll.queues and (poll.application is None or poll.application == task.application) \
                     and not poll.handed.done():
                 self._waiting.remove(poll)
-                poll.claimed = True
+                poll.matched = True
                 return poll, replace(task, lease_owner=poll.owner, visible_at=now + poll.lease,
                                      deliveries=task.deliveries + 1)
         return None

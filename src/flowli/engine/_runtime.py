@@ -149,20 +149,20 @@ class Runtime:
         """The principal of what this process's workers and sweeper do on their own."""
         self.polls = Polls()
         """The long polls of this process's consumers (see ``_handoff``)."""
-        self.giving_back: set[asyncio.Future[Any]] = set()
+        self.nacking: set[asyncio.Future[Any]] = set()
         """Hand-offs whose poll went away, being given back to the queue."""
         self.workers: list[Any] = []
         """The running workers of this process's engine: a start or an answer made here hands its
         execution to one with a free slot (``Worker.reserve``), without the queue."""
 
-    def give_back(self, task: Any, owner: str) -> None:
+    def nack_handed(self, task: Any, owner: str) -> None:
         """Give a task handed to a poll that went away (see ``_handoff``) back to its queue,
         visible at once rather than when its lease runs out, in the background."""
         back = asyncio.ensure_future(self.store.nack(task.id, owner, timedelta(0), self.clock.now()))
-        self.giving_back.add(back)
+        self.nacking.add(back)
 
         def done(fut: asyncio.Future[Any]) -> None:
-            self.giving_back.discard(fut)
+            self.nacking.discard(fut)
             if not fut.cancelled() and fut.exception() is not None:  # its lease runs out instead
                 log.warning("a task handed to a poll that went away was not given back: %s", fut.exception())
 

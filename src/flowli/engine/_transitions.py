@@ -107,8 +107,8 @@ async def _apply(rt: Runtime, t: Transition) -> WriteResult:
 def react(rt: Runtime, w: Write, result: WriteResult, now: datetime) -> None:
     """The reactions that a committed write calls for, derived from the write alone."""
     created = [new for new, made in zip(w.executions, result.created) if made]
-    # a RESUME whose lease the write took (Write.take) is acked already: no worker need look
-    resumed = w.resumes if result.taken is None else [r for r in w.resumes if r.id != w.take.resume]  # type: ignore[union-attr]
+    # a RESUME whose lease the write acquired (Write.acquire) is acked already: no worker need look
+    resumed = w.resumes if result.acquired is None else [r for r in w.resumes if r.id != w.acquire.resume]  # type: ignore[union-attr]
     if w.tasks or resumed or w.wake_waiters or result.woke or any(new.task is not None for new in created):
         rt.work.set()
         if rt.hub.active and w.tasks:

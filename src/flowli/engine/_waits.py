@@ -284,7 +284,7 @@ class Waits(Steps):
                         provenance=self.rt.provenance(epoch=self.epoch, attempt=attempt), visible_at=self.rt.clock.now(),
                         application=self.record.application, attempt=attempt, frame=frame)
             # a consumer of this process that long-polls the queue gets the task leased, at once
-            handoff = self.rt.polls.claim(task, self.rt.clock.now())
+            handoff = self.rt.polls.match(task, self.rt.clock.now())
             if handoff is not None:
                 poll, task = handoff
             try:
@@ -295,7 +295,7 @@ class Waits(Steps):
                 raise
             if handoff is not None:
                 if poll.handed.done():  # the poll went away meanwhile
-                    self.rt.give_back(task, poll.owner)
+                    self.rt.nack_handed(task, poll.owner)
                 else:
                     poll.handed.set_result(task)
             self.memo.attempts_started.add((fid, attempt))

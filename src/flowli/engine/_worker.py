@@ -137,7 +137,7 @@ class Worker:
 
     def adopt(self, record: ExecutionRecord, journal: list[Entry], key: str | None = None) -> None:
         """Run an execution leased to this process as it was created (epoch 1) or resumed (the
-        write took its lease, see ``Take``; ``key`` its RESUME task), in a reserved slot."""
+        write acquired its lease, see ``Acquisition``; ``key`` its RESUME task), in a reserved slot."""
         self.reserved -= 1
         key = key or task_id(TaskKind.START, record.eid)
         # a worker that stopped while the start was written hands the execution back (a RESUME

@@ -1,6 +1,7 @@
 """The Store protocol and its backends. Imports domain only: it stores, fences and hands out."""
 
 from ._protocol import Acquired as Acquired
+from ._protocol import Acquisition as Acquisition
 from ._protocol import Announcement as Announcement
 from ._protocol import Claim as Claim
 from ._protocol import Fence as Fence
@@ -16,7 +17,6 @@ from ._protocol import Renewal as Renewal
 from ._protocol import Resume as Resume
 from ._protocol import StatusChange as StatusChange
 from ._protocol import Store as Store
-from ._protocol import Take as Take
 from ._protocol import TaskHold as TaskHold
 from ._protocol import Views as Views
 from ._protocol import WakeCheck as WakeCheck
@@ -38,7 +38,7 @@ __all__ = [
     "NewMessage",
     "Renewal",
     "Resume",
-    "Take",
+    "Acquisition",
     "StatusChange",
     "Plan",
     "Query",

@@ -31,7 +31,7 @@ from flowli.domain import (
 )
 
 from . import _codec as c
-from ._protocol import Acquired, Plan, Take, Write, WriteResult
+from ._protocol import Acquired, Acquisition, Plan, Write, WriteResult
 
 
 def insert_task(task: Task) -> Plan:
@@ -237,14 +237,14 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         woke = yield from wake_holds(w, now)
         if woke:
             yield from insert_task(w.wake.task)
-    taken = (yield from take_lease(w.take, now)) if w.take is not None else None
+    acquired = (yield from acquire_lease(w.acquire, now)) if w.acquire is not None else None
     return WriteResult(entry_seqs=entry_seqs, entry_values=[e.value for e in entries], message_seqs=message_seqs,
-                       created=created, woke=woke, taken=taken)
+                       created=created, woke=woke, acquired=acquired)
 
 
-def take_lease(t: Take, now: float) -> Plan:
+def acquire_lease(t: Acquisition, now: float) -> Plan:
     """Lease a suspended execution whose lease is free to ``t.owner`` and ack its RESUME (see
-    Take): the record at its new epoch and the journal, or None."""
+    Acquisition): the record at its new epoch and the journal, or None."""
     queues = ", ".join("?" for _ in t.queues)
     row = yield ("one", "UPDATE executions SET lease_owner = ?, lease_epoch = lease_epoch + 1, lease_expires_at = ?,"
                         " status = 'running', updated_at = ? WHERE eid = ? AND status = 'suspended'"

@@ -31,8 +31,8 @@ class Fence:
 
 
 @dataclass(frozen=True)
-class Take:
-    """The lease of an execution taken in the write that resumes it (an answer's): ``owner``
+class Acquisition:
+    """The lease of an execution acquired in the write that resumes it (an answer's): ``owner``
     leases ``eid`` until ``until`` if it is suspended with its lease free and its queue is one of
     ``queues``; its RESUME task ``resume`` is then acked in the same write, so no worker dequeues
     it. Otherwise the write is applied all the same and the RESUME goes through the queue."""
@@ -245,8 +245,8 @@ class Write:
     wake: WakeCheck | None = None
     wake_waiters: list[WakeWaiters] = field(default_factory=list)
     announcements: list[Announcement] = field(default_factory=list)
-    take: Take | None = None
-    """Lease the resumed execution to the writer's process (see Take); WriteResult.taken says."""
+    acquire: Acquisition | None = None
+    """Lease the resumed execution to the writer's process (see Acquisition); WriteResult.acquired says."""
 
 
 _FIELDS: dict[Intent, frozenset[str]] = {
@@ -296,9 +296,9 @@ class WriteResult:
     created: list[bool]
     """For each NewExecution: whether it was created (False: the eid existed)."""
     woke: bool = False
-    taken: Acquired | None = None
-    """With Write.take: the lease taken, the record at its new epoch and the journal (None: not
-    taken, its RESUME is on the queue)."""
+    acquired: Acquired | None = None
+    """With Write.acquire: the lease acquired, the record at its new epoch and the journal (None:
+    not acquired, its RESUME is on the queue)."""
 
 
 @dataclass(frozen=True)
