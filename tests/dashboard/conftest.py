@@ -6,13 +6,13 @@ import contextlib
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from ..http.conftest import Service, flowli, new_app
-from ..http.conftest import service as service  # noqa: F401 - the fixture, re-exported
+from ..http.conftest import Service, flowli, fresh_schema, new_app
 
 PASSWORD = "correct horse battery"
 
@@ -30,8 +30,31 @@ def new_user(db: str, email: str, role: str, *apps: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+APP = "tests.catalog.app:registry"
+"""The workflow types the service knows (the catalog's test types: one fails until fixed, one
+waits for a clerk, one parks at a remediation gate)."""
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def service(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Service]:
+    """``flowli serve --app tests.catalog.app:registry`` on a fresh SQLite file, and on a fresh
+    PostgreSQL schema."""
+    monkeypatch.setenv("FLOWLI_TEST_EFFECTS", str(tmp_path / "effects"))  # the service's and this test's
+    async with contextlib.AsyncExitStack() as stack:
+        if request.param == "sqlite":
+            db = f"sqlite:///{tmp_path / 'flowli.db'}"
+        else:
+            db = await stack.enter_async_context(fresh_schema())
+        svc = Service(db, log=tmp_path / "serve.log", extra=["--app", APP])
+        svc.start(lease_ttl=3.0)
+        try:
+            yield svc
+        finally:
+            svc.stop()
+
+
 @pytest.fixture
-def tenants(service: Service) -> Tenants:  # noqa: F811
+def tenants(service: Service) -> Tenants:
     _, billing = new_app(service.db, "billing")
     _, shipping = new_app(service.db, "shipping")
     new_user(service.db, "ann@example.com", "operator", "billing")

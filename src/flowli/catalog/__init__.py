@@ -22,6 +22,8 @@ from ._errors import RunStateError as RunStateError
 from ._errors import UnknownType as UnknownType
 from ._rbac import ROLES as ROLES
 from ._rbac import Roles as Roles
+from ._runs import remediation as remediation
+from ._runs import steps_of as steps_of
 
 __all__ = [
     "AUDIT",
@@ -38,6 +40,8 @@ __all__ = [
     "RemediationDenied",
     "RemediationRequired",
     "Roles",
+    "remediation",
+    "steps_of",
     "RunStateError",
     "SAVE",
     "UnknownType",

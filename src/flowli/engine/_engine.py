@@ -338,13 +338,15 @@ class Engine:
 
     async def list(
         self, status: Status | str | None = None, workflow: str | None = None, limit: int = 100, *,
-        application: str | None = None, cursor: str | None = None,
+        application: str | None = None, cursor: str | None = None, since: datetime | None = None,
+        until: datetime | None = None,
     ) -> ExecutionPage:
         """Executions from the projection, newest first, a page at a time: pass a page's ``next``
         as ``cursor`` for the one after it. The page also counts the executions per status.
+        ``since`` and ``until`` bound the creation time (``since`` included, ``until`` not).
         ``status="blocked"`` lists the suspended ones that wait for an operator (a nondeterminism)."""
         await self._rt.drain()  # read your own writes: this process's control-log appends first
-        return await self._projection.list(status, workflow, limit, application, cursor)
+        return await self._projection.list(status, workflow, limit, application, cursor, since, until)
 
     def project(self, projector: Projector) -> None:
         """Register a projector: a view of the control log that this engine keeps in the

@@ -201,7 +201,7 @@ class Projection:
 
     async def list(
         self, status: Status | str | None, workflow: str | None, limit: int, application: str | None,
-        cursor: str | None,
+        cursor: str | None, since: datetime | None = None, until: datetime | None = None,
     ) -> ExecutionPage:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
@@ -212,6 +212,12 @@ class Projection:
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
+        if since is not None:
+            where.append("created_at >= ?")
+            params.append(since.timestamp())
+        if until is not None:
+            where.append("created_at < ?")
+            params.append(until.timestamp())
         counted = await self.read("executions", "SELECT status, blocked IS NOT NULL, COUNT(*) FROM view_executions"
                                   + (" WHERE " + " AND ".join(where) if where else "")
                                   + " GROUP BY status, blocked IS NOT NULL", params)

@@ -129,7 +129,7 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     schedules = Schedules(engine, pipelines)
     catalog = Catalog(engine)
     app.state.pipelines, app.state.workers, app.state.applications = pipelines, workers, apps
-    app.state.catalog = catalog
+    app.state.catalog, app.state.schedules = catalog, schedules
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

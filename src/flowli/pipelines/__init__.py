@@ -15,6 +15,7 @@ from ._policies import Policies as Policies
 from ._retry import TERMINAL_CODES as TERMINAL_CODES
 from ._schedules import Schedules as Schedules
 from ._service import Pipelines as Pipelines
+from ._service import redact as redact
 from ._spec import PipelineInputError as PipelineInputError
 from ._workers import Session as Session
 from ._workers import Workers as Workers
@@ -24,4 +25,4 @@ from ._workflow import queue_of as queue_of
 
 __all__ = ["ROLES", "TERMINAL_CODES", "WORKFLOW", "Access", "Applications", "Conflict", "Forbidden", "NotFound",
            "PipelineInputError", "Pipelines", "Policies", "Schedules", "ServiceError", "Session", "Unauthorized", "Unavailable", "Workers",
-           "install", "key_of", "queue_of"]
+           "install", "key_of", "queue_of", "redact"]

@@ -45,16 +45,20 @@ class Access:
     actor: str
     """The key's name (or the worker's), recorded as the actor of every action."""
     key_id: int | None = None
+    actor_kind: str = "service"
+    """``human`` for a dashboard user (the actor is their email)."""
 
     @property
     def principal(self) -> Principal:
-        """Who acts, for the engine: the key's name, with the key's role, in its application."""
-        return Principal(self.actor, "service", (self.role,), self.application)
+        """Who acts, for the engine: the key's name (or the user's email), with its role, in its
+        application."""
+        return Principal(self.actor, self.actor_kind, (self.role,), self.application)
 
     def require(self, role: str) -> None:
         rank = {"viewer": 0, "operator": 1, "admin": 2}
         if rank[self.role] < rank[role]:
-            raise Forbidden(f"the key {self.actor!r} has role {self.role}, which may not do this ({role} or admin needed)")
+            who = "the key" if self.actor_kind == "service" else "the user"
+            raise Forbidden(f"{who} {self.actor!r} has role {self.role}, which may not do this ({role} or admin needed)")
 
 
 async def owned(engine: Engine, access: Access, kind: str, number: Any, what: str) -> Any:

@@ -1,0 +1,273 @@
+"""D1 and D2: the dashboard of a real ``flowli serve`` with ``--runs`` executions stored (10 000).
+
+- D1: ``GET /runs``, ``/runs?status=suspended`` (90 % of the runs), ``?status=cancelled`` (10 %) and
+  ``/runs/{eid}`` (a pipeline run's page): ``--requests`` (200) sequential requests each, logged in,
+  on one keep-alive connection on loopback; p50, p99 ms. No ``Server-Timing`` is sent: the figure is
+  the client's wall time (send to last byte), a loopback round trip included; ``/healthz`` is the floor.
+- D2: headless ``/usr/bin/chromium`` (playwright), logged in through the form, on a pipeline run's
+  page; ``--appends`` (20) times ``POST /pipelines/{id}/pause`` or ``/resume`` (a signal: journal
+  entries), timed from just before the call (its round trip included, and given alone) to a new row
+  in ``#timeline-rows``: p50. No row within 5 s is a failure, counted in the line.
+
+``python bench/dashboard.py [--runs 10000] [--rounds 3] [--backend sqlite,postgresql]``: a JSON line
+per round and case, then the medians, to ``--out`` (``bench/RESULTS-dashboard.jsonl``) and stdout.
+The runs are one-stage pipelines made over HTTP (no worker: they stay suspended), every tenth
+cancelled; PostgreSQL gets a fresh database on ``FLOWLI_BENCH_POSTGRES``'s server, dropped after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+# run as a script, sys.path[0] is bench/, whose http.py would shadow the standard library's http
+sys.path[:] = [str(ROOT), *(x for x in sys.path if Path(x or ".").resolve() != ROOT / "bench")]
+import httpx  # noqa: E402
+
+from bench import targets  # noqa: E402
+from bench.run import loadavg, machine, versions  # noqa: E402
+
+EMAIL, PASSWORD = "ann@example.com", "pw-pw-pw-pw"
+BODY = {"name": "invoice", "stages": [{"stageName": "load", "stageHandlerName": "LoadHandler", "input": "{}"}]}
+WAIT_ROW = """n => new Promise(done => {
+  const rows = document.getElementById("timeline-rows"), more = () => rows.children.length > n;
+  if (more()) return done(true);
+  const seen = new MutationObserver(() => { if (more()) { seen.disconnect(); done(true); } });
+  seen.observe(rows, {childList: true});
+  setTimeout(() => { seen.disconnect(); done(more()); }, 5000);
+})"""
+
+
+def _cli(db: str, *args: str, stdin: str | None = None) -> str:
+    return subprocess.run([sys.executable, "-m", "flowli.cli", "--db", db, *args], input=stdin, capture_output=True,
+                          text=True, check=True, timeout=120).stdout
+
+
+@contextlib.contextmanager
+def served(db: str, port: int, log: Path) -> Iterator[tuple[str, str]]:
+    """``flowli serve --port`` on ``db`` with the application billing and an operator: (url, key)."""
+    key = json.loads(_cli(db, "apps", "create", "billing", "--json"))["apiKey"]
+    _cli(db, "users", "create", EMAIL, "--password-stdin", "--role", "operator", "--app", "billing", stdin=PASSWORD)
+    with log.open("w") as errors:
+        proc = subprocess.Popen([sys.executable, "-m", "flowli.cli", "--db", db, "serve", "--port", str(port)],
+                                stdout=subprocess.PIPE, stderr=errors, text=True)
+    failed = True
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line.startswith("listening on "), f"serve: {line!r}"
+        yield line.split("listening on ", 1)[1].strip(), key
+        failed = False
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if failed or "Traceback" in (text := log.read_text()):
+            print(f"--- serve's log, {log.name} (its end) ---\n{text[-4000:]}", file=sys.stderr)
+
+
+def login(client: httpx.Client) -> None:
+    csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/login").text)
+    r = client.post("/login", data={"csrf": csrf.group(1) if csrf else "", "email": EMAIL, "password": PASSWORD})
+    assert r.status_code == 303 and "flowli_session" in client.cookies, f"login: {r.status_code} {r.text[:300]}"
+
+
+def checked(r: httpx.Response) -> httpx.Response:
+    if r.status_code != 200:
+        raise RuntimeError(f"GET {r.request.url.path}?{r.request.url.query.decode()} -> {r.status_code}: {r.text[:500]}")
+    return r
+
+
+def counts(client: httpx.Client) -> dict[str, int]:
+    return {s: int(n) for s, n in re.findall(r'status-(\w+)">\w+</span> (\d+)', checked(client.get("/runs")).text)}
+
+
+async def seed(url: str, key: str, n: int) -> float:
+    """``n`` pipelines from 8 connections (one client each), every tenth cancelled: seconds taken."""
+    t0 = time.perf_counter()
+    clients = [httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}, timeout=120) for _ in range(8)]
+
+    async def creator(c: httpx.AsyncClient, numbers: range) -> None:
+        for i in numbers:
+            pid = (await c.post("/pipelines", json=BODY)).raise_for_status().json()["id"]
+            if i % 10 == 9:
+                (await c.post(f"/pipelines/{pid}/cancel")).raise_for_status()
+
+    await asyncio.gather(*(creator(c, range(k, n, len(clients))) for k, c in enumerate(clients)))
+    await asyncio.gather(*(c.aclose() for c in clients))
+    return time.perf_counter() - t0
+
+
+def percentiles(ms: list[float]) -> dict[str, float]:
+    ms = sorted(ms)
+    return {"p50_ms": round(statistics.median(ms), 2), "p99_ms": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 2),
+            "max_ms": round(ms[-1], 2)}
+
+
+def d1(client: httpx.Client, pages: dict[str, str], requests: int) -> list[dict[str, Any]]:
+    lines = []
+    for name, path in pages.items():
+        for _ in range(5):
+            checked(client.get(path))  # warm: templates, caches, the connection
+        times = []
+        for _ in range(requests):
+            t0 = time.perf_counter()
+            r = client.get(path)
+            times.append((time.perf_counter() - t0) * 1000)
+            checked(r)
+        lines.append({"workload": "D1", "page": name, "path": path, "n": requests, "bytes": len(r.content),
+                      **percentiles(times)})
+    return lines
+
+
+async def d2(url: str, key: str, eid: str, pid: int, appends: int) -> dict[str, Any]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw, httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}) as api:
+        browser = await pw.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        try:
+            page = await browser.new_page()
+            await page.goto(f"{url}/login")
+            await page.get_by_label("Email").fill(EMAIL)
+            await page.get_by_label("Password").fill(PASSWORD)
+            await page.get_by_role("button", name="Log in").click()
+            await page.wait_for_url("**/runs")
+            await page.goto(f"{url}/runs/{eid}")
+            shown, api_ms, failures, paused = [], [], [], False
+            for i in range(appends + 1):  # the first is a warm-up: the stream is open once it shows
+                await asyncio.sleep(0.3)  # the last append's batches have all arrived
+                before = await page.locator("#timeline-rows > tr").count()
+                seen = asyncio.ensure_future(page.evaluate(WAIT_ROW, before))
+                await asyncio.sleep(0.05)  # the observer is in place (it also counts rows already there)
+                t0 = time.perf_counter()
+                r = await api.post(f"/pipelines/{pid}/{'resume' if paused else 'pause'}")
+                t_api = time.perf_counter()
+                r.raise_for_status()
+                paused = not paused
+                if not await seen:
+                    failures.append(f"append {i}: no new row within 5 s ({before} rows before)")
+                    continue
+                if i:
+                    shown.append((time.perf_counter() - t0) * 1000)
+                    api_ms.append((t_api - t0) * 1000)
+        finally:
+            await browser.close()
+    out: dict[str, Any] = {"workload": "D2", "page": "run, live", "n": appends, "failures": len(failures)}
+    if failures:
+        out["errors"] = failures[:5]
+    if shown:
+        out.update(percentiles(shown), api_p50_ms=round(statistics.median(api_ms), 2))
+    return out
+
+
+def _pg(tool: str, server: str, *args: str) -> None:
+    u = urlsplit(server)
+    subprocess.run([tool, "-h", u.hostname or "127.0.0.1", "-p", str(u.port or 5432), "-U", u.username or "postgres",
+                    *args], check=tool == "createdb")
+
+
+def one_backend(backend: str, args: argparse.Namespace, tmp: str, header: dict[str, Any]) -> list[dict[str, Any]]:
+    server, dbname = targets.postgres_server(), f"bench_dash_{secrets.token_hex(4)}"
+    if backend == "sqlite":
+        db = f"sqlite:///{tmp}/dash.db"
+    else:
+        db = urlunsplit(urlsplit(server)._replace(path=f"/{dbname}"))
+        _pg("createdb", server, dbname)
+    lines: list[dict[str, Any]] = []
+    try:
+        with served(db, args.port, Path(tmp) / f"serve-{backend}.log") as (url, key):
+            seed_s = asyncio.run(seed(url, key, args.runs))
+            with httpx.Client(base_url=url, timeout=60) as client:
+                login(client)
+                deadline = time.monotonic() + 60
+                while (got := counts(client)).get("cancelled", 0) < args.runs // 10 and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                target = client.post("/pipelines", json={**BODY, "name": "d2-target"},
+                                     headers={"X-API-Key": key}).raise_for_status().json()["id"]
+                for _ in range(100):  # until the new pipeline has run to its suspension
+                    eids = re.findall(r'href="/runs/([^"?/]+)"', checked(client.get("/runs?status=suspended")).text)
+                    if "Pipeline d2-target" in checked(client.get(f"/runs/{eids[0]}")).text:
+                        break
+                    time.sleep(0.1)
+                else:
+                    raise RuntimeError("the d2-target pipeline is not the newest suspended run")
+                eid = eids[0]  # D1's run page: the newest of the others (a suspended pipeline, 4 entries)
+                pages = {"healthz": "/healthz", "runs": "/runs", "runs?status=suspended": "/runs?status=suspended",
+                         "runs?status=cancelled": "/runs?status=cancelled", "run": f"/runs/{eids[1]}"}
+                base = {"backend": backend, "stored": sum(got.values()), "counts": got, "seed_s": round(seed_s, 1)}
+                for k in range(1, args.rounds + 1):
+                    found = d1(client, pages, args.requests)
+                    found.append(asyncio.run(d2(url, key, eid, target, args.appends)))
+                    for line in found:
+                        lines.append({**line, **base, "round": k, "loadavg": loadavg(), **header})
+                        emit(lines[-1], args.out)
+    finally:
+        if backend != "sqlite":
+            _pg("dropdb", server, "--if-exists", "--force", dbname)
+    return lines
+
+
+def emit(line: dict[str, Any], out: Path) -> None:
+    print(json.dumps(line), flush=True)
+    with out.open("a") as f:
+        print(json.dumps(line), file=f)
+
+
+def medians(lines: list[dict[str, Any]], out: Path) -> None:
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for line in lines:
+        groups.setdefault((line["backend"], line["workload"], line["page"]), []).append(line)
+    for (backend, workload, page), rounds in groups.items():
+        med: dict[str, Any] = {"workload": workload, "backend": backend, "page": page, "median_of": len(rounds),
+                               "stored": rounds[0]["stored"], "failures": sum(r.get("failures", 0) for r in rounds)}
+        for f in ("p50_ms", "p99_ms", "api_p50_ms"):
+            if got := [r[f] for r in rounds if f in r]:
+                med[f], med[f.replace("_ms", "_rounds")] = statistics.median(got), got
+        emit(med, out)
+        print(f"{workload} {backend} {page}: " + ", ".join(f"{f} {med.get(f)}" for f in
+              ("p50_ms", "p99_ms", "api_p50_ms", "failures") if f in med), file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=10_000, help="executions stored before measuring")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--requests", type=int, default=200, help="D1: requests per page and round")
+    p.add_argument("--appends", type=int, default=20, help="D2: appends per round")
+    p.add_argument("--backend", default="sqlite", help="sqlite, postgresql, or both")
+    p.add_argument("--port", type=int, default=8131)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS-dashboard.jsonl")
+    args = p.parse_args(argv)
+    args.out.write_text("")
+    header: dict[str, Any] = {"versions": versions(), "machine": machine()}
+    lines: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="flowli-bench-dash-") as tmp:
+        for backend in args.backend.split(","):
+            if backend == "postgresql":
+                header = {**header, "postgresql": asyncio.run(targets.postgres_info())}
+            lines += one_backend(backend, args, tmp, header)
+    medians(lines, args.out)
+    failed = sum(line.get("failures", 0) for line in lines)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    raise SystemExit(main())

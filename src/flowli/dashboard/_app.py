@@ -1,0 +1,181 @@
+"""The dashboard's ASGI app: ``Dashboard(api, engine)`` serves its own pages and hands every other
+request to ``api`` (the HTTP service), whose services (pipelines, workers, schedules, catalog) it
+shares. A path both serve (``/workers``, ``/schedules``, ``/catalog``, ``/pipelines/{id}``) is the
+dashboard's for a browser (no API key, HTML accepted or a session cookie sent), the API's for the
+rest. Every page reads through the Engine and those services, scoped to the applications of the
+user logged in; every action goes through them with the user as the actor."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from flowli.catalog import Catalog
+from flowli.engine import Engine
+from flowli.pipelines import Access, Applications, NotFound, Pipelines, Schedules, Workers
+
+from ._auth import LOGIN_CSRF_COOKIE, SESSION_COOKIE, SESSION_TTL, Sessions, User, same
+
+HERE = Path(__file__).parent
+log = logging.getLogger("flowli.dashboard")
+ONLY_OURS = ("/", "/login", "/logout", "/runs", "/inbox", "/stuck")
+OURS_PREFIX = ("/runs/", "/dashboard-static/", "/stuck/", "/inbox/")
+SHARED = ("/workers", "/schedules", "/catalog")
+SHARED_PREFIX = ("/pipelines/", "/schedules/")
+
+
+class Refused(Exception):
+    """An action or page refused: its status and the sentence the page shows."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _browser(scope: Scope) -> bool:
+    headers = dict(scope.get("headers") or [])
+    if b"x-api-key" in headers or b"authorization" in headers:
+        return False
+    return b"text/html" in headers.get(b"accept", b"") or SESSION_COOKIE.encode() + b"=" in headers.get(b"cookie", b"")
+
+
+def ours(scope: Scope) -> bool:
+    """Whether a request is the dashboard's (see the module's note)."""
+    if scope["type"] != "http":
+        return False
+    path = scope.get("path", "")
+    if path in ONLY_OURS or path.startswith(OURS_PREFIX):
+        return True
+    return (path in SHARED or path.startswith(SHARED_PREFIX)) and _browser(scope)
+
+
+class Dashboard:
+    """The service with the dashboard in front: the dashboard's paths here, the rest to ``api``."""
+
+    def __init__(self, api: ASGIApp, engine: Engine):
+        from . import _live, _ops, _run, _runs
+
+        self.api = api
+        self.engine = engine
+        state = api.state  # type: ignore[attr-defined]
+        self.pipelines: Pipelines = state.pipelines
+        self.workers: Workers = state.workers
+        self.schedules: Schedules = getattr(state, "schedules", None) or Schedules(engine, self.pipelines)
+        self.catalog: Catalog = state.catalog
+        self.applications: Applications = state.applications
+        self.sessions = Sessions(engine)
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        self._app_ids: dict[str, int] = {}
+        routes = [
+            Route("/", self.home),
+            Route("/login", self.login_form, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            *_runs.routes(self), *_live.routes(self), *_run.routes(self), *_ops.routes(self),
+            Mount("/dashboard-static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        ]
+        self.app = Starlette(routes=routes, exception_handlers={Refused: self._refused, Exception: self._crashed})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if ours(scope):
+            await self.app(scope, receive, send)
+        else:
+            await self.api(scope, receive, send)
+
+    # ---- for the pages --------------------------------------------------------------------
+
+    async def user(self, request: Request) -> User:
+        """The user logged in; a page without one answers with the login page (Refused 401 is
+        turned into a redirect by ``_refused``)."""
+        user = await self.sessions.user(request.cookies.get(SESSION_COOKIE))
+        if user is None:
+            raise Refused(401, "log in first")
+        return user
+
+    def page(self, request: Request, name: str, user: User | None, http_status: int = 200, **context: Any) -> HTMLResponse:
+        return self.templates.TemplateResponse(request, name, {"user": user, **context}, status_code=http_status)
+
+    def application(self, request: Request, user: User, wanted: str | None = None) -> str | None:
+        """The application a page shows: ``wanted`` (or ``?application=``) when the user may see
+        it, else their first one; None when they may see none."""
+        wanted = wanted or request.query_params.get("application")
+        if wanted in user.applications:
+            return wanted
+        return user.applications[0] if user.applications else None
+
+    async def access(self, user: User, application: str) -> Access:
+        """The user as the services' caller in ``application``: their role, their email as the
+        actor (a person: the journal records ``human:EMAIL``)."""
+        if application not in user.applications:
+            raise Refused(404, f"There is no application {application} among yours.")
+        if application not in self._app_ids:
+            try:
+                self._app_ids[application] = (await self.applications.get(application))["id"]
+            except NotFound:
+                raise Refused(404, f"There is no application {application}.") from None
+        return Access(application, self._app_ids[application], user.role, user.email, actor_kind="human")
+
+    async def form(self, request: Request, user: User) -> Any:
+        """The form of an action, its CSRF token checked; a viewer is refused before anything."""
+        form = await request.form()
+        if not same(form.get("csrf"), user.csrf):
+            raise Refused(403, "The form expired or was not sent from this dashboard: reload the page and try again.")
+        if not user.can_act:
+            raise Refused(403, f"{user.email} is a {user.role}: a viewer cannot act on runs.")
+        return form
+
+    async def _refused(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, Refused)
+        if exc.status == 401:
+            return RedirectResponse("/login", status_code=303)
+        user = await self.sessions.user(request.cookies.get(SESSION_COOKIE))
+        return self.page(request, "error.html", user, exc.status, message=exc.message)
+
+    async def _crashed(self, request: Request, exc: Exception) -> Response:
+        log.error("the page %s failed", request.url.path, exc_info=exc)
+        return self.page(request, "error.html", None, 500,
+                         message="The dashboard failed to answer this request; the service's log says why.")
+
+    # ---- login ----------------------------------------------------------------------------
+
+    async def home(self, request: Request) -> Response:
+        return RedirectResponse("/runs", status_code=303)
+
+    async def login_form(self, request: Request, error: str | None = None, status: int = 200) -> Response:
+        token = secrets.token_urlsafe(24)
+        response = self.page(request, "login.html", None, status, csrf=token, error=error)
+        response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, samesite="lax", max_age=3600)
+        return response
+
+    async def login(self, request: Request) -> Response:
+        form = await request.form()
+        if not same(form.get("csrf"), request.cookies.get(LOGIN_CSRF_COOKIE)):
+            return await self.login_form(request, "The form expired: log in again.", 403)
+        token = await self.sessions.login(form.get("email"), form.get("password"))
+        if token is None:
+            return await self.login_form(request, "Wrong email or password.", 401)
+        response = RedirectResponse("/runs", status_code=303)
+        response.set_cookie(SESSION_COOKIE, token, httponly=True, samesite="lax",
+                            max_age=int(SESSION_TTL.total_seconds()))
+        response.delete_cookie(LOGIN_CSRF_COOKIE)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        user = await self.sessions.user(request.cookies.get(SESSION_COOKIE))
+        form = await request.form()
+        if user is not None and not same(form.get("csrf"), user.csrf):
+            return self.page(request, "error.html", user, 403, message="The form expired: reload the page.")
+        await self.sessions.logout(request.cookies.get(SESSION_COOKIE))
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE)
+        return response

@@ -1,0 +1,185 @@
+"""The operators' pages: ``/inbox`` (open reviews and stages waiting for approval, decided with a
+reason), ``/stuck`` (``list_stuck_workflows``, force-terminate behind a confirmation naming the
+guards), ``/workers``, ``/schedules`` (pause and resume) and ``/catalog`` (types by namespace,
+their schemas, compositions drawn as DAGs). Each reads and acts in the user's applications, with
+the user as the actor, through the services the HTTP API and the MCP server use."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from flowli.catalog import CatalogError, PermissionDenied
+from flowli.domain import FlowliError
+from flowli.patterns import answer_review, inbox
+from flowli.pipelines import WORKFLOW, PipelineInputError, ServiceError
+
+from . import _graph
+from ._app import Refused
+
+if TYPE_CHECKING:
+    from ._app import Dashboard
+
+PIPELINES_SCANNED = 500
+"""The inbox looks for stages waiting for approval in this many live pipelines at most."""
+STUCK_AFTER = 600
+"""The default idle seconds before a run is listed as stuck (the page's ``older_than`` changes it)."""
+WORKERS_SEEN = timedelta(minutes=10)
+
+
+def _refusal(exc: Exception, what: str) -> Refused:
+    if isinstance(exc, PermissionDenied):
+        return Refused(403, str(exc))
+    if isinstance(exc, ServiceError):
+        return Refused(exc.status, f"Cannot {what}: {exc}")
+    return Refused(409 if isinstance(exc, (CatalogError, FlowliError)) else 400, f"Cannot {what}: {exc}")
+
+
+def routes(d: Dashboard) -> list[Route]:
+    async def inbox_page(request: Request) -> Response:
+        user = await d.user(request)
+        application = d.application(request, user)
+        reviews: list[dict[str, Any]] = []
+        stages: list[dict[str, Any]] = []
+        if application is not None:
+            access = await d.access(user, application)
+            for r in await inbox(d.engine, application=application):
+                reviews.append({"eid": r.eid, "subject": r.subject, "queue": r.queue, "opened_at": r.opened_at,
+                                "data": json.dumps(r.data, default=str)[:400]})
+            for st in ("suspended", "running", "pending"):
+                for s in await d.engine.list(st, WORKFLOW, PIPELINES_SCANNED, application=application):
+                    record = await d.engine.status(s.eid, application=application)
+                    pid = record.args[0].get("pipelineId") if record.args and isinstance(record.args[0], dict) else None
+                    if pid is None:
+                        continue
+                    view = await d.pipelines.get(access, pid)
+                    stages += [{"pipeline": view, "stage": x, "eid": s.eid} for x in view["stages"]
+                               if x["status"] == "WaitingForApproval"]
+        return d.page(request, "inbox.html", user, application=application, reviews=reviews, stages=stages,
+                      done=request.query_params.get("done") in ("approved", "rejected"))
+
+    async def decide(request: Request) -> Response:
+        user = await d.user(request)
+        form = await d.form(request, user)
+        application = d.application(request, user, str(form.get("application") or ""))
+        if application is None:
+            raise Refused(404, "You are not assigned to any application.")
+        access = await d.access(user, application)
+        approved = form.get("decision") == "approve"
+        if form.get("decision") not in ("approve", "reject"):
+            raise Refused(400, "decision must be approve or reject")
+        reason = str(form.get("reason") or "").strip() or None
+        if not approved and reason is None:
+            raise Refused(400, "A rejection needs a reason: say why in the reason field.")
+        try:
+            if form.get("stage"):
+                await d.pipelines.decide(access, form.get("stage"), approved, reason)
+            else:
+                await answer_review(d.engine, str(form.get("eid") or ""), approved, by=access.principal,
+                                    reason=reason, application=application)
+        except (ServiceError, PipelineInputError, CatalogError, FlowliError) as exc:
+            raise _refusal(exc, "decide") from None
+        done = "approved" if approved else "rejected"
+        return RedirectResponse(f"/inbox?application={application}&done={done}", status_code=303)
+
+    async def stuck(request: Request) -> Response:
+        user = await d.user(request)
+        application = d.application(request, user)
+        older = request.query_params.get("older_than") or str(STUCK_AFTER)
+        if not older.isdigit():
+            raise Refused(400, f"older_than must be a number of seconds, not {older!r}")
+        runs: list[dict[str, Any]] = []
+        if application is not None:
+            access = await d.access(user, application)
+            runs = await d.catalog.stuck(float(older), by=access.principal, application=application)
+        return d.page(request, "stuck.html", user, application=application, runs=runs, older_than=older,
+                      done=request.query_params.get("done") == "terminated")
+
+    async def terminate(request: Request) -> Response:
+        user = await d.user(request)
+        form = await d.form(request, user)
+        application = d.application(request, user, str(form.get("application") or ""))
+        if application is None:
+            raise Refused(404, "You are not assigned to any application.")
+        access = await d.access(user, application)
+        if form.get("confirm") != "yes":
+            raise Refused(400, "Force-terminate needs its confirmation: tick the box that names the guards.")
+        seq = str(form.get("expected_last_seq") or "")
+        try:
+            await d.catalog.terminate(str(form.get("eid") or ""), str(form.get("reason") or ""),
+                                      float(str(form.get("min_idle") or STUCK_AFTER)),
+                                      int(seq) if seq.isdigit() else None, by=access.principal, application=application)
+        except ValueError:
+            raise Refused(400, "min_idle must be a number of seconds") from None
+        except (CatalogError, FlowliError) as exc:
+            raise _refusal(exc, "force-terminate") from None
+        return RedirectResponse(f"/stuck?application={application}&done=terminated", status_code=303)
+
+    async def workers(request: Request) -> Response:
+        user = await d.user(request)
+        application = d.application(request, user)
+        listed = await d.workers.list(await d.access(user, application)) if application else []
+        engine_workers = await d.engine.workers(seen_within=WORKERS_SEEN) if user.role == "admin" else None
+        return d.page(request, "workers.html", user, application=application, workers=listed,
+                      engine_workers=engine_workers)
+
+    async def schedules(request: Request) -> Response:
+        user = await d.user(request)
+        application = d.application(request, user)
+        listed = await d.schedules.list(await d.access(user, application)) if application else []
+        return d.page(request, "schedules.html", user, application=application, schedules=listed,
+                      done=request.query_params.get("done"))
+
+    async def schedule_state(request: Request) -> Response:
+        user = await d.user(request)
+        form = await d.form(request, user)
+        application = d.application(request, user, str(form.get("application") or ""))
+        if application is None:
+            raise Refused(404, "You are not assigned to any application.")
+        state = {"pause": "paused", "resume": "enabled"}.get(str(form.get("action")))
+        if state is None:
+            raise Refused(400, "action must be pause or resume")
+        try:
+            await d.schedules.set_state(await d.access(user, application), request.path_params["sid"], state)
+        except (ServiceError, PipelineInputError) as exc:
+            raise _refusal(exc, f"{form.get('action')} the schedule") from None
+        return RedirectResponse(f"/schedules?application={application}&done={state}", status_code=303)
+
+    async def catalog(request: Request) -> Response:
+        user = await d.user(request)
+        application = d.application(request, user)
+        if application is None:
+            return d.page(request, "catalog.html", user, application=None, namespaces=[], chosen=None)
+        by = (await d.access(user, application)).principal
+        types = await d.catalog.types(by=by)
+        spaces: dict[str, list[dict[str, Any]]] = {}
+        for t in types:
+            spaces.setdefault(t["namespace"] or "(none)", []).append(t)
+        compositions = await d.catalog.compositions(by=by, application=application)
+        chosen = None
+        name = request.query_params.get("type")
+        if name:
+            try:
+                schema = await d.catalog.schema(name, by=by, application=application)
+                dag = await d.catalog.dag(name, by=by, application=application)
+            except (CatalogError, FlowliError) as exc:
+                raise _refusal(exc, f"show {name}") from None
+            steps = [(s["name"], layer["name"], "") for layer in dag["layers"] for s in layer["steps"]]
+            try:
+                drawing = _graph.svg(_graph.layered(steps), f"Layers of {name}")
+            except _graph.TooLarge as exc:
+                drawing = None
+                schema["too_large"] = str(exc)
+            chosen = {"name": name, "schema": json.dumps(schema, indent=2, default=str), "graph": drawing}
+        return d.page(request, "catalog.html", user, application=application, namespaces=sorted(spaces.items()),
+                      compositions=compositions, chosen=chosen)
+
+    return [Route("/inbox", inbox_page), Route("/inbox/decide", decide, methods=["POST"]),
+            Route("/stuck", stuck), Route("/stuck/terminate", terminate, methods=["POST"]),
+            Route("/workers", workers), Route("/schedules", schedules),
+            Route("/schedules/{sid}/state", schedule_state, methods=["POST"]), Route("/catalog", catalog)]

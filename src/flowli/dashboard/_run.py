@@ -1,0 +1,225 @@
+"""A run's page (``/runs/{eid}``; a pipeline's also at ``/pipelines/{id}``): its facts, its
+stages drawn as a DAG, context and keywords (sensitive values ``***``), evidence, the journal as
+a timeline (the newest page, filtered by frame, kind and attempt; a refused late result is an
+entry of its own) and the actions the run allows. An action is a form (CSRF-checked, refused to
+a viewer) that goes through the same services as the HTTP API and the CLI, with the user as the
+actor, and comes back to the page."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from flowli.catalog import CatalogError, PermissionDenied, steps_of
+from flowli.catalog import remediation as remediation_of
+from flowli.domain import ExecutionRecord, FlowliError, Status, UnknownExecutionError
+from flowli.pipelines import WORKFLOW, Access, PipelineInputError, ServiceError
+from flowli.pipelines import redact as redact_value
+
+from . import _graph
+from ._app import Refused
+
+if TYPE_CHECKING:
+    from ._app import Dashboard
+    from ._auth import User
+
+ENTRIES_SHOWN = 200
+"""The timeline shows this many entries a page, the newest first."""
+VALUE_CHARS = 400
+"""A journal entry's value shows this many characters at most in the timeline."""
+RERUN_WARNING = ("A rerun queues the stage again and clears its stored output and retry state; it does not "
+                 "rewind later stages. Treat it as replaying side effects, not as automatic compensation.")
+DONE = {"cancel": "Cancellation requested.", "pause": "Pause requested.", "resume": "Resume requested.",
+        "retry": "The run is retried from its last good point.", "rerun": "The stage is queued again.",
+        "skip": "The stage is skipped.", "approve": "The stage is approved.", "reject": "The stage is rejected.",
+        "remediated": "The remediation gate is resolved: the parked step runs again.",
+        "denied": "The remediation gate is denied: completed steps are compensated and the run fails."}
+
+
+def routes(d: Dashboard) -> list[Route]:
+    async def run(request: Request) -> Response:
+        user = await d.user(request)
+        return await _show(d, request, user, *await find(d, user, request.path_params["eid"]))
+
+    async def pipeline(request: Request) -> Response:
+        user = await d.user(request)
+        pid = request.path_params["pid"]
+        for application in user.applications:
+            access = await d.access(user, application)
+            try:
+                view = await d.pipelines.get(access, pid)
+            except ServiceError:
+                continue
+            eid = await _eid_of(d, access, view["id"])
+            return await _show(d, request, user, application, await d.engine.status(eid, application=application))
+        raise Refused(404, f"There is no pipeline {pid} in your applications.")
+
+    async def act(request: Request) -> Response:
+        user = await d.user(request)
+        application, record = await find(d, user, request.path_params["eid"])
+        form = await d.form(request, user)
+        action = str(form.get("action") or "")
+        try:
+            await _act(d, await d.access(user, application), record, action, form)
+        except (ServiceError, PipelineInputError) as exc:
+            raise Refused(getattr(exc, "status", 400), f"Cannot {action}: {exc}") from None
+        except PermissionDenied as exc:
+            raise Refused(403, str(exc)) from None
+        except (CatalogError, FlowliError) as exc:
+            raise Refused(409, f"Cannot {action}: {exc}") from None
+        return RedirectResponse(f"/runs/{record.eid}?done={action}", status_code=303)
+
+    return [Route("/runs/{eid:path}/act", act, methods=["POST"]), Route("/runs/{eid:path}", run),
+            Route("/pipelines/{pid}", pipeline)]
+
+
+async def find(d: Dashboard, user: User, eid: str) -> tuple[str, ExecutionRecord]:
+    """The run ``eid`` of one of the user's applications (another application's is unknown)."""
+    for application in user.applications:
+        try:
+            return application, await d.engine.status(eid, application=application)
+        except UnknownExecutionError:
+            continue
+    raise Refused(404, f"There is no run {eid} in your applications.")
+
+
+async def _eid_of(d: Dashboard, access: Access, pid: int) -> str:
+    item = await d.engine.items.get("pipeline", int(pid))
+    if item is None or item.application != access.application:
+        raise Refused(404, f"There is no pipeline {pid} in your applications.")
+    return str(item.key)
+
+
+def _pipeline_id(record: ExecutionRecord) -> int | None:
+    if record.workflow == WORKFLOW and record.args and isinstance(record.args[0], dict):
+        return record.args[0].get("pipelineId")
+    return None
+
+
+async def state(d: Dashboard, user: User, application: str, record: ExecutionRecord) -> dict[str, Any]:
+    """What the live parts of the page show: the facts, the graph and the stages (a pipeline's),
+    and the actions the run allows now."""
+    access = await d.access(user, application)
+    pid = _pipeline_id(record)
+    view = await d.pipelines.get(access, pid) if pid is not None else None
+    graph, too_large = None, None
+    if view is not None:
+        nodes = [_graph.Node(s["name"], tuple(s["dependsOn"]), s["status"],
+                             f"{s['status']} · attempt {s['attempt']}" if s["attempt"] else s["status"])
+                 for s in view["stages"]]
+        try:
+            graph = _graph.svg(nodes, f"Stages of pipeline {view['name']}")
+        except _graph.TooLarge as exc:
+            too_large = str(exc)
+    journal = await d.engine.journal(record.eid, application=application)
+    steps = steps_of(record, journal) if view is None else None
+    if steps:
+        try:
+            graph = _graph.svg(_graph.layered([(x["name"], x["layer"], x["status"]) for x in steps]),
+                               f"Steps of {record.eid}")
+        except _graph.TooLarge as exc:
+            too_large = str(exc)
+    gate = remediation_of(record, journal) if view is None else None
+    status = view["status"] if view is not None else record.status.value
+    live = not record.terminal
+    actions = {
+        "cancel": live,
+        "pause": view is not None and status in ("Running", "NotStarted"),
+        "resume": view is not None and status == "Paused",
+        "retry": view is None and record.status is Status.FAILED,
+        "resolve": gate is not None,
+    }
+    return {"record": record, "view": view, "graph": graph, "too_large": too_large, "status": status,
+            "actions": actions, "gate": gate, "journal": journal, "can_act": user.can_act}
+
+
+async def _show(d: Dashboard, request: Request, user: User, application: str, record: ExecutionRecord) -> Response:
+    s = await state(d, user, application, record)
+    q = request.query_params
+    filters = {k: (q.get(k) or "").strip() for k in ("frame", "kind", "attempt")}
+    if filters["attempt"] and not filters["attempt"].isdigit():
+        raise Refused(400, f"attempt must be a number, not {filters['attempt']!r}")
+    entries = [row(e) for e in s.pop("journal")]
+    if s["view"] is not None:
+        entries += await _refused_results(d, application, record.eid)
+    kinds = sorted({e["kind"] for e in entries})
+    frames = sorted({e["fid"] for e in entries if e["fid"]})
+    shown = [e for e in entries if (not filters["frame"] or e["fid"] == filters["frame"])
+             and (not filters["kind"] or e["kind"] == filters["kind"])
+             and (not filters["attempt"] or str(e["attempt"]) == filters["attempt"])]
+    shown.sort(key=lambda e: (e["at"] is None, e["at"], e["seq"] or 0), reverse=True)
+    before = q.get("before")
+    if before and before.isdigit():
+        shown = [e for e in shown if e["seq"] is not None and e["seq"] < int(before)]
+    page, more = shown[:ENTRIES_SHOWN], len(shown) > ENTRIES_SHOWN
+    evidence = [{"fid": e.fid, "attempt": e.attempt, "attachment": e.attachment,
+                 "event": json.dumps(redact_value(e.event), default=str)[:VALUE_CHARS] if e.event else ""}
+                for e in await d.engine.evidence(record.eid)][-ENTRIES_SHOWN:]
+    done = DONE.get(q.get("done") or "")
+    return d.page(request, "run.html", user, application=application, entries=page, more=more, total=len(entries),
+                  matched=len(shown), filters=filters, kinds=kinds, frames=frames, evidence=evidence,
+                  context=_context(record, s["view"]), rerun_warning=RERUN_WARNING, done=done,
+                  last_seq=max((e["seq"] or 0 for e in entries), default=0), **s)
+
+
+def _context(record: ExecutionRecord, view: dict[str, Any] | None) -> dict[str, Any]:
+    if view is not None:
+        return {"items": view["pipelineContextItems"], "keywords": view["pipelineKeywords"], "args": None}
+    return {"items": [], "keywords": [], "args": json.dumps(redact_value(record.args), default=str)[:4 * VALUE_CHARS]}
+
+
+async def _refused_results(d: Dashboard, application: str, eid: str) -> list[dict[str, Any]]:
+    out = []
+    for r in await d.engine.items.list("refused", application, prefix=f"{eid}/"):
+        b = r.body
+        out.append({"seq": None, "kind": "result.refused", "fid": "", "attempt": b.get("attempt"),
+                    "value": _short(redact_value(b)), "error_type": None, "error_code": b.get("errorCode"),
+                    "error_message": b.get("reason"), "actor": str(b.get("actor") or ""), "site": "", "at": r.at})
+    return out
+
+
+def _short(value: Any) -> str:
+    text = "" if value is None else json.dumps(value, default=str)
+    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS] + "…"
+
+
+def row(entry: Any) -> dict[str, Any]:
+    """A journal entry as the timeline shows it (the template escapes every field)."""
+    error = entry.error or {}
+    prov = entry.provenance
+    return {"seq": entry.seq, "kind": entry.kind.value, "fid": entry.fid or "", "attempt": entry.attempt,
+            "value": _short(redact_value(entry.value)), "error_type": error.get("type"), "error_code": error.get("code"),
+            "error_message": error.get("message"), "actor": str(prov.actor) if prov else "",
+            "site": (prov.site.worker or prov.site.host) if prov and prov.site else "", "at": prov.at if prov else None}
+
+
+async def _act(d: Dashboard, access: Access, record: ExecutionRecord, action: str, form: Any) -> None:
+    by, app = access.principal, access.application
+    pid = _pipeline_id(record)
+    stage = form.get("stage")
+    if action == "cancel":
+        if pid is not None:
+            await d.pipelines.cancel(access, pid)
+        else:
+            await d.engine.cancel(record.eid, by=by, application=app)
+    elif action in ("pause", "resume") and pid is not None:
+        await (d.pipelines.pause if action == "pause" else d.pipelines.resume)(access, pid)
+    elif action == "rerun" and pid is not None:
+        if form.get("confirm") != "yes":
+            raise Refused(400, "A rerun replays side effects: tick \"I understand\" to confirm it.")
+        await d.pipelines.rerun(access, stage, False)
+    elif action == "skip" and pid is not None:
+        await d.pipelines.skip(access, stage)
+    elif action in ("approve", "reject") and pid is not None:
+        reason = str(form.get("reason") or "").strip() or None
+        await d.pipelines.decide(access, stage, action == "approve", reason)
+    elif action == "retry" and pid is None:
+        await d.catalog.retry(record.eid, by=by, application=app)
+    elif action in ("remediated", "denied") and pid is None:
+        await d.catalog.resolve(record.eid, action, by=by, application=app)
+    else:
+        raise Refused(400, f"There is no action {action!r} for this run.")

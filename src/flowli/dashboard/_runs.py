@@ -1,0 +1,130 @@
+"""``/runs``: the Python executions and the pipelines of one of the user's applications, newest
+first, 50 a page, with the counts per status. Status, workflow, application and time range are
+filters of the projection's index; a pipeline's name, a keyword (``key:value``) and free text are
+matched on each candidate's declaration (its arguments: a pipeline's name, keywords and context,
+where a sensitive value is stored as ``***`` and so never matches), a bounded scan of the newest
+candidates that says where it stopped."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from flowli.domain import ExecutionRecord, Status
+from flowli.pipelines import WORKFLOW
+
+from ._app import Refused
+
+if TYPE_CHECKING:
+    from ._app import Dashboard
+
+PAGE_SIZE = 50
+SCAN = 200
+"""Candidates read per round of a matched filter (name, keyword, text)."""
+SCAN_MAX = 5000
+"""The most candidates one page of a matched filter reads; the page says where it stopped."""
+STATUSES = tuple(s.value for s in Status)
+
+
+def routes(d: Dashboard) -> list[Route]:
+    async def runs(request: Request) -> Response:
+        user = await d.user(request)
+        application = d.application(request, user)
+        q = request.query_params
+        f = {k: (q.get(k) or "").strip() for k in ("status", "workflow", "pipeline", "keyword", "text", "since", "until")}
+        if f["status"] and f["status"] not in STATUSES:
+            raise Refused(400, f"status must be one of {', '.join(STATUSES)}, not {f['status']!r}")
+        if f["keyword"] and ":" not in f["keyword"]:
+            raise Refused(400, f"keyword must be key:value, not {f['keyword']!r}")
+        since, until = _time(f["since"], "since"), _time(f["until"], "until")
+        page = None
+        if application is not None:
+            page = await _page(d, application, f, since, until, q.get("cursor") or None)
+        return d.page(request, "runs.html", user, application=application, page=page, filters=f, statuses=STATUSES)
+
+    return [Route("/runs", runs)]
+
+
+def _time(text: str, field: str) -> datetime | None:
+    if not text:
+        return None
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise Refused(400, f"{field} must be a date and time (YYYY-MM-DDTHH:MM), not {text!r}") from None
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
+async def _page(d: Dashboard, application: str, f: dict[str, str], since: datetime | None, until: datetime | None,
+                cursor: str | None) -> dict[str, Any]:
+    workflow, pipeline_name = f["workflow"] or None, f["pipeline"] or None
+    if pipeline_name is not None:
+        if workflow not in (None, WORKFLOW):
+            raise Refused(400, f"a pipeline is a run of {WORKFLOW}, not of {workflow}: clear one of the two filters")
+        workflow = WORKFLOW
+    matched = pipeline_name is not None or bool(f["keyword"] or f["text"])
+    try:
+        first = await d.engine.list(f["status"] or None, workflow, SCAN if matched else PAGE_SIZE,
+                                    application=application, cursor=cursor, since=since, until=until)
+    except ValueError as exc:
+        raise Refused(400, str(exc)) from None
+    if not matched:
+        return {"items": [_summary(s, None) for s in first], "next": first.next, "counts": first.counts, "scanned": None}
+    items: list[dict[str, Any]] = []
+    page, scanned, last = first, 0, cursor
+    while True:
+        records = await d.engine.statuses([s.eid for s in page], application=application)
+        for s, record in zip(page, records):
+            scanned += 1
+            last = s.cursor
+            if _matches(record, pipeline_name, f["keyword"], f["text"]):
+                items.append(_summary(s, record))
+                if len(items) == PAGE_SIZE:
+                    break
+        if len(items) == PAGE_SIZE or page.next is None or scanned >= SCAN_MAX:
+            break
+        page = await d.engine.list(f["status"] or None, workflow, SCAN, application=application, cursor=page.next,
+                                   since=since, until=until)
+    consumed = not page.items or last == page.items[-1].cursor
+    more = page.next is not None or not consumed
+    return {"items": items, "next": last if more else None, "counts": first.counts,
+            "scanned": scanned if scanned >= SCAN_MAX else None}
+
+
+def _declaration(record: ExecutionRecord) -> dict[str, Any] | None:
+    if record.workflow == WORKFLOW and record.args and isinstance(record.args[0], dict):
+        return record.args[0]
+    return None
+
+
+def _matches(record: ExecutionRecord, name: str | None, keyword: str, text: str) -> bool:
+    spec = _declaration(record)
+    if name is not None and (spec is None or spec.get("name") != name):
+        return False
+    if keyword:
+        key, _, value = keyword.partition(":")
+        keywords = (spec or {}).get("keywords") or []
+        if not any(k.get("key") == key and k.get("value") == value for k in keywords):
+            return False
+    if text:
+        if spec is not None:
+            shown = [spec.get("name"), *[f"{k.get('key')}:{k.get('value')}" for k in spec.get("keywords") or []],
+                     *[f"{c.get('key')} {c.get('value')}" for c in spec.get("context") or [] if not c.get("isSensitive")]]
+            haystack = " ".join(str(x) for x in shown)
+        else:
+            haystack = json.dumps(record.args, default=str)
+        if text.lower() not in haystack.lower():
+            return False
+    return True
+
+
+def _summary(s: Any, record: ExecutionRecord | None) -> dict[str, Any]:
+    spec = _declaration(record) if record is not None else None
+    return {"eid": s.eid, "workflow": s.workflow, "version": s.version, "status": s.status.value,
+            "created_at": s.created_at, "updated_at": s.updated_at,
+            "pipeline": spec.get("name") if spec else None, "pipeline_id": spec.get("pipelineId") if spec else None}
