@@ -109,7 +109,7 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
     graph, too_large = None, None
     if view is not None:
         nodes = [_graph.Node(s["name"], tuple(s["dependsOn"]), s["status"],
-                             f"{s['status']} · attempt {s['attempt']}" if s["attempt"] else s["status"])
+                             _label(s["status"], s["attempt"]))
                  for s in view["stages"]]
         try:
             graph = _graph.svg(nodes, f"Stages of pipeline {view['name']}")
@@ -135,6 +135,14 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
     }
     return {"record": record, "view": view, "graph": graph, "too_large": too_large, "status": status,
             "actions": actions, "gate": gate, "journal": journal, "can_act": user.can_act}
+
+
+def _label(status: str, attempt: int) -> str:
+    """What a stage's node says under its name: its status and attempt, short enough to fit."""
+    if not attempt:
+        return status
+    long = f"{status} · attempt {attempt}"
+    return long if len(long) <= _graph.NAME_CHARS + 2 else f"{status} · #{attempt}"
 
 
 async def _show(d: Dashboard, request: Request, user: User, application: str, record: ExecutionRecord) -> Response:
