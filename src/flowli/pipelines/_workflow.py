@@ -7,6 +7,7 @@ pure function of its journal: ``engine.inspect`` replays them, nothing reconstru
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -133,8 +134,21 @@ async def pipeline(ctx: Context, spec: dict[str, Any]) -> Any:
         in_flight = any(kind == "attempt" and run == p.stages[name].run for name, run, kind in waiting.values())
         if not p.busy() and not in_flight:
             if all(s.status in DONE for s in p.stages.values()):
-                p.outcome = "Completed"
-                return {"outputs": {n: p.stages[n].output for n in p.order}}
+                # an operator's message sent before the last result (stages appended, a rerun)
+                # comes first: the last result's outcome may be journaled before it is received
+                last_call = ctx.receive(CHANNEL, timeout=timedelta(milliseconds=1))
+                taken = await ctx.first([control, last_call])
+                try:
+                    message = await taken
+                except TimeoutError:
+                    p.outcome = "Completed"
+                    return {"outputs": {n: p.stages[n].output for n in p.order}}
+                _control(p, message)
+                if taken is control:  # the other receive ends too: by a timeout, or with the next message
+                    control = ctx.receive(CHANNEL)
+                    with contextlib.suppress(TimeoutError):
+                        _control(p, await last_call)
+                continue
             failed = [s for s in p.stages.values() if s.status == "Failed"]
             if failed:
                 # the run ends failed; a rerun reopens this frame (engine.retry with the message)
