@@ -45,12 +45,12 @@ PINNED = {
     flowli.pipelines: [
         "Access", "Applications", "Conflict", "Forbidden", "NotFound", "PipelineInputError", "Pipelines", "Policies", "ROLES",
         "Schedules", "ServiceError", "Session", "TERMINAL_CODES", "Unauthorized", "Unavailable", "WORKFLOW", "Workers",
-        "install", "key_of", "queue_of",
+        "install", "key_of", "queue_of", "redact",
     ],
     flowli.catalog: [
         "AUDIT", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError", "CompositionConflict", "CompositionInvalid", "DAG",
         "InputsInvalid", "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
-        "RunStateError", "SAVE", "UnknownType", "catalog_of", "content_hash", "install",
+        "RunStateError", "SAVE", "UnknownType", "catalog_of", "content_hash", "install", "remediation", "steps_of",
     ],
     flowli.http: ["MAX_BODY", "create_app", "serve"],
     flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],

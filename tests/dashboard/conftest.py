@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ..http.conftest import Service, flowli, fresh_schema, new_app
+from ..http.conftest import Service, flowli, new_app, serving
 
 PASSWORD = "correct horse battery"
 
@@ -30,27 +30,18 @@ def new_user(db: str, email: str, role: str, *apps: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-APP = "tests.catalog.app:registry"
+APP = "tests.dashboard.app:registry"
 """The workflow types the service knows (the catalog's test types: one fails until fixed, one
-waits for a clerk, one parks at a remediation gate)."""
+waits for a clerk, one parks at a remediation gate; and an expense claim reviewed by a person)."""
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def service(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Service]:
-    """``flowli serve --app tests.catalog.app:registry`` on a fresh SQLite file, and on a fresh
+    """``flowli serve --app tests.dashboard.app:registry`` on a fresh SQLite file, and on a fresh
     PostgreSQL schema."""
     monkeypatch.setenv("FLOWLI_TEST_EFFECTS", str(tmp_path / "effects"))  # the service's and this test's
-    async with contextlib.AsyncExitStack() as stack:
-        if request.param == "sqlite":
-            db = f"sqlite:///{tmp_path / 'flowli.db'}"
-        else:
-            db = await stack.enter_async_context(fresh_schema())
-        svc = Service(db, log=tmp_path / "serve.log", extra=["--app", APP])
-        svc.start(lease_ttl=3.0)
-        try:
-            yield svc
-        finally:
-            svc.stop()
+    async with serving(request.param, tmp_path, "--app", APP) as svc:
+        yield svc
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import httpx
 
 from flowli.client import PipelinesClient, WaitForApproval
 
+from ..http.conftest import flowli, new_app, serving
 from ..http.test_pipelines import Worker, until_stage, until_status
 from .conftest import Tenants, csrf_of, logged_in, pipeline
 
@@ -279,3 +280,142 @@ async def test_a_failed_python_run_is_retried_from_its_page(tenants: Tenants):
             assert again.status_code == 409 and "only a FAILED run can be retried" in again.text
         journal = (await api.get(f"/catalog/runs/{eid}/history")).json()
         assert "human:ann@example.com" in str(journal)
+
+
+async def test_a_refused_late_result_is_an_entry_of_the_timeline_and_attempts_filter_it(tenants: Tenants):
+    url, key = tenants.service.url, tenants.billing_key
+    made = await pipeline(url, key, name="late-one", stages=[{"stageName": "load", "stageHandlerName": "Load"}])
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        boot = (await http.post("/workers/bootstrap", headers={"X-API-Key": key}, json={
+            "workerName": "raw", "supportedHandlers": ["Load"]})).json()
+        s = {"X-Worker-Session": boot["workerSessionToken"]}
+        job = (await http.post("/jobs/pull", headers=s, json={"waitSeconds": 5})).json()
+        lease = {"executionId": job["executionId"], "workerId": boot["workerId"]}
+        assert (await http.post(f"/stages/{job['stageId']}/lease/acquire", headers=s, json=lease)).json()["acquired"]
+        second = None
+        for _ in range(3):  # the lease (3 s) expires unrenewed: attempt 2 comes
+            r = await http.post("/jobs/pull", headers=s, json={"waitSeconds": 10})
+            if r.status_code == 200:
+                second = r.json()
+                break
+        assert second is not None and second["attempt"] == 2
+        late = await http.post(f"/stages/{job['stageId']}/result", headers=s, json={
+            "executionId": job["executionId"], "attempt": 1, "isSuccess": True, "output": "late"})
+        assert late.status_code == 409
+    async with logged_in(url, "ann@example.com") as ann:
+        page = (await page_of(ann, made["id"])).text
+        assert "<td>result.refused</td>" in page and job["executionId"] in page
+        path = run_path(page)
+        first = (await ann.get(path, params={"attempt": "1"})).text
+        kinds = re.findall(r"<td>([a-z]+\.[a-z_]+)</td>", first)
+        assert "result.refused" in kinds and "frame.started" in kinds
+        assert (await ann.get(path, params={"attempt": "2", "kind": "result.refused"})).text.count("<td>result.refused</td>") == 0
+        assert (await ann.get(path, params={"attempt": "two"})).status_code == 400
+
+
+async def test_serve_open_needs_no_login_from_this_machine_only(tmp_path):
+    async with serving("sqlite", tmp_path, "--open") as svc:
+        _, key = new_app(svc.db, "billing")
+        made = await pipeline(svc.url, key)
+        async with httpx.AsyncClient(base_url=svc.url, timeout=30) as local:
+            runs = await local.get("/runs")
+            assert runs.status_code == 200 and "localhost · admin" in runs.text
+            relayed = await local.get("/runs", headers={"X-Forwarded-For": "203.0.113.9"})
+            assert relayed.status_code == 303 and relayed.headers["location"] == "/login"
+            html = (await local.get(f"/pipelines/{made['id']}", headers={"Accept": "text/html"})).text
+            r = await local.post(f"{run_path(html)}/act", data={"csrf": csrf_of(html), "action": "pause"})
+            assert r.status_code == 303
+        await until_status_api(svc.url, key, made["id"], "Paused")
+        assert "human:localhost" in str(await history(svc.url, key, made["id"]))
+    refused = flowli(f"sqlite:///{tmp_path / 'other.db'}", "serve", "--open", "--host", "0.0.0.0", "--port", "0")
+    assert refused.returncode != 0 and "--open skips the dashboard's login" in refused.stderr
+
+
+GATED = {"name": "gated", "version": "1", "layers": [
+    {"name": "make", "steps": [
+        {"name": "create", "workflow_type": "aws.s3.create_bucket",
+         "input_mapping": {"bucket": {"source": "input", "field": "bucket"}}}]},
+    {"name": "configure", "steps": [
+        {"name": "version", "workflow_type": "aws.s3.enable_versioning",
+         "input_mapping": {"bucket": {"source": "step", "step": "create", "field": "bucket_name"},
+                           "count": {"source": "static", "value": 2}}},
+        {"name": "tag", "workflow_type": "aws.s3.put_bucket_tagging",
+         "input_mapping": {"bucket": {"source": "step", "step": "create", "field": "bucket_name"},
+                           "tagging": {"source": "static", "value": {"TagSet": []}}}}]}]}
+
+
+async def catalog_status(api: httpx.AsyncClient, eid: str, *wanted: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while True:
+        status = (await api.get(f"/catalog/runs/{eid}")).json()
+        if status["status"] in wanted:
+            return dict(status)
+        assert time.monotonic() < deadline, f"run {eid} is {status['status']}, not {wanted}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_composition_is_drawn_and_its_remediation_gate_is_resolved_from_the_run_page(tenants: Tenants):
+    from tests.catalog.app import fix
+
+    url, key = tenants.service.url, tenants.billing_key
+    async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}, timeout=30) as api:
+        saved = await api.post("/catalog/compositions", json=GATED)
+        assert saved.status_code == 201, saved.text
+        async with logged_in(url, "ann@example.com") as ann:
+            drawn = (await ann.get("/catalog", params={"type": "virtual.gated@1"}, headers={"Accept": "text/html"})).text
+            assert re.findall(r'role="img" aria-label="([^"]+)"', drawn) == ["create: unknown", "version: unknown", "tag: unknown"]
+            assert drawn.count('class="edge"') == 2  # create before version and tag
+            started = (await api.post("/catalog/runs", json={"workflow_type": "virtual.gated@1",
+                                                             "inputs": {"bucket": "locked-1"}})).json()
+            eid = started["workflow_id"]
+            await catalog_status(api, eid, "remediation_pending")
+            html = (await ann.get(f"/runs/{eid}")).text
+            steps = re.findall(r'role="img" aria-label="([^"]+)"', html)
+            assert steps == ["create: completed", "version: completed", "tag: remediation_pending"], steps
+            assert "Step <code>tag</code> waits at a remediation gate." in html and ">Resolve as remediated</button>" in html
+            fix("locked-1")
+            r = await act(ann, f"/runs/{eid}", html, action="remediated")
+            assert r.status_code == 303, r.text
+            assert (await catalog_status(api, eid, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+            again = await act(ann, f"/runs/{eid}", html, action="remediated")
+            assert again.status_code == 409 and "not remediation_pending" in again.text
+            # the resolution is received with its sender: the user
+            assert "&#34;by&#34;: &#34;human:ann@example.com&#34;" in (await ann.get(f"/runs/{eid}")).text
+
+
+async def test_an_open_review_is_answered_from_the_inbox_with_the_users_provenance(tenants: Tenants):
+    url, key = tenants.service.url, tenants.billing_key
+    async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}, timeout=30) as api:
+        eid = (await api.post("/catalog/runs", json={"workflow_type": "ops.expense",
+                                                     "inputs": {"claim": {"id": 7, "amount": 120}}})).json()["workflow_id"]
+        async with logged_in(url, "ann@example.com") as ann:
+            deadline = time.monotonic() + 20
+            while "expense 7" not in (inbox := (await ann.get("/inbox")).text):
+                assert time.monotonic() < deadline, "the review never reached the inbox"
+                await asyncio.sleep(0.05)
+            assert 'aria-label="Approve expense 7"' in inbox and "&#34;amount&#34;: 120" in inbox
+            async with logged_in(url, "sam@example.com") as sam:  # shipping's operator sees none of it
+                assert "expense 7" not in (await sam.get("/inbox")).text
+                r = await sam.post("/inbox/decide", data={"csrf": csrf_of((await sam.get("/inbox")).text), "eid": eid,
+                                                          "decision": "approve", "application": "billing"})
+                assert r.status_code == 404 and "There is no application billing among yours." in r.text
+            assert (await catalog_status(api, eid, "PENDING", "RUNNING", "SUSPENDED"))
+            r = await ann.post("/inbox/decide", data={"csrf": csrf_of(inbox), "eid": eid, "decision": "approve",
+                                                      "reason": "within budget", "application": "billing"})
+            assert r.status_code == 303
+            done = await catalog_status(api, eid, "COMPLETED")
+            assert done["output"] == {"paid": True, "by": "ann@example.com", "reason": "within budget"}
+            assert "No review is open." in (await ann.get("/inbox")).text
+
+
+async def test_a_dag_past_its_cap_asks_for_a_subset_and_draws_it(tenants: Tenants):
+    url, key = tenants.service.url, tenants.billing_key
+    stages = [{"stageName": f"s{i:03}", "stageHandlerName": "H"} for i in range(301)]
+    made = await pipeline(url, key, name="wide", stages=stages)
+    async with logged_in(url, "ann@example.com") as ann:
+        html = (await page_of(ann, made["id"])).text
+        assert "301 nodes: the graph draws at most 300; narrow the stages shown" in html
+        assert 'role="img"' not in html and "Draw the stages whose name holds" in html
+        some = (await ann.get(run_path(html), params={"stages": "s29"})).text
+        assert re.findall(r'role="img" aria-label="(\w+):', some) == [f"s29{i}" for i in range(10)]
+        assert "10 drawn" in some

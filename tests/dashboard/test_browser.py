@@ -206,3 +206,26 @@ async def test_a_viewer_sees_no_action_and_every_page_passes_axe(tenants: Tenant
     width = await page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390 + 1, f"the run page scrolls sideways on a phone: {width}px"
     await page.screenshot(path=str(ARTIFACTS / "run-phone.png"), full_page=True)
+
+
+async def test_the_runs_list_shows_new_runs_and_their_changes_live(tenants: Tenants, page: Any):
+    """A run created after the list was opened appears in it, and its status and the counts
+    change, over the application's event stream; another application's run never shows."""
+    url = tenants.service.url
+    await log_in(page, url, "ann@example.com")
+    await expect(page.get_by_role("cell", name="No run matches.")).to_be_visible()
+    reloads: list[str] = []
+    page.on("framenavigated", lambda f: reloads.append(f.url) if f == page.main_frame else None)
+    await page.wait_for_timeout(300)  # the event stream is open
+    made = await pipeline(url, tenants.billing_key, name="arrives-live")
+    await pipeline(url, tenants.shipping_key, name="someone-elses")
+    rows = page.get_by_role("table").get_by_role("row")
+    await expect(rows).to_have_count(2)  # the header and billing's new run, no reload
+    await expect(page.get_by_role("list", name="Runs per status")).to_contain_text("suspended 1")
+    async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": tenants.billing_key}) as api:
+        assert (await api.post(f"/pipelines/{made['id']}/cancel")).status_code == 200
+    await expect(rows.nth(1).get_by_text("cancelled")).to_be_visible()
+    await expect(page.get_by_role("list", name="Runs per status")).to_contain_text("cancelled 1")
+    assert reloads == [], reloads
+    await expect(page.get_by_text("someone-elses")).to_have_count(0)
+    await page.screenshot(path=str(ARTIFACTS / "runs-live.png"), full_page=True)

@@ -80,20 +80,27 @@ class Service:
         return self.log.read_text() if self.log and self.log.exists() else ""
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def service(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Service]:
-    """The service on a fresh SQLite file, and on a fresh PostgreSQL schema."""
+@contextlib.asynccontextmanager
+async def serving(backend: str, tmp_path: Path, *extra: str) -> AsyncIterator[Service]:
+    """``flowli serve ...extra`` on a fresh SQLite file or a fresh PostgreSQL schema, stopped after."""
     async with contextlib.AsyncExitStack() as stack:
-        if request.param == "sqlite":
+        if backend == "sqlite":
             db = f"sqlite:///{tmp_path / 'flowli.db'}"
         else:
             db = await stack.enter_async_context(fresh_schema())
-        svc = Service(db, log=tmp_path / "serve.log")
+        svc = Service(db, log=tmp_path / "serve.log", extra=list(extra))
         svc.start(lease_ttl=3.0)
         try:
             yield svc
         finally:
             svc.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def service(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Service]:
+    """The service on a fresh SQLite file, and on a fresh PostgreSQL schema."""
+    async with serving(request.param, tmp_path) as svc:
+        yield svc
 
 
 @pytest.fixture

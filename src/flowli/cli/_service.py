@@ -40,23 +40,37 @@ def serve(
     lease_ttl: Annotated[float, typer.Option("--lease-ttl", metavar="SECONDS",
                                              help="The lease of a job an application worker holds.")] = 30.0,
     no_worker: Annotated[bool, typer.Option("--no-worker", help="Serve the routes only: run no engine worker.")] = False,
+    open_: Annotated[bool, typer.Option("--open", help="Local use: the dashboard needs no login from this machine "
+                                        "(127.0.0.1 only; refused with another --host), and a browser opens it.")] = False,
     app_: AppOption = None,
     db: DbOption = None,
 ) -> None:
     """Run the HTTP service (pipelines, the worker protocol) and, in the same process, the
-    engine's worker and sweeper. Prints ``listening on http://HOST:PORT`` once it accepts
-    connections."""
+    engine's worker and sweeper, with the dashboard at ``/``. Prints ``listening on
+    http://HOST:PORT`` once it accepts connections."""
     from flowli.dashboard import Dashboard
     from flowli.http import serve as serve_http
 
     s = _settings(ctx, app_, db)
+    if open_ and host not in ("127.0.0.1", "localhost", "::1"):
+        raise typer.BadParameter(f"--open skips the dashboard's login, so it serves 127.0.0.1 only, not --host {host}")
+
+    def announce(line: str) -> None:
+        print(line, flush=True)
+        if open_ and (sys.platform != "linux" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+            import threading
+            import webbrowser
+
+            # a desktop's browser, off the event loop; on a server without one the line says where
+            url = line.split("listening on ", 1)[1] + "/runs"
+            threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
 
     async def go() -> int:
         registry = registry_of(s)
         install(registry)
         async with open_engine(s, registry) as engine:
-            await serve_http(engine, host, port, lease_ttl=lease_ttl, worker=not no_worker,
-                             wrap=lambda api: Dashboard(api, engine))
+            await serve_http(engine, host, port, lease_ttl=lease_ttl, worker=not no_worker, announce=announce,
+                             wrap=lambda api: Dashboard(api, engine, local=open_))
         return 0
 
     run(go(), fast_loop=True)

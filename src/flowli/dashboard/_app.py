@@ -42,6 +42,17 @@ class Refused(Exception):
         self.status, self.message = status, message
 
 
+LOCAL_USER = "localhost"
+"""Who acts from this machine under ``flowli serve --open`` (the journal says ``human:localhost``)."""
+
+
+def _from_here(request: Request) -> bool:
+    """A request from this machine itself: from a loopback address, not relayed by a proxy."""
+    host = request.client.host if request.client else ""
+    relayed = any(h in request.headers for h in ("x-forwarded-for", "forwarded", "x-real-ip"))
+    return host in ("127.0.0.1", "::1") and not relayed
+
+
 def _browser(scope: Scope) -> bool:
     headers = dict(scope.get("headers") or [])
     if b"x-api-key" in headers or b"authorization" in headers:
@@ -62,7 +73,7 @@ def ours(scope: Scope) -> bool:
 class Dashboard:
     """The service with the dashboard in front: the dashboard's paths here, the rest to ``api``."""
 
-    def __init__(self, api: ASGIApp, engine: Engine):
+    def __init__(self, api: ASGIApp, engine: Engine, *, local: bool = False):
         from . import _live, _ops, _run, _runs
 
         self.api = api
@@ -70,12 +81,15 @@ class Dashboard:
         state = api.state  # type: ignore[attr-defined]
         self.pipelines: Pipelines = state.pipelines
         self.workers: Workers = state.workers
-        self.schedules: Schedules = getattr(state, "schedules", None) or Schedules(engine, self.pipelines)
+        self.schedules: Schedules = state.schedules
         self.catalog: Catalog = state.catalog
         self.applications: Applications = state.applications
         self.sessions = Sessions(engine)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self._app_ids: dict[str, int] = {}
+        self.local = local
+        """``flowli serve --open``: a request from this machine needs no login."""
+        self._local_csrf = secrets.token_urlsafe(24)
         routes = [
             Route("/", self.home),
             Route("/login", self.login_form, methods=["GET"]),
@@ -98,6 +112,9 @@ class Dashboard:
         """The user logged in; a page without one answers with the login page (Refused 401 is
         turned into a redirect by ``_refused``)."""
         user = await self.sessions.user(request.cookies.get(SESSION_COOKIE))
+        if user is None and self.local and _from_here(request):
+            apps = tuple(a["name"] for a in await self.applications.list())
+            user = User(LOCAL_USER, "admin", apps, self._local_csrf)
         if user is None:
             raise Refused(401, "log in first")
         return user

@@ -3,12 +3,16 @@
 section, per batch of entries that arrived together; ``end`` once the run is terminal). It
 follows ``engine.watch``, which the engine's own wake-ups drive (in this process the hub every
 commit touches; PostgreSQL's notifications from other processes), so an append reaches the page
-without the browser or the server polling the store. Only the user's own runs are streamed."""
+without the browser or the server polling the store. ``/runs/events`` streams the changes of one
+application's runs (the control log's lifecycle entries, of that application only): a ``run``
+event per run changed (its new row, empty when it left the list's filters) and a ``counts``
+event. Only the user's own applications are streamed."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +22,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flowli.domain import Entry
+from flowli.pipelines import WORKFLOW
 
-from . import _run
+from . import _run, _runs
+from ._app import Refused
 
 if TYPE_CHECKING:
     from ._app import Dashboard
@@ -35,43 +41,73 @@ def routes(d: Dashboard) -> list[Route]:
         q = request.query_params
         after = int(q["after"]) if (q.get("after") or "").isdigit() else 0
         want = {k: q.get(k) or "" for k in ("frame", "kind", "attempt")}
+        subset = (q.get("stages") or "").strip()
 
         def shown(row: dict[str, Any]) -> bool:
             return ((not want["frame"] or row["fid"] == want["frame"]) and (not want["kind"] or row["kind"] == want["kind"])
                     and (not want["attempt"] or str(row["attempt"]) == want["attempt"]))
 
         async def stream() -> AsyncIterator[dict[str, str]]:
-            entries: asyncio.Queue[Entry] = asyncio.Queue()
-
-            async def follow() -> None:
-                async for entry in d.engine.watch(record.eid, after, application=application):
-                    entries.put_nowait(entry)
-
-            follower = asyncio.create_task(follow())
-            try:
-                entry_tpl = d.templates.get_template("_entry.html")
-                live_tpl = d.templates.get_template("_run_live.html")
-                while True:
-                    batch = [await entries.get()]
-                    while not entries.empty():
-                        batch.append(entries.get_nowait())
-                    for e in batch:
-                        row = _run.row(e)
-                        if shown(row):
-                            yield {"event": "entry", "data": entry_tpl.render(e=row)}
-                    now = await d.engine.status(record.eid, application=application)
-                    s = await _run.state(d, user, application, now)
-                    s.pop("journal")
-                    yield {"event": "state", "data": live_tpl.render(user=user, application=application,
-                                                                     rerun_warning=_run.RERUN_WARNING, **s)}
-                    if now.terminal:
-                        yield {"event": "end", "data": now.status.value}
-                        return
-            finally:
-                follower.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await follower
+            entry_tpl = d.templates.get_template("_entry.html")
+            live_tpl = d.templates.get_template("_run_live.html")
+            async for batch in _batches(d.engine.watch(record.eid, after, application=application)):
+                for e in batch:
+                    row = _run.row(e)
+                    if shown(row):
+                        yield {"event": "entry", "data": entry_tpl.render(e=row)}
+                now = await d.engine.status(record.eid, application=application)
+                s = await _run.state(d, user, application, now, subset)
+                s.pop("journal")
+                yield {"event": "state", "data": live_tpl.render(user=user, application=application,
+                                                                 rerun_warning=_run.RERUN_WARNING, **s)}
+                if now.terminal:
+                    yield {"event": "end", "data": now.status.value}
+                    return
 
         return EventSourceResponse(stream(), ping=PING, headers={"Cache-Control": "no-store"})
 
-    return [Route("/runs/{eid:path}/events", events)]
+    async def runs_events(request: Request) -> Response:
+        user = await d.user(request)
+        application = d.application(request, user)
+        if application is None:
+            raise Refused(404, "You are not assigned to any application.")
+        f, since, until = _runs.filters(request)
+        after = int(q) if (q := request.query_params.get("after") or "").isdigit() else await d.engine.log_position()
+        workflow = WORKFLOW if f["pipeline"] else f["workflow"] or None
+
+        async def stream() -> AsyncIterator[dict[str, str]]:
+            row_tpl = d.templates.get_template("_run_row.html")
+            counts_tpl = d.templates.get_template("_counts.html")
+            async for batch in _batches(d.engine.watch(None, after, application=application)):
+                eids = list(dict.fromkeys(e.eid for e in batch))
+                for record in await d.engine.statuses(eids, application=application):
+                    shown = _runs.accepts(f, since, until, record)
+                    yield {"event": "run", "data": json.dumps(
+                        {"eid": record.eid, "html": row_tpl.render(r=_runs.row_of(record)) if shown else ""})}
+                page = await d.engine.list(None, workflow, 1, application=application, since=since, until=until)
+                yield {"event": "counts", "data": counts_tpl.render(counts=page.counts)}
+
+        return EventSourceResponse(stream(), ping=PING, headers={"Cache-Control": "no-store"})
+
+    return [Route("/runs/events", runs_events), Route("/runs/{eid:path}/events", events)]
+
+
+async def _batches(entries: AsyncIterator[Entry]) -> AsyncIterator[list[Entry]]:
+    """The entries of a watch in batches: each what arrived while the last one was handled."""
+    queue: asyncio.Queue[Entry] = asyncio.Queue()
+
+    async def follow() -> None:
+        async for entry in entries:
+            queue.put_nowait(entry)
+
+    follower = asyncio.create_task(follow())
+    try:
+        while True:
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            yield batch
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await follower

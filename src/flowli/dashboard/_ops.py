@@ -17,7 +17,7 @@ from starlette.routing import Route
 from flowli.catalog import CatalogError, PermissionDenied
 from flowli.domain import FlowliError
 from flowli.patterns import answer_review, inbox
-from flowli.pipelines import WORKFLOW, PipelineInputError, ServiceError
+from flowli.pipelines import WORKFLOW, Access, PipelineInputError, ServiceError
 
 from . import _graph
 from ._app import Refused
@@ -38,6 +38,17 @@ def _refusal(exc: Exception, what: str) -> Refused:
     if isinstance(exc, ServiceError):
         return Refused(exc.status, f"Cannot {what}: {exc}")
     return Refused(409 if isinstance(exc, (CatalogError, FlowliError)) else 400, f"Cannot {what}: {exc}")
+
+
+async def _acting(d: Dashboard, request: Request) -> tuple[Any, Access]:
+    """The form of an action on one of these pages (CSRF-checked, refused to a viewer) and the
+    user as the caller in the form's application."""
+    user = await d.user(request)
+    form = await d.form(request, user)
+    application = str(form.get("application") or "") or d.application(request, user)
+    if application is None:
+        raise Refused(404, "You are not assigned to any application.")
+    return form, await d.access(user, application)  # another application than theirs: refused
 
 
 def routes(d: Dashboard) -> list[Route]:
@@ -64,12 +75,8 @@ def routes(d: Dashboard) -> list[Route]:
                       done=request.query_params.get("done") in ("approved", "rejected"))
 
     async def decide(request: Request) -> Response:
-        user = await d.user(request)
-        form = await d.form(request, user)
-        application = d.application(request, user, str(form.get("application") or ""))
-        if application is None:
-            raise Refused(404, "You are not assigned to any application.")
-        access = await d.access(user, application)
+        form, access = await _acting(d, request)
+        application = access.application
         approved = form.get("decision") == "approve"
         if form.get("decision") not in ("approve", "reject"):
             raise Refused(400, "decision must be approve or reject")
@@ -101,12 +108,8 @@ def routes(d: Dashboard) -> list[Route]:
                       done=request.query_params.get("done") == "terminated")
 
     async def terminate(request: Request) -> Response:
-        user = await d.user(request)
-        form = await d.form(request, user)
-        application = d.application(request, user, str(form.get("application") or ""))
-        if application is None:
-            raise Refused(404, "You are not assigned to any application.")
-        access = await d.access(user, application)
+        form, access = await _acting(d, request)
+        application = access.application
         if form.get("confirm") != "yes":
             raise Refused(400, "Force-terminate needs its confirmation: tick the box that names the guards.")
         seq = str(form.get("expected_last_seq") or "")
@@ -136,16 +139,13 @@ def routes(d: Dashboard) -> list[Route]:
                       done=request.query_params.get("done"))
 
     async def schedule_state(request: Request) -> Response:
-        user = await d.user(request)
-        form = await d.form(request, user)
-        application = d.application(request, user, str(form.get("application") or ""))
-        if application is None:
-            raise Refused(404, "You are not assigned to any application.")
+        form, access = await _acting(d, request)
+        application = access.application
         state = {"pause": "paused", "resume": "enabled"}.get(str(form.get("action")))
         if state is None:
             raise Refused(400, "action must be pause or resume")
         try:
-            await d.schedules.set_state(await d.access(user, application), request.path_params["sid"], state)
+            await d.schedules.set_state(access, request.path_params["sid"], state)
         except (ServiceError, PipelineInputError) as exc:
             raise _refusal(exc, f"{form.get('action')} the schedule") from None
         return RedirectResponse(f"/schedules?application={application}&done={state}", status_code=303)

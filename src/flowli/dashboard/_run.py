@@ -100,27 +100,29 @@ def _pipeline_id(record: ExecutionRecord) -> int | None:
     return None
 
 
-async def state(d: Dashboard, user: User, application: str, record: ExecutionRecord) -> dict[str, Any]:
-    """What the live parts of the page show: the facts, the graph and the stages (a pipeline's),
-    and the actions the run allows now."""
+async def state(d: Dashboard, user: User, application: str, record: ExecutionRecord,
+                subset: str = "") -> dict[str, Any]:
+    """What the live parts of the page show: the facts, the graph (of the nodes whose name holds
+    ``subset``, when given) and the stages (a pipeline's), and the actions the run allows now."""
     access = await d.access(user, application)
     pid = _pipeline_id(record)
-    view = await d.pipelines.get(access, pid) if pid is not None else None
-    graph, too_large = None, None
-    if view is not None:
-        nodes = [_graph.Node(s["name"], tuple(s["dependsOn"]), s["status"],
-                             _label(s["status"], s["attempt"]))
-                 for s in view["stages"]]
-        try:
-            graph = _graph.svg(nodes, f"Stages of pipeline {view['name']}")
-        except _graph.TooLarge as exc:
-            too_large = str(exc)
     journal = await d.engine.journal(record.eid, application=application)
-    steps = steps_of(record, journal) if view is None else None
-    if steps:
+    view = await d.pipelines.get(access, pid, journal=journal) if pid is not None else None
+    nodes: list[_graph.Node] = []
+    title = ""
+    if view is not None:
+        nodes = [_graph.Node(s["name"], tuple(s["dependsOn"]), s["status"], _label(s["status"], s["attempt"]))
+                 for s in view["stages"]]
+        title = f"Stages of pipeline {view['name']}"
+    elif steps := steps_of(record, journal):
+        nodes = _graph.layered([(x["name"], x["layer"], x["status"]) for x in steps])
+        title = f"Steps of {record.eid}"
+    graph, too_large = None, None
+    if subset:
+        nodes = [n for n in nodes if subset.lower() in n.name.lower()]
+    if nodes:
         try:
-            graph = _graph.svg(_graph.layered([(x["name"], x["layer"], x["status"]) for x in steps]),
-                               f"Steps of {record.eid}")
+            graph = _graph.svg(nodes, title)
         except _graph.TooLarge as exc:
             too_large = str(exc)
     gate = remediation_of(record, journal) if view is None else None
@@ -134,7 +136,8 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
         "resolve": gate is not None,
     }
     return {"record": record, "view": view, "graph": graph, "too_large": too_large, "status": status,
-            "actions": actions, "gate": gate, "journal": journal, "can_act": user.can_act}
+            "actions": actions, "gate": gate, "journal": journal, "can_act": user.can_act, "subset": subset,
+            "drawn": len(nodes)}
 
 
 def _label(status: str, attempt: int) -> str:
@@ -146,7 +149,7 @@ def _label(status: str, attempt: int) -> str:
 
 
 async def _show(d: Dashboard, request: Request, user: User, application: str, record: ExecutionRecord) -> Response:
-    s = await state(d, user, application, record)
+    s = await state(d, user, application, record, (request.query_params.get("stages") or "").strip())
     q = request.query_params
     filters = {k: (q.get(k) or "").strip() for k in ("frame", "kind", "attempt")}
     if filters["attempt"] and not filters["attempt"].isdigit():

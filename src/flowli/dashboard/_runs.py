@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,19 +36,43 @@ def routes(d: Dashboard) -> list[Route]:
     async def runs(request: Request) -> Response:
         user = await d.user(request)
         application = d.application(request, user)
-        q = request.query_params
-        f = {k: (q.get(k) or "").strip() for k in ("status", "workflow", "pipeline", "keyword", "text", "since", "until")}
-        if f["status"] and f["status"] not in STATUSES:
-            raise Refused(400, f"status must be one of {', '.join(STATUSES)}, not {f['status']!r}")
-        if f["keyword"] and ":" not in f["keyword"]:
-            raise Refused(400, f"keyword must be key:value, not {f['keyword']!r}")
-        since, until = _time(f["since"], "since"), _time(f["until"], "until")
-        page = None
+        f, since, until = filters(request)
+        cursor = request.query_params.get("cursor") or None
+        page, live = None, None
         if application is not None:
-            page = await _page(d, application, f, since, until, q.get("cursor") or None)
-        return d.page(request, "runs.html", user, application=application, page=page, filters=f, statuses=STATUSES)
+            position = await d.engine.log_position()  # before the page: what follows it is streamed
+            page = await _page(d, application, f, since, until, cursor)
+            if cursor is None:  # the first page follows the runs' changes live
+                live = "/runs/events?" + urlencode({**{k: v for k, v in f.items() if v}, "application": application,
+                                                    "after": position})
+        return d.page(request, "runs.html", user, application=application, page=page, filters=f, statuses=STATUSES,
+                      live=live)
 
     return [Route("/runs", runs)]
+
+
+def filters(request: Request) -> tuple[dict[str, str], datetime | None, datetime | None]:
+    """The runs list's filters of a request, checked (Refused 400 names the one that is wrong)."""
+    q = request.query_params
+    f = {k: (q.get(k) or "").strip() for k in ("status", "workflow", "pipeline", "keyword", "text", "since", "until")}
+    if f["status"] and f["status"] not in STATUSES:
+        raise Refused(400, f"status must be one of {', '.join(STATUSES)}, not {f['status']!r}")
+    if f["keyword"] and ":" not in f["keyword"]:
+        raise Refused(400, f"keyword must be key:value, not {f['keyword']!r}")
+    if f["pipeline"] and f["workflow"] not in ("", WORKFLOW):
+        raise Refused(400, f"a pipeline is a run of {WORKFLOW}, not of {f['workflow']}: clear one of the two filters")
+    return f, _time(f["since"], "since"), _time(f["until"], "until")
+
+
+def accepts(f: dict[str, str], since: datetime | None, until: datetime | None, record: ExecutionRecord) -> bool:
+    """Whether a run passes every filter of the list (the live list asks this of each change)."""
+    if f["status"] and record.status.value != f["status"]:
+        return False
+    if (f["workflow"] or (WORKFLOW if f["pipeline"] else "")) not in ("", record.workflow):
+        return False
+    if since is not None and record.created_at < since or until is not None and record.created_at >= until:
+        return False
+    return _matches(record, f["pipeline"] or None, f["keyword"], f["text"])
 
 
 def _time(text: str, field: str) -> datetime | None:
@@ -62,11 +87,8 @@ def _time(text: str, field: str) -> datetime | None:
 
 async def _page(d: Dashboard, application: str, f: dict[str, str], since: datetime | None, until: datetime | None,
                 cursor: str | None) -> dict[str, Any]:
-    workflow, pipeline_name = f["workflow"] or None, f["pipeline"] or None
-    if pipeline_name is not None:
-        if workflow not in (None, WORKFLOW):
-            raise Refused(400, f"a pipeline is a run of {WORKFLOW}, not of {workflow}: clear one of the two filters")
-        workflow = WORKFLOW
+    pipeline_name = f["pipeline"] or None
+    workflow = WORKFLOW if pipeline_name is not None else f["workflow"] or None
     matched = pipeline_name is not None or bool(f["keyword"] or f["text"])
     try:
         first = await d.engine.list(f["status"] or None, workflow, SCAN if matched else PAGE_SIZE,
@@ -121,6 +143,11 @@ def _matches(record: ExecutionRecord, name: str | None, keyword: str, text: str)
         if text.lower() not in haystack.lower():
             return False
     return True
+
+
+def row_of(record: ExecutionRecord) -> dict[str, Any]:
+    """A run as the list shows it, from its record."""
+    return _summary(record, record)
 
 
 def _summary(s: Any, record: ExecutionRecord | None) -> dict[str, Any]:

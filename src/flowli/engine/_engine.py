@@ -348,6 +348,12 @@ class Engine:
         await self._rt.drain()  # read your own writes: this process's control-log appends first
         return await self._projection.list(status, workflow, limit, application, cursor, since, until)
 
+    async def log_position(self) -> int:
+        """The seq of the last control-log entry ``list`` has seen: ``watch(after=...)`` of it
+        follows what comes after the page just listed."""
+        await self._rt.drain()
+        return await self._projection.position("executions")
+
     def project(self, projector: Projector) -> None:
         """Register a projector: a view of the control log that this engine keeps in the
         projection (idempotent for the same projector; another one under its name is refused)."""

@@ -194,6 +194,11 @@ class Projection:
                     return applied
                 applied += await self._views.advance(name, entries, projector.plan)
 
+    async def position(self, name: str) -> int:
+        """The seq of the last control-log entry the projector has read, once it caught up."""
+        await self.catch_up(name)
+        return int(await self._views.cursor(name))
+
     async def read(self, name: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Rows of a SELECT on a projector's tables, once it caught up."""
         await self.catch_up(name)

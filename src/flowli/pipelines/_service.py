@@ -129,9 +129,10 @@ class Pipelines:
             raise NotFound(f"no pipeline of execution {eid}") from None
         return record, p
 
-    async def _view(self, access: Access, pid: int, eid: str) -> dict[str, Any]:
+    async def _view(self, access: Access, pid: int, eid: str, journal: builtins.list[Any] | None = None) -> dict[str, Any]:
         record, p = await self.state(access, eid)
-        journal = await self.engine.journal(eid, application=access.application)
+        if journal is None:
+            journal = await self.engine.journal(eid, application=access.application)
         tasks = await self.engine.tasks(eid=eid, application=access.application)
         view = build(record, p, journal, tasks, access.application_id, self.engine.clock.now())
         if len(p.stages) < await self.items.count(STAGE, access.application, prefix=f"{eid}/"):
@@ -142,9 +143,11 @@ class Pipelines:
                     view["stages"].append(stage_json(item.id, pid, item.body["spec"], status, iso(item.at)))
         return view
 
-    async def get(self, access: Access, pid: Any) -> dict[str, Any]:
+    async def get(self, access: Access, pid: Any, *, journal: builtins.list[Any] | None = None) -> dict[str, Any]:
+        """The public view of a pipeline; ``journal``, its execution's journal when the caller
+        has read it already."""
         item = await self._item(access, pid)
-        return await self._view(access, item.id, item.key)
+        return await self._view(access, item.id, item.key, journal)
 
     async def by_idempotency_key(self, access: Access, key: Any) -> dict[str, Any]:
         if not isinstance(key, str) or not key:

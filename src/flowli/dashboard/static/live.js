@@ -1,17 +1,40 @@
-// flowli dashboard: a run's page follows its journal over server-sent events (no framework).
-// "entry" events carry a new timeline row, "state" the run's live section, "end" closes.
+// flowli dashboard: live pages over server-sent events (no framework).
+// A run's page: "entry" events carry a new timeline row, "state" the run's live section, "end"
+// closes. The runs list: "run" events carry a run's new row (empty: it left the filters),
+// "counts" the counts per status.
 (function () {
   "use strict";
-  var table = document.querySelector("table[data-events]");
-  if (!table || !window.EventSource) return;
-  var source = new EventSource(table.getAttribute("data-events"));
-  source.addEventListener("entry", function (ev) {
-    document.getElementById("timeline-rows").insertAdjacentHTML("afterbegin", ev.data);
-  });
-  source.addEventListener("state", function (ev) {
-    var live = document.getElementById("live");
-    if (live && !live.contains(document.activeElement)) live.outerHTML = ev.data;
-    else if (live) live.setAttribute("data-stale", "1");
-  });
-  source.addEventListener("end", function () { source.close(); });
+  if (!window.EventSource) return;
+  var timeline = document.querySelector("table[data-events]");
+  if (timeline) {
+    var source = new EventSource(timeline.getAttribute("data-events"));
+    source.addEventListener("entry", function (ev) {
+      document.getElementById("timeline-rows").insertAdjacentHTML("afterbegin", ev.data);
+    });
+    source.addEventListener("state", function (ev) {
+      var live = document.getElementById("live");
+      if (live && !live.contains(document.activeElement)) live.outerHTML = ev.data;
+    });
+    source.addEventListener("end", function () { source.close(); });
+  }
+  var runs = document.querySelector("table[data-runs-events]");
+  if (runs) {
+    var feed = new EventSource(runs.getAttribute("data-runs-events"));
+    var rows = document.getElementById("runs-rows");
+    feed.addEventListener("run", function (ev) {
+      var change = JSON.parse(ev.data);
+      var row = document.getElementById("run-" + change.eid);
+      if (row && change.html) row.outerHTML = change.html;
+      else if (row) row.remove();
+      else if (change.html) {
+        rows.insertAdjacentHTML("afterbegin", change.html);
+        var none = document.getElementById("no-runs");
+        if (none) none.remove();
+      }
+    });
+    feed.addEventListener("counts", function (ev) {
+      var counts = document.getElementById("run-counts");
+      if (counts) counts.outerHTML = ev.data;
+    });
+  }
 })();

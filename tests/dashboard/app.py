@@ -1,0 +1,19 @@
+"""The workflow types ``flowli serve`` knows in the dashboard's tests: the catalog's test types,
+and an expense claim that asks a person through the review inbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flowli import Context
+from flowli.patterns import review
+
+from ..catalog.app import app
+
+registry = app()
+
+
+@registry.workflow("ops.expense", description="Pays an expense claim once a person approves it.")
+async def expense(ctx: Context, claim: dict[str, Any]) -> dict[str, Any]:
+    decision = await review(ctx, f"expense {claim['id']}", claim)
+    return {"paid": bool(decision["approved"]), "by": decision["by"], "reason": decision.get("reason")}
