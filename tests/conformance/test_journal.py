@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from flowli.domain import Actor, Code, Entry, EntryKind, Provenance, Site, UnknownExecutionError
-from flowli.store import Write
+from flowli.store import JournalFilter, Write
 
 from .conftest import T0, at, create, entry, snapshot
 
@@ -34,6 +34,29 @@ async def test_read_journal_pages_after_a_seq(store):
     assert [e.seq for e in await store.read_journal(eid, after=3)] == [4, 5, 6]
     assert [e.value for e in await store.read_journal(eid, after=4)] == [3, 4]
     assert await store.read_journal(eid, after=6) == []
+
+
+async def test_a_journal_page_is_the_newest_entries_a_filter_matches_with_their_count(store):
+    eid = await create(store)  # seq 1: execution.started
+    for i in range(6):  # seqs 2..13: frame i started then completed, attempt 1 or 2
+        attempt = 1 + i % 2
+        await store.write(Write(entries=[entry(eid, EntryKind.FRAME_STARTED, f"root/s#{i}", attempt=attempt),
+                                         entry(eid, EntryKind.FRAME_COMPLETED, f"root/s#{i}", attempt=attempt,
+                                               value=i)]), at(i))
+    other = await create(store)
+    await store.write(Write(entries=[entry(other, EntryKind.FRAME_STARTED, "root/s#0", attempt=1)]), at(9))
+    page, count = await store.read_journal_page(eid, JournalFilter(), None, 5)
+    assert [e.seq for e in page] == [13, 12, 11, 10, 9] and count == 13
+    page, count = await store.read_journal_page(eid, JournalFilter(), 9, 5)
+    assert [e.seq for e in page] == [8, 7, 6, 5, 4] and count == 13
+    page, count = await store.read_journal_page(eid, JournalFilter(kind="frame.completed"), None, 2)
+    assert [e.value for e in page] == [5, 4] and count == 6
+    page, count = await store.read_journal_page(eid, JournalFilter(fid="root/s#0"), None, 10)
+    assert [(e.seq, e.kind) for e in page] == [(3, EntryKind.FRAME_COMPLETED), (2, EntryKind.FRAME_STARTED)]
+    assert count == 2
+    page, count = await store.read_journal_page(eid, JournalFilter(kind="frame.started", attempt=2), 8, 10)
+    assert [(e.fid, e.attempt) for e in page] == [("root/s#1", 2)] and count == 3
+    assert await store.read_journal_page(eid, JournalFilter(fid="root/none"), None, 10) == ([], 0)
 
 
 async def test_every_field_of_an_entry_round_trips(store):

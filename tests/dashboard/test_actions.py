@@ -8,6 +8,7 @@ schedules, catalog) read and act in the user's application only."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from typing import Any
@@ -16,7 +17,7 @@ import httpx
 
 from flowli.client import PipelinesClient, WaitForApproval
 
-from ..http.conftest import flowli, new_app, serving
+from ..http.conftest import flowli, new_app, rows, serving
 from ..http.test_pipelines import Worker, until_stage, until_status
 from .conftest import Tenants, csrf_of, logged_in, pipeline
 
@@ -419,3 +420,20 @@ async def test_a_dag_past_its_cap_asks_for_a_subset_and_draws_it(tenants: Tenant
         some = (await ann.get(run_path(html), params={"stages": "s29"})).text
         assert re.findall(r'role="img" aria-label="(\w+):', some) == [f"s29{i}" for i in range(10)]
         assert "10 drawn" in some
+
+
+async def test_an_expired_session_is_sent_to_the_login_and_its_forms_change_nothing(tenants: Tenants):
+    url, key, db = tenants.service.url, tenants.billing_key, tenants.service.db
+    made = await pipeline(url, key)
+    async with logged_in(url, "ann@example.com") as ann:
+        html = (await page_of(ann, made["id"])).text
+        [(item, body)] = await rows(db, "SELECT id, body FROM items WHERE kind = ?", "dashboard-session")
+        expired = {**json.loads(body), "expires": time.time() - 1}
+        await rows(db, "UPDATE items SET body = ? WHERE id = ?", json.dumps(expired), item)
+        page = await ann.get("/runs")
+        assert page.status_code == 303 and page.headers["location"] == "/login"
+        r = await ann.post(f"{run_path(html)}/act", data={"csrf": csrf_of(html), "action": "cancel"})
+        assert r.status_code == 303 and r.headers["location"] == "/login"
+        events = await ann.get(f"{run_path(html)}/events")
+        assert events.status_code == 303
+    assert "human:" not in str(await history(url, key, made["id"]))

@@ -99,14 +99,30 @@ async def test_an_operator_logs_in_filters_the_runs_and_opens_a_timeline(tenants
 
 
 async def test_markup_in_a_run_never_runs_in_the_browser(tenants: Tenants, page: Any):
+    """Markup in a run's names, keywords, context, input and error shows as text, in every page."""
     url = tenants.service.url
-    await pipeline(url, tenants.billing_key, name=SCRIPT, pipelineKeywords=[{"key": "k", "value": SCRIPT}],
-                   stages=[{"stageName": "<img src=x onerror=alert(1)>", "stageHandlerName": "H", "input": SCRIPT}])
+    async with Worker(url, tenants.billing_key) as worker:
+        @worker.handler("H")
+        async def fail(job: dict[str, Any]) -> Any:
+            raise StageError("BAD<script>", SCRIPT)
+
+        made = await pipeline(url, tenants.billing_key, name=SCRIPT, pipelineKeywords=[{"key": "k", "value": SCRIPT}],
+                              pipelineContextItems=[{"key": "note<b>", "value": SCRIPT}],
+                              stages=[{"stageName": "<img src=x onerror=alert(1)>", "stageHandlerName": "H", "input": SCRIPT}])
+        async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": tenants.billing_key}) as api:
+            for _ in range(200):
+                if (await api.get(f"/pipelines/{made['id']}")).json()["status"] == "Failed":
+                    break
+                await asyncio.sleep(0.05)
     await log_in(page, url, "vic@example.com")
     await page.get_by_role("table").get_by_role("link").first.click()
     await expect(page.get_by_role("heading", name=f"Pipeline {SCRIPT}")).to_be_visible()
     await expect(page.get_by_text("document.title='pwned'").first).to_be_visible()  # shown as text
+    await expect(page.get_by_role("row", name="<img src=x onerror=alert(1)>").get_by_text("[BAD<script>]")).to_be_visible()
     await page.screenshot(path=str(ARTIFACTS / "escaped.png"), full_page=True)
+    for path in ("/runs", "/inbox", "/stuck", f"/runs/{(await page.evaluate('location.pathname')).split('/runs/')[1]}"):
+        await page.goto(f"{url}{path}")
+        assert await page.evaluate("window.__ran") is None, path
     assert await page.evaluate("window.__ran") is None
     assert "pwned" not in await page.title()
     assert page.dialogs == []
@@ -202,9 +218,11 @@ async def test_a_viewer_sees_no_action_and_every_page_passes_axe(tenants: Tenant
         await accessible(page)
         await page.screenshot(path=str(ARTIFACTS / f"{path.strip('/')}.png"), full_page=True)
     await page.set_viewport_size({"width": 390, "height": 844})  # a phone
+    for path in (f"/pipelines/{made['id']}", "/runs", "/inbox", "/stuck", "/workers", "/schedules", "/catalog"):
+        await page.goto(f"{url}{path}")
+        width = await page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390 + 1, f"{path} scrolls sideways on a phone: {width}px"
     await page.goto(f"{url}/pipelines/{made['id']}")
-    width = await page.evaluate("document.documentElement.scrollWidth")
-    assert width <= 390 + 1, f"the run page scrolls sideways on a phone: {width}px"
     await page.screenshot(path=str(ARTIFACTS / "run-phone.png"), full_page=True)
 
 

@@ -112,12 +112,15 @@ TABLES = ("items", "journal", "executions", "tasks", "messages", "control_log")
 
 
 async def rows(db: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    """Rows of a query on the service's database (``?`` placeholders), SQLite or PostgreSQL."""
+    """Rows of a statement on the service's database (``?`` placeholders), SQLite or PostgreSQL;
+    a change it makes is committed."""
     if db.startswith("sqlite:///"):
         import sqlite3
 
         with contextlib.closing(sqlite3.connect(db.removeprefix("sqlite:///"))) as conn:
-            return [tuple(r) for r in conn.execute(sql, params).fetchall()]
+            found = [tuple(r) for r in conn.execute(sql, params).fetchall()]
+            conn.commit()  # a change a test makes (an UPDATE) is the service's to see
+            return found
     import re
     from urllib.parse import parse_qs, urlparse
 

@@ -57,7 +57,6 @@ def routes(d: Dashboard) -> list[Route]:
                         yield {"event": "entry", "data": entry_tpl.render(e=row)}
                 now = await d.engine.status(record.eid, application=application)
                 s = await _run.state(d, user, application, now, subset)
-                s.pop("journal")
                 yield {"event": "state", "data": live_tpl.render(user=user, application=application,
                                                                  rerun_warning=_run.RERUN_WARNING, **s)}
                 if now.terminal:

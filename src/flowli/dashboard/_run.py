@@ -14,9 +14,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from flowli.catalog import CatalogError, PermissionDenied, steps_of
+from flowli.catalog import DAG, CatalogError, PermissionDenied, steps_of
 from flowli.catalog import remediation as remediation_of
-from flowli.domain import ExecutionRecord, FlowliError, Status, UnknownExecutionError
+from flowli.domain import EntryKind, ExecutionRecord, FlowliError, Status, UnknownExecutionError
 from flowli.pipelines import WORKFLOW, Access, PipelineInputError, ServiceError
 from flowli.pipelines import redact as redact_value
 
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from ._app import Dashboard
     from ._auth import User
 
+REFUSED = "result.refused"
+"""The timeline's word for a late result the service refused (kept beside the journal)."""
+KINDS = (*(k.value for k in EntryKind), REFUSED)
 ENTRIES_SHOWN = 200
 """The timeline shows this many entries a page, the newest first."""
 VALUE_CHARS = 400
@@ -106,7 +109,11 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
     ``subset``, when given) and the stages (a pipeline's), and the actions the run allows now."""
     access = await d.access(user, application)
     pid = _pipeline_id(record)
-    journal = await d.engine.journal(record.eid, application=application)
+    # the whole journal only where a view is built from it: a pipeline's stages, a dag's steps, a
+    # remediation gate (a suspended run); the timeline reads its page on its own
+    journal: list[Any] = []
+    if pid is not None or record.workflow == DAG or record.status is Status.SUSPENDED:
+        journal = await d.engine.journal(record.eid, application=application)
     view = await d.pipelines.get(access, pid, journal=journal) if pid is not None else None
     nodes: list[_graph.Node] = []
     title = ""
@@ -125,7 +132,7 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
             graph = _graph.svg(nodes, title)
         except _graph.TooLarge as exc:
             too_large = str(exc)
-    gate = remediation_of(record, journal) if view is None else None
+    gate = remediation_of(record, journal) if view is None and journal else None
     status = view["status"] if view is not None else record.status.value
     live = not record.terminal
     actions = {
@@ -136,7 +143,7 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
         "resolve": gate is not None,
     }
     return {"record": record, "view": view, "graph": graph, "too_large": too_large, "status": status,
-            "actions": actions, "gate": gate, "journal": journal, "can_act": user.can_act, "subset": subset,
+            "actions": actions, "gate": gate, "can_act": user.can_act, "subset": subset,
             "drawn": len(nodes)}
 
 
@@ -151,30 +158,39 @@ def _label(status: str, attempt: int) -> str:
 async def _show(d: Dashboard, request: Request, user: User, application: str, record: ExecutionRecord) -> Response:
     s = await state(d, user, application, record, (request.query_params.get("stages") or "").strip())
     q = request.query_params
-    filters = {k: (q.get(k) or "").strip() for k in ("frame", "kind", "attempt")}
-    if filters["attempt"] and not filters["attempt"].isdigit():
-        raise Refused(400, f"attempt must be a number, not {filters['attempt']!r}")
-    entries = [row(e) for e in s.pop("journal")]
-    if s["view"] is not None:
-        entries += await _refused_results(d, application, record.eid)
-    kinds = sorted({e["kind"] for e in entries})
-    frames = sorted({e["fid"] for e in entries if e["fid"]})
-    shown = [e for e in entries if (not filters["frame"] or e["fid"] == filters["frame"])
-             and (not filters["kind"] or e["kind"] == filters["kind"])
-             and (not filters["attempt"] or str(e["attempt"]) == filters["attempt"])]
-    shown.sort(key=lambda e: (e["at"] is None, e["at"], e["seq"] or 0), reverse=True)
-    before = q.get("before")
-    if before and before.isdigit():
-        shown = [e for e in shown if e["seq"] is not None and e["seq"] < int(before)]
-    page, more = shown[:ENTRIES_SHOWN], len(shown) > ENTRIES_SHOWN
+    filters = {k: (q.get(k) or "").strip() for k in ("frame", "kind", "attempt", "before")}
+    for field in ("attempt", "before"):
+        if filters[field] and not filters[field].isdigit():
+            raise Refused(400, f"{field} must be a number, not {filters[field]!r}")
+    if filters["kind"] and filters["kind"] not in KINDS:
+        raise Refused(400, f"kind must be one of {', '.join(KINDS)}, not {filters['kind']!r}")
+    attempt = int(filters["attempt"]) if filters["attempt"] else None
+    before = int(filters["before"]) if filters["before"] else None
+    kind = filters["kind"] or None
+    entries: list[dict[str, Any]] = []
+    matched = 0
+    if kind != REFUSED:
+        page, matched = await d.engine.journal_page(record.eid, fid=filters["frame"] or None, kind=kind,
+                                                    attempt=attempt, before=before, limit=ENTRIES_SHOWN,
+                                                    application=application)
+        entries = [row(e) for e in page]
+    more = len(entries) == ENTRIES_SHOWN
+    if s["view"] is not None and before is None and not filters["frame"] and kind in (None, REFUSED):
+        # a refused late result is no journal entry (nothing changed): it shows among the newest
+        refused = [r for r in await _refused_results(d, application, record.eid)
+                   if attempt is None or r["attempt"] == attempt]
+        matched += len(refused)
+        entries = sorted(entries + refused, key=lambda e: e["at"], reverse=True)
+    newest = (await d.engine.journal_page(record.eid, limit=1, application=application))[0]
     evidence = [{"fid": e.fid, "attempt": e.attempt, "attachment": e.attachment,
                  "event": json.dumps(redact_value(e.event), default=str)[:VALUE_CHARS] if e.event else ""}
                 for e in await d.engine.evidence(record.eid)][-ENTRIES_SHOWN:]
     done = DONE.get(q.get("done") or "")
-    return d.page(request, "run.html", user, application=application, entries=page, more=more, total=len(entries),
-                  matched=len(shown), filters=filters, kinds=kinds, frames=frames, evidence=evidence,
+    oldest = min((e["seq"] for e in entries if e["seq"] is not None), default=None)
+    return d.page(request, "run.html", user, application=application, entries=entries, more=more, matched=matched,
+                  filters=filters, kinds=KINDS, evidence=evidence, older=oldest if more else None,
                   context=_context(record, s["view"]), rerun_warning=RERUN_WARNING, done=done,
-                  last_seq=max((e["seq"] or 0 for e in entries), default=0), **s)
+                  last_seq=newest[0].seq if newest else 0, **s)
 
 
 def _context(record: ExecutionRecord, view: dict[str, Any] | None) -> dict[str, Any]:
@@ -187,7 +203,7 @@ async def _refused_results(d: Dashboard, application: str, eid: str) -> list[dic
     out = []
     for r in await d.engine.items.list("refused", application, prefix=f"{eid}/"):
         b = r.body
-        out.append({"seq": None, "kind": "result.refused", "fid": "", "attempt": b.get("attempt"),
+        out.append({"seq": None, "kind": REFUSED, "fid": "", "attempt": b.get("attempt"),
                     "value": _short(redact_value(b)), "error_type": None, "error_code": b.get("errorCode"),
                     "error_message": b.get("reason"), "actor": str(b.get("actor") or ""), "site": "", "at": r.at})
     return out

@@ -25,7 +25,7 @@ from flowli.domain import (
     principal_for,
 )
 from flowli.log import Evidence
-from flowli.store import Intent, Items, Store, TaskHold, Write
+from flowli.store import Intent, Items, JournalFilter, Store, TaskHold, Write
 
 from . import _operations as ops
 from . import _schedules as sched
@@ -320,6 +320,19 @@ class Engine:
     async def journal(self, eid: str, *, application: str | None = None) -> builtins.list[Entry]:
         """Every entry of the execution, live or archived."""
         return await read_journal(self._rt, self._archive, eid, application)
+
+    async def journal_page(
+        self, eid: str, *, fid: str | None = None, kind: str | None = None, attempt: int | None = None,
+        before: int | None = None, limit: int = 200, application: str | None = None,
+    ) -> tuple[builtins.list[Entry], int]:
+        """The newest ``limit`` entries of the execution's journal below seq ``before`` (None: from
+        its last), of frame ``fid``, entry kind ``kind`` and attempt ``attempt`` when given, newest
+        first; and how many entries those filters match in all. A long journal is read a page at a
+        time this way, never whole."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        f = JournalFilter(fid, kind, attempt)
+        return await ops.read_journal_page(self._rt, self._archive, eid, f, before, limit, application)
 
     async def run_view(self, eid: str, *, application: str | None = None) -> RunView:
         """The frames of a run as a tree: kind, status, attempts, timing and waits (from its

@@ -34,7 +34,7 @@ from flowli.domain import (
     principal_for,
     task_id,
 )
-from flowli.store import Guard, Intent, NewMessage, Resume, StatusChange, WakeWaiters, Write
+from flowli.store import Guard, Intent, JournalFilter, NewMessage, Resume, StatusChange, WakeWaiters, Write
 
 from ._archive import Archive, entry_from, record_from
 from ._core import global_channel
@@ -86,6 +86,21 @@ async def read_journal(rt: Runtime, archive: Archive, eid: str, application: str
     if archived is None or not visible(record_from(archived["record"]), application):
         raise UnknownExecutionError(eid)
     return [entry_from(e) for e in archived["journal"]]
+
+
+async def read_journal_page(rt: Runtime, archive: Archive, eid: str, f: JournalFilter, before: int | None,
+                            limit: int, application: str | None) -> tuple[list[Entry], int]:
+    """A page of an execution's journal, newest first (see ``Store.read_journal_page``), live or
+    archived, as its application sees it."""
+    record = await rt.store.read_execution(eid)
+    if record is not None:
+        if not visible(record, application):
+            raise UnknownExecutionError(eid)
+        return await rt.store.read_journal_page(eid, f, before, limit)
+    matched = [e for e in reversed(await read_journal(rt, archive, eid, application))
+               if (f.fid is None or e.fid == f.fid) and (f.kind is None or e.kind.value == f.kind)
+               and (f.attempt is None or e.attempt == f.attempt)]
+    return [e for e in matched if before is None or (e.seq or 0) < before][:limit], len(matched)
 
 
 async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload: Any, by: By,

@@ -1,5 +1,6 @@
 """The Store protocol and its backends. Imports domain only: it stores, fences and hands out."""
 
+from ._journal_sql import JournalFilter as JournalFilter
 from ._protocol import Acquired as Acquired
 from ._protocol import Acquisition as Acquisition
 from ._protocol import Announcement as Announcement
@@ -34,6 +35,7 @@ __all__ = [
     "Fence",
     "Guard",
     "Intent",
+    "JournalFilter",
     "NewExecution",
     "NewMessage",
     "Renewal",

@@ -16,6 +16,9 @@ import asyncpg
 from flowli.domain import Entry, ExecutionRecord, Message, Task, Timer
 
 from . import _codec as c
+from ._journal_sql import JournalFilter
+from ._journal_sql import page as journal_page
+from ._pg_sql import dialect
 
 READ_MESSAGES = (
     "SELECT q.i, m.channel, m.seq, m.payload, m.provenance, m.application"
@@ -68,6 +71,15 @@ class PostgresReads:
             f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = $1 AND seq > $2 ORDER BY seq", eid, after
         )
         return [c.entry_record(r) for r in rows]
+
+    async def read_journal_page(self, eid: str, f: JournalFilter, before: int | None, limit: int,
+                                ) -> tuple[list[Entry], int]:
+        assert self._pool is not None
+        rows_sql, rows_params, count_sql, count_params = journal_page(eid, f, before, limit)
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(dialect(rows_sql), *rows_params)
+            count = await conn.fetchval(dialect(count_sql), *count_params)
+        return [c.entry_record(r) for r in rows], int(count)
 
     async def read_messages(self, channel: str, after: int = 0, limit: int = 100) -> list[Message]:
         # the reads asked for in one turn of the loop (the receives of many resumed executions)

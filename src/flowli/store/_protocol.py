@@ -20,6 +20,8 @@ from typing import Any, Callable, Generator, Protocol, Sequence
 
 from flowli.domain import Entry, ExecutionRecord, Message, Status, Task, TaskKind, Timer
 
+from ._journal_sql import JournalFilter
+
 
 @dataclass(frozen=True)
 class Fence:
@@ -461,6 +463,11 @@ class Store(Protocol):
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]: ...
 
     async def read_journal(self, eid: str, after: int = 0) -> list[Entry]: ...
+
+    async def read_journal_page(self, eid: str, f: JournalFilter, before: int | None, limit: int,
+                                ) -> tuple[list[Entry], int]:
+        """The newest ``limit`` entries of a journal below seq ``before`` (None: from the last)
+        that ``f`` matches, newest first, and how many entries it matches in all."""
 
     async def read_messages(self, channel: str, after: int = 0, limit: int = 100) -> list[Message]: ...
 

@@ -28,6 +28,8 @@ from flowli.domain import (
 
 from . import _codec as c
 from ._apply import apply_write, stale_hold
+from ._journal_sql import JournalFilter
+from ._journal_sql import page as journal_page
 from ._protocol import Acquired, Renewal, Write, WriteResult
 from ._sqlite_file import Thread, connect_wal, drive
 from ._sqlite_items import SQLiteItems
@@ -314,6 +316,16 @@ class SQLiteStore:
 
     async def read_journal(self, eid: str, after: int = 0) -> list[Entry]:
         return await self._r(lambda conn: _journal(conn, eid, after))
+
+    async def read_journal_page(self, eid: str, f: JournalFilter, before: int | None, limit: int,
+                                ) -> tuple[list[Entry], int]:
+        rows_sql, rows_params, count_sql, count_params = journal_page(eid, f, before, limit)
+
+        def run(conn: sqlite3.Connection) -> tuple[list[Entry], int]:
+            rows = conn.execute(rows_sql, rows_params).fetchall()
+            return [c.entry_record(r) for r in rows], int(conn.execute(count_sql, count_params).fetchone()[0])
+
+        return await self._r(run)
 
     async def read_messages(self, channel: str, after: int = 0, limit: int = 100) -> list[Message]:
         def run(conn: sqlite3.Connection) -> list[Message]:

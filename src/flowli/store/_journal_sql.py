@@ -1,0 +1,35 @@
+"""A page of one journal, newest first, for the views that show a long journal a page at a time
+(the dashboard's timeline): the statements in the dialect both backends accept (``?``
+placeholders; PostgreSQL's store rewrites them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._codec import ENTRY_COLUMNS
+
+
+@dataclass(frozen=True)
+class JournalFilter:
+    """The entries of one frame, of one kind, of one attempt (None: any)."""
+
+    fid: str | None = None
+    kind: str | None = None
+    attempt: int | None = None
+
+
+def page(eid: str, f: JournalFilter, before: int | None, limit: int) -> tuple[str, list[Any], str, list[Any]]:
+    """The statement of the page's rows and the one that counts every entry the filter matches."""
+    where, params = "eid = ?", [eid]
+    for column, value in (("fid", f.fid), ("kind", f.kind), ("attempt", f.attempt)):
+        if value is not None:
+            where += f" AND {column} = ?"
+            params.append(value)
+    count = f"SELECT COUNT(*) FROM journal WHERE {where}"
+    rows_where, rows_params = where, list(params)
+    if before is not None:
+        rows_where += " AND seq < ?"
+        rows_params.append(before)
+    rows = f"SELECT {ENTRY_COLUMNS} FROM journal WHERE {rows_where} ORDER BY seq DESC LIMIT ?"
+    return rows, [*rows_params, limit], count, params
