@@ -342,3 +342,21 @@ def test_the_mcp_bench_drives_a_real_service_with_the_sdk_client():
     m1, m2 = one_run(3, 2, 2)
     assert m1["workload"] == "M1" and 0 < m1["p50_ms"] <= m1["p99_ms"]
     assert m2["workload"] == "M2" and m2["runs"] == 4 and m2["runs_per_s"] > 0
+
+
+def test_the_dashboard_benchmark_runs_end_to_end_once_small(tmp_path):
+    """D1 and D2 with 20 runs stored, one round: every page answered and every append reached the
+    browser (the bench's own failure count), a line per page and round then its summary."""
+    import subprocess
+
+    out = tmp_path / "dashboard.jsonl"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "bench/dashboard.py", "--runs", "20", "--rounds", "1", "--requests", "5",
+                           "--appends", "2", "--backend", "sqlite", "--port", "0", "--out", str(out)],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    summaries = [x for x in lines if "median_of" in x]
+    assert {x["workload"] for x in summaries} == {"D1", "D2"}
+    assert all(x["failures"] == 0 and x["p50_ms"] > 0 for x in summaries), summaries
+    assert any(x["page"] == "runs" and x["stored"] == 20 for x in summaries), summaries
