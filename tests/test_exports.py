@@ -34,12 +34,12 @@ PINNED = {
         "child_eid", "digest", "dumps", "keyed_eid", "new_eid", "principal_for", "task_id", "type_metadata",
     ],
     flowli.engine: [
-        "AttemptView", "CallNext", "Clock", "Consumer", "Context", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
+        "AttemptView", "CallNext", "Checked", "Clock", "Consumer", "Context", "Difference", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
         "Explanation", "FrameView", "Middleware", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
-        "SystemClock", "Transition", "WorkflowDef", "firing_key", "input_model", "problems", "reply_channel",
+        "SystemClock", "Transition", "Verification", "WorkflowDef", "firing_key", "input_model", "problems", "reply_channel",
     ],
     flowli.store: [
-        "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "Intent", "Item", "Items", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",
+        "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "Intent", "Item", "Items", "JournalFilter", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",
         "Resume", "StatusChange", "Store", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
     ],
     flowli.pipelines: [

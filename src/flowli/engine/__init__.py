@@ -25,12 +25,18 @@ from ._transitions import Middleware as Middleware
 from ._transitions import Transition as Transition
 from ._typing import input_model as input_model
 from ._typing import problems as problems
+from ._verify import Checked as Checked
+from ._verify import Difference as Difference
+from ._verify import Verification as Verification
 from ._views import AttemptView as AttemptView
 from ._views import FrameView as FrameView
 from ._views import RunView as RunView
 
 __all__ = [
     "AttemptView",
+    "Checked",
+    "Difference",
+    "Verification",
     "FrameView",
     "RunView",
     "CallNext",

@@ -43,6 +43,7 @@ from ._retention import retain
 from ._runtime import Options, Runtime, entries_with_seqs
 from ._tasks import cancel_and_wait
 from ._transitions import Middleware, Observer, Transition, commit
+from ._verify import Verification, verify
 from ._views import RunView, run_view
 from ._waits import new_execution
 from ._watch import await_end, await_suspended, watch
@@ -276,6 +277,14 @@ class Engine:
         record = await read_record(self._rt, self._archive, eid, application)
         wf = self.registry.get(record.workflow, version or record.version)
         return await dry_replay(self._rt, wf, record, await read_journal(self._rt, self._archive, eid, application))
+
+    async def verify(self, registry: Registry, *, workflow: str | None = None, limit: int = 20) -> Verification:
+        """Replay, in memory, every live execution and the newest ``limit`` finished ones of each
+        workflow version against the code of ``registry`` (a deploy's new code): each one's first
+        difference, if any. Writes nothing, runs no step, needs no worker or lease."""
+        if not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit must be a number of executions >= 0, got {limit!r}")
+        return await verify(self._rt, self._archive, self._projection, registry, workflow=workflow, limit=limit)
 
     async def retry(self, eid: str, by: By = None, *, reason: str | None = None,
                     application: str | None = None, signal: tuple[str, Any] | None = None) -> str | None:

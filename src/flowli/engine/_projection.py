@@ -194,6 +194,15 @@ class Projection:
                     return applied
                 applied += await self._views.advance(name, entries, projector.plan)
 
+    async def peek(self, name: str, sql: str, params: Sequence[Any] = ()) -> tuple[list[tuple[Any, ...]], int]:
+        """Rows of a SELECT on a projector's tables as they stand, and its cursor, without catching
+        it up (which writes): a reader that must write nothing reads the control log past the
+        cursor itself. A view never installed yet has no rows and cursor 0."""
+        try:
+            return await self._views.read(sql, params), int(await self._views.cursor(name))
+        except Exception:  # noqa: BLE001 - the view's tables do not exist in this database yet
+            return [], 0
+
     async def position(self, name: str) -> int:
         """The seq of the last control-log entry the projector has read, once it caught up."""
         await self.catch_up(name)
