@@ -17,6 +17,7 @@ import httpx
 
 from flowli.client import PipelinesClient, WaitForApproval
 
+from ..catalog.test_remediation import gated
 from ..http.conftest import flowli, new_app, rows, serving
 from ..http.test_pipelines import Worker, until_stage, until_status
 from .conftest import Tenants, csrf_of, logged_in, pipeline
@@ -332,17 +333,8 @@ async def test_serve_open_needs_no_login_from_this_machine_only(tmp_path):
     assert refused.returncode != 0 and "--open skips the dashboard's login" in refused.stderr
 
 
-GATED = {"name": "gated", "version": "1", "layers": [
-    {"name": "make", "steps": [
-        {"name": "create", "workflow_type": "aws.s3.create_bucket",
-         "input_mapping": {"bucket": {"source": "input", "field": "bucket"}}}]},
-    {"name": "configure", "steps": [
-        {"name": "version", "workflow_type": "aws.s3.enable_versioning",
-         "input_mapping": {"bucket": {"source": "step", "step": "create", "field": "bucket_name"},
-                           "count": {"source": "static", "value": 2}}},
-        {"name": "tag", "workflow_type": "aws.s3.put_bucket_tagging",
-         "input_mapping": {"bucket": {"source": "step", "step": "create", "field": "bucket_name"},
-                           "tagging": {"source": "static", "value": {"TagSet": []}}}}]}]}
+GATED = gated()
+"""A composition whose tag step parks at a remediation gate for a bucket named locked-..."""
 
 
 async def catalog_status(api: httpx.AsyncClient, eid: str, *wanted: str) -> dict[str, Any]:
