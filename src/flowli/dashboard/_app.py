@@ -20,9 +20,18 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from flowli.catalog import Catalog
+from flowli.catalog import Catalog, PermissionDenied
 from flowli.engine import Engine
-from flowli.pipelines import Access, Applications, NotFound, Pipelines, Schedules, Workers
+from flowli.pipelines import (
+    Access,
+    Applications,
+    NotFound,
+    PipelineInputError,
+    Pipelines,
+    Schedules,
+    ServiceError,
+    Workers,
+)
 
 from ._auth import LOGIN_CSRF_COOKIE, SESSION_COOKIE, SESSION_TTL, Sessions, User, same
 
@@ -51,6 +60,18 @@ def _from_here(request: Request) -> bool:
     host = request.client.host if request.client else ""
     relayed = any(h in request.headers for h in ("x-forwarded-for", "forwarded", "x-real-ip"))
     return host in ("127.0.0.1", "::1") and not relayed
+
+
+def refusal(exc: Exception, what: str) -> Refused:
+    """A service's refusal of an action, as the page says it: a pipeline service's own status,
+    403 for a capability the user lacks, 409 for a run whose state does not allow it."""
+    if isinstance(exc, PermissionDenied):
+        return Refused(403, str(exc))
+    if isinstance(exc, ServiceError):
+        return Refused(exc.status, f"Cannot {what}: {exc}")
+    if isinstance(exc, PipelineInputError):
+        return Refused(400, f"Cannot {what}: {exc}")
+    return Refused(409, f"Cannot {what}: {exc}")
 
 
 def _browser(scope: Scope) -> bool:

@@ -14,13 +14,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from flowli.catalog import CatalogError, PermissionDenied
 from flowli.domain import FlowliError
 from flowli.patterns import answer_review, inbox
-from flowli.pipelines import WORKFLOW, Access, PipelineInputError, ServiceError
+from flowli.pipelines import WORKFLOW, Access
 
 from . import _graph
-from ._app import Refused
+from ._app import Refused, refusal
 
 if TYPE_CHECKING:
     from ._app import Dashboard
@@ -30,14 +29,6 @@ PIPELINES_SCANNED = 500
 STUCK_AFTER = 600
 """The default idle seconds before a run is listed as stuck (the page's ``older_than`` changes it)."""
 WORKERS_SEEN = timedelta(minutes=10)
-
-
-def _refusal(exc: Exception, what: str) -> Refused:
-    if isinstance(exc, PermissionDenied):
-        return Refused(403, str(exc))
-    if isinstance(exc, ServiceError):
-        return Refused(exc.status, f"Cannot {what}: {exc}")
-    return Refused(409 if isinstance(exc, (CatalogError, FlowliError)) else 400, f"Cannot {what}: {exc}")
 
 
 async def _acting(d: Dashboard, request: Request) -> tuple[Any, Access]:
@@ -89,8 +80,8 @@ def routes(d: Dashboard) -> list[Route]:
             else:
                 await answer_review(d.engine, str(form.get("eid") or ""), approved, by=access.principal,
                                     reason=reason, application=application)
-        except (ServiceError, PipelineInputError, CatalogError, FlowliError) as exc:
-            raise _refusal(exc, "decide") from None
+        except FlowliError as exc:
+            raise refusal(exc, "decide") from None
         done = "approved" if approved else "rejected"
         return RedirectResponse(f"/inbox?application={application}&done={done}", status_code=303)
 
@@ -119,8 +110,8 @@ def routes(d: Dashboard) -> list[Route]:
                                       int(seq) if seq.isdigit() else None, by=access.principal, application=application)
         except ValueError:
             raise Refused(400, "min_idle must be a number of seconds") from None
-        except (CatalogError, FlowliError) as exc:
-            raise _refusal(exc, "force-terminate") from None
+        except FlowliError as exc:
+            raise refusal(exc, "force-terminate") from None
         return RedirectResponse(f"/stuck?application={application}&done=terminated", status_code=303)
 
     async def workers(request: Request) -> Response:
@@ -146,8 +137,8 @@ def routes(d: Dashboard) -> list[Route]:
             raise Refused(400, "action must be pause or resume")
         try:
             await d.schedules.set_state(access, request.path_params["sid"], state)
-        except (ServiceError, PipelineInputError) as exc:
-            raise _refusal(exc, f"{form.get('action')} the schedule") from None
+        except FlowliError as exc:
+            raise refusal(exc, f"{form.get('action')} the schedule") from None
         return RedirectResponse(f"/schedules?application={application}&done={state}", status_code=303)
 
     async def catalog(request: Request) -> Response:
@@ -167,8 +158,8 @@ def routes(d: Dashboard) -> list[Route]:
             try:
                 schema = await d.catalog.schema(name, by=by, application=application)
                 dag = await d.catalog.dag(name, by=by, application=application)
-            except (CatalogError, FlowliError) as exc:
-                raise _refusal(exc, f"show {name}") from None
+            except FlowliError as exc:
+                raise refusal(exc, f"show {name}") from None
             steps = [(s["name"], layer["name"], "") for layer in dag["layers"] for s in layer["steps"]]
             try:
                 drawing = _graph.svg(_graph.layered(steps), f"Layers of {name}")

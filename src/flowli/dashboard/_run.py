@@ -14,14 +14,14 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from flowli.catalog import DAG, CatalogError, PermissionDenied, steps_of
+from flowli.catalog import DAG, steps_of
 from flowli.catalog import remediation as remediation_of
 from flowli.domain import EntryKind, ExecutionRecord, FlowliError, Status, UnknownExecutionError
-from flowli.pipelines import WORKFLOW, Access, PipelineInputError, ServiceError
+from flowli.pipelines import WORKFLOW, Access, ServiceError
 from flowli.pipelines import redact as redact_value
 
 from . import _graph
-from ._app import Refused
+from ._app import Refused, refusal
 
 if TYPE_CHECKING:
     from ._app import Dashboard
@@ -68,12 +68,8 @@ def routes(d: Dashboard) -> list[Route]:
         action = str(form.get("action") or "")
         try:
             await _act(d, await d.access(user, application), record, action, form)
-        except (ServiceError, PipelineInputError) as exc:
-            raise Refused(getattr(exc, "status", 400), f"Cannot {action}: {exc}") from None
-        except PermissionDenied as exc:
-            raise Refused(403, str(exc)) from None
-        except (CatalogError, FlowliError) as exc:
-            raise Refused(409, f"Cannot {action}: {exc}") from None
+        except FlowliError as exc:  # the services refuse with FlowliErrors, each its kind
+            raise refusal(exc, action) from None
         return RedirectResponse(f"/runs/{record.eid}?done={action}", status_code=303)
 
     return [Route("/runs/{eid:path}/act", act, methods=["POST"]), Route("/runs/{eid:path}", run),
