@@ -194,7 +194,7 @@ class Projection:
                     return applied
                 applied += await self._views.advance(name, entries, projector.plan)
 
-    async def peek(self, name: str, sql: str, params: Sequence[Any] = ()) -> tuple[list[tuple[Any, ...]], int]:
+    async def read_as_is(self, name: str, sql: str, params: Sequence[Any] = ()) -> tuple[list[tuple[Any, ...]], int]:
         """Rows of a SELECT on a projector's tables as they stand, and its cursor, without catching
         it up (which writes): a reader that must write nothing reads the control log past the
         cursor itself. A view never installed yet has no rows and cursor 0."""

@@ -1,8 +1,8 @@
-"""Verify new code against stored journals before a deploy: each live execution, and the last
-finished ones of each workflow version, replayed in memory against the new registry (a dry
-replay: every memo served from the journal, no step run, nothing written). The executions are
-found in the executions view as it stands, plus the control log past its cursor (so a view that
-lags is not caught up: that would be a write)."""
+"""Check new code against the stored journals before a deploy (``flowli verify``): each live
+execution, and the last finished ones of each workflow version, replayed in memory against the
+new registry (a dry replay: every memo served from the journal, no step run, nothing written).
+The executions are found in the executions view as it stands, plus the control log past its
+cursor (so a view that lags is not caught up: that would be a write)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ class Verification:
 async def _candidates(rt: Runtime, projection: Projection, workflow: str | None, limit: int) -> list[str]:
     """The eids to check: every live one, and the newest ``limit`` finished ones of each workflow
     version; from the executions view without catching it up, then the control log past it."""
-    rows, cursor = await projection.peek("executions", "SELECT eid, workflow, version, status, created_at"
+    rows, cursor = await projection.read_as_is("executions", "SELECT eid, workflow, version, status, created_at"
                                          " FROM view_executions ORDER BY created_at DESC, eid DESC")
     known: dict[str, tuple[str, str, str, float]] = {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
     after = cursor
