@@ -13,6 +13,7 @@ import flowli.domain
 import flowli.engine
 import flowli.http
 import flowli.log
+import flowli.metrics
 import flowli.pipelines
 import flowli.store
 from flowli import Context, Engine, Registry
@@ -52,8 +53,9 @@ PINNED = {
         "InputsInvalid", "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
         "RunStateError", "SAVE", "UnknownType", "catalog_of", "content_hash", "install", "remediation", "steps_of",
     ],
-    flowli.http: ["MAX_BODY", "create_app", "serve"],
+    flowli.http: ["MAX_BODY", "create_app", "from_this_machine", "serve"],
     flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],
+    flowli.metrics: ["Metrics", "serve"],
     flowli.log: ["Attempt", "Bucket", "Evidence", "attach", "attempt_scope", "current_attempt", "get_logger"],
 }
 

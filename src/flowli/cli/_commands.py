@@ -58,20 +58,30 @@ def worker(
     lease_ttl: Annotated[float, typer.Option("--lease-ttl", min=0.1, metavar="SECONDS",
                                              help="How long a lease lasts unrenewed: a crashed worker's runs"
                                                   " move on after it.")] = 30.0,
+    metrics_port: Annotated[int | None, typer.Option("--metrics-port", metavar="PORT",
+                                                     help="Serve Prometheus metrics on 127.0.0.1:PORT.")] = None,
     app_: AppOption = None,
     db: DbOption = None,
 ) -> None:
     """Run a worker in the foreground until Ctrl-C or SIGTERM (a second one stops it at once)."""
-    run(_worker(_settings(ctx, app_, db), concurrency, queue or ["default"], grace, lease_ttl), fast_loop=True)
+    run(_worker(_settings(ctx, app_, db), concurrency, queue or ["default"], grace, lease_ttl, metrics_port),
+        fast_loop=True)
 
 
-async def _worker(s: Settings, concurrency: int, queues: list[str], grace: float = 30.0, lease_ttl: float = 30.0) -> int:
+async def _worker(s: Settings, concurrency: int, queues: list[str], grace: float = 30.0, lease_ttl: float = 30.0,
+                  metrics_port: int | None = None) -> int:
     if not s.app:
         raise CLIError("flowli worker needs --app module:registry (or FLOWLI_APP): a worker runs the workflows of a registry")
     registry = load_registry(s.app)
     install_catalog(registry)  # the dag runner and composition.save: a worker runs compositions too
     setup_logging()
-    async with open_engine(s, registry, lease_ttl=timedelta(seconds=lease_ttl)) as engine:
+    async with contextlib.AsyncExitStack() as stack:
+        engine = await stack.enter_async_context(open_engine(s, registry, lease_ttl=timedelta(seconds=lease_ttl)))
+        if metrics_port is not None:
+            from flowli.metrics import serve as serve_metrics
+
+            await stack.enter_async_context(serve_metrics(engine, metrics_port))
+            out.print(f"metrics on http://127.0.0.1:{metrics_port}/metrics", soft_wrap=True)
         Catalog(engine)  # the catalog's RBAC and its data types in this process
         if engine.options.bucket == "flowli-bucket" and not s.url.startswith("sqlite"):
             err.print(Text(f"warning: evidence goes to {Path.cwd() / 'flowli-bucket'} on this host while the"

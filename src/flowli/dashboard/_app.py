@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowli.catalog import Catalog, PermissionDenied
 from flowli.engine import Engine
+from flowli.http import from_this_machine
 from flowli.pipelines import (
     Access,
     Applications,
@@ -53,13 +54,6 @@ class Refused(Exception):
 
 LOCAL_USER = "localhost"
 """Who acts from this machine under ``flowli serve --open`` (the journal says ``human:localhost``)."""
-
-
-def _from_here(request: Request) -> bool:
-    """A request from this machine itself: from a loopback address, not relayed by a proxy."""
-    host = request.client.host if request.client else ""
-    relayed = any(h in request.headers for h in ("x-forwarded-for", "forwarded", "x-real-ip"))
-    return host in ("127.0.0.1", "::1") and not relayed
 
 
 def refusal(exc: Exception, what: str) -> Refused:
@@ -133,7 +127,7 @@ class Dashboard:
         """The user logged in; a page without one answers with the login page (Refused 401 is
         turned into a redirect by ``_refused``)."""
         user = await self.sessions.user(request.cookies.get(SESSION_COOKIE))
-        if user is None and self.local and _from_here(request):
+        if user is None and self.local and from_this_machine(request):
             apps = tuple(a["name"] for a in await self.applications.list())
             user = User(LOCAL_USER, "admin", apps, self._local_csrf)
         if user is None:

@@ -40,7 +40,7 @@ from ._operations import ENGINE_ACTOR, By, read_journal, read_record, scope_of
 from ._projection import ExecutionPage, Projection, Projector
 from ._registry import Registry
 from ._retention import retain
-from ._runtime import Options, Runtime, entries_with_seqs
+from ._runtime import Options, Runtime, Stats, entries_with_seqs
 from ._tasks import cancel_and_wait
 from ._transitions import Middleware, Observer, Transition, commit
 from ._verify import Verification, verify
@@ -277,6 +277,22 @@ class Engine:
         record = await read_record(self._rt, self._archive, eid, application)
         wf = self.registry.get(record.workflow, version or record.version)
         return await dry_replay(self._rt, wf, record, await read_journal(self._rt, self._archive, eid, application))
+
+    @property
+    def stats(self) -> Stats:
+        """What this process counted (step attempts and failures by workflow, lease recoveries,
+        sweeps, the latest timer lag), for ``flowli.metrics``."""
+        return self._rt.stats
+
+    def batch_sizes(self) -> dict[int, int]:
+        """How many batches of each size this process's store writers committed."""
+        return dict(self._store.batch_sizes)
+
+    async def queue_depths(self) -> builtins.list[tuple[str, int, float]]:
+        """Per queue with tasks ready to dequeue now: how many, and the age in seconds of the
+        oldest."""
+        now = self.clock.now()
+        return [(q, n, max(0.0, now.timestamp() - at)) for q, n, at in await self._store.queue_depths(now)]
 
     async def verify(self, registry: Registry, *, workflow: str | None = None, limit: int = 20) -> Verification:
         """Replay, in memory, every live execution and the newest ``limit`` finished ones of each

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Iterator
 
@@ -115,6 +116,21 @@ class Hub:
                 event.set()
 
 
+@dataclass
+class Stats:
+    """Counters of one engine's process, read by ``flowli.metrics`` at each scrape."""
+
+    attempts: collections.Counter[str] = field(default_factory=collections.Counter)
+    """Step attempts run in this process, by workflow."""
+    failures: collections.Counter[str] = field(default_factory=collections.Counter)
+    """Step attempts that failed, by workflow."""
+    recoveries: int = 0
+    """Executions whose expired lease this process's sweeper recovered."""
+    sweeps: int = 0
+    timer_lag: float = 0.0
+    """Seconds between the due instant of the latest timer the sweeper fired and its firing."""
+
+
 class Runtime:
     """The store, registry and clock of one process, and its in-process wake-ups."""
 
@@ -143,6 +159,8 @@ class Runtime:
         self._flush: asyncio.TimerHandle | None = None
         self.middleware: list[Any] = []
         """``engine.use``: the chain every transition but the fast lane's appends passes."""
+        self.stats = Stats()
+        """What this process did, counted for the metrics (plain counters: no cost to speak of)."""
         self.observers: list[Any] = []
         """``engine.observe``: called after every commit, appends included."""
         self.principal = Principal(self.owner, "worker")

@@ -150,6 +150,7 @@ class Steps(Core):
             # trip per step). A store applies the writes of one execution in order, so an outcome
             # is never appended before its start.
             sent: list[asyncio.Future[WriteResult]] = []
+            self.rt.stats.attempts[self.wf.name] += 1
             timer = asyncio.get_running_loop().call_later(STARTED_AFTER, self._send_started, started, sent)
             try:
                 with attempt_scope(Attempt(self.eid, fid, attempt, self.rt.bucket)):
@@ -168,6 +169,7 @@ class Steps(Core):
                 await self._write(plain(Write(entries=[*before, entry])))
                 self.memo.outcome[fid] = entry
                 return value
+            self.rt.stats.failures[self.wf.name] += 1
             fail_value = failure_entry_value(policy, self.memo.tries(fid, attempt), exc, self.rt.clock.now())
             entry = self._entry(
                 EntryKind.FRAME_FAILED, fid, FrameKind.STEP, name=name, attempt=attempt, value=fail_value,

@@ -92,6 +92,7 @@ class Sweeper:
     async def sweep(self) -> int:
         """One pass; returns the number of tasks enqueued and entries repaired."""
         done = await self.fire_timers() + await self.recover() + await self.expire() + await self.repair()
+        self.rt.stats.sweeps += 1
         loop = asyncio.get_running_loop()
         if loop.time() >= self.next_retention:
             self.next_retention = loop.time() + self.rt.options.retention_interval
@@ -115,6 +116,7 @@ class Sweeper:
         ]
         await commit(rt, Transition("fire", Write(intent=Intent.FIRE, resumes=resumes, fired=timers), principal=SWEEPER,
                                     payload={"timers": [(t.eid, t.fid) for t in timers]}))
+        rt.stats.timer_lag = max(0.0, (now - min(t.at for t in timers)).total_seconds())
         return len(resumes)
 
     async def recover(self) -> int:
@@ -134,6 +136,7 @@ class Sweeper:
         ]
         await commit(rt, Transition("recover", Write(tasks=tasks), principal=SWEEPER,
                                     payload={"executions": [r.eid for r in dead]}))
+        rt.stats.recoveries += len(tasks)
         return len(tasks)
 
     async def expire(self) -> int:

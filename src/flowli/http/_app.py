@@ -12,6 +12,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -20,6 +21,7 @@ from flowli.domain import DatabaseUnavailable, FlowliError
 from flowli.engine import Engine
 from flowli.mcp import build as build_mcp
 from flowli.mcp import from_headers
+from flowli.metrics import Metrics
 from flowli.pipelines import (
     Access,
     Applications,
@@ -120,6 +122,13 @@ class WithMcp:
             await self.api(scope, receive, send)
 
 
+def from_this_machine(request: Any) -> bool:
+    """A request from this machine itself: a loopback peer, not relayed by a proxy."""
+    host = request.client.host if request.client else ""
+    relayed = any(h in request.headers for h in ("x-forwarded-for", "forwarded", "x-real-ip"))
+    return host in ("127.0.0.1", "::1") and not relayed
+
+
 def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.1") -> FastAPI:
     app = FastAPI(title="flowli", version="1", summary="Pipelines over HTTP: application workers in any language")
     pipelines = Pipelines(engine)
@@ -176,6 +185,15 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
 
     async def raw(request: Request) -> Any:
         return await request.json()
+
+    metrics = Metrics(engine)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics_text(request: Request) -> Response:
+        if not from_this_machine(request):
+            return error(403, "GET /metrics answers requests from this machine only (a loopback peer, not"
+                              " relayed): scrape it with an agent beside the service")
+        return Response(await metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:

@@ -1,6 +1,6 @@
-"""A page of one journal, newest first, for the views that show a long journal a page at a time
-(the dashboard's timeline): the statements in the dialect both backends accept (``?``
-placeholders; PostgreSQL's store rewrites them)."""
+"""Reads for the views over the store: a page of one journal, newest first (the dashboard's
+timeline), and the depth of each queue (the metrics); the statements in the dialect both backends
+accept (``?`` placeholders; PostgreSQL's store rewrites them)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._codec import ENTRY_COLUMNS
+
+QUEUE_DEPTHS = ("SELECT queue, COUNT(*), MIN(visible_at) FROM tasks WHERE state = 'ready' AND visible_at <= ?"
+                " GROUP BY queue ORDER BY queue")
+"""The tasks ready to dequeue per queue, and the oldest one's instant (the metrics' queue depth)."""
 
 
 @dataclass(frozen=True)

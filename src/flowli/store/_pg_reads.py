@@ -16,7 +16,7 @@ import asyncpg
 from flowli.domain import Entry, ExecutionRecord, Message, Task, Timer
 
 from . import _codec as c
-from ._journal_sql import JournalFilter
+from ._journal_sql import QUEUE_DEPTHS, JournalFilter
 from ._journal_sql import page as journal_page
 from ._pg_sql import dialect
 
@@ -80,6 +80,11 @@ class PostgresReads:
             rows = await conn.fetch(dialect(rows_sql), *rows_params)
             count = await conn.fetchval(dialect(count_sql), *count_params)
         return [c.entry_record(r) for r in rows], int(count)
+
+    async def queue_depths(self, now: datetime) -> list[tuple[str, int, float]]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(dialect(QUEUE_DEPTHS), now.timestamp())
+        return [(str(r[0]), int(r[1]), float(r[2])) for r in rows]
 
     async def read_messages(self, channel: str, after: int = 0, limit: int = 100) -> list[Message]:
         # the reads asked for in one turn of the loop (the receives of many resumed executions)

@@ -473,6 +473,13 @@ class Store(Protocol):
 
     async def read_control_log(self, after: int = 0, limit: int = 1000) -> list[Entry]: ...
 
+    async def queue_depths(self, now: datetime) -> list[tuple[str, int, float]]:
+        """Per queue with a task ready to dequeue at ``now``: how many are, and the instant (POSIX
+        seconds) since which the oldest of them is (for the metrics)."""
+
+    batch_sizes: dict[int, int]
+    """How many batches of each size this store's writers committed (its group commit)."""
+
     async def read_tasks(
         self, queue: str | None = None, eid: str | None = None, include_acked: bool = False
     ) -> list[Task]: ...

@@ -50,6 +50,8 @@ class Thread:
         self.conn = conn
         self.transactional = transactional
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.batch_sizes: dict[int, int] = {}
+        """How many batches of each size this thread ran (of a writer: its group commits)."""
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
@@ -80,6 +82,7 @@ class Thread:
                     stop = True
                     break
                 batch.append(nxt)
+            self.batch_sizes[len(batch)] = self.batch_sizes.get(len(batch), 0) + 1
             try:
                 outcomes = self._run_batch(batch)
             except BaseException as exc:  # never let the thread die: its callers would wait forever

@@ -168,6 +168,8 @@ class PostgresStore(PostgresLeases):
     def __init__(self, url: str, *, pool_size: int = 10, writers: int = 2):
         self.url = url
         self.dsn, self.schema = parse_url(url)
+        self.batch_sizes: dict[int, int] = {}
+        """How many batches of each size the writers committed (the group commit)."""
         self.pool_size = pool_size
         self.writers = writers
         self._pool: asyncpg.Pool | None = None
@@ -399,6 +401,8 @@ class PostgresStore(PostgresLeases):
             while len(batch) < _BATCH and not queue.empty():
                 batch.append(queue.get_nowait())
             batch = [item for item in batch if not item[2].done()]
+            if batch:
+                self.batch_sizes[len(batch)] = self.batch_sizes.get(len(batch), 0) + 1
             if not batch:
                 continue
             # a write that appends to the control log takes its counter row lock: put those last,

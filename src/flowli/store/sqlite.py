@@ -28,7 +28,7 @@ from flowli.domain import (
 
 from . import _codec as c
 from ._apply import apply_write, stale_hold
-from ._journal_sql import JournalFilter
+from ._journal_sql import QUEUE_DEPTHS, JournalFilter
 from ._journal_sql import page as journal_page
 from ._protocol import Acquired, Renewal, Write, WriteResult
 from ._sqlite_file import Thread, connect_wal, drive
@@ -337,6 +337,17 @@ class SQLiteStore:
             return [c.message_record(r) for r in rows]
 
         return await self._r(run)
+
+    async def queue_depths(self, now: datetime) -> list[tuple[str, int, float]]:
+        def run(conn: sqlite3.Connection) -> list[tuple[str, int, float]]:
+            rows = conn.execute(QUEUE_DEPTHS, (now.timestamp(),)).fetchall()
+            return [(str(q), int(n), float(at)) for q, n, at in rows]
+
+        return await self._r(run)
+
+    @property
+    def batch_sizes(self) -> dict[int, int]:
+        return self._writer.batch_sizes if self._writer is not None else {}
 
     async def read_control_log(self, after: int = 0, limit: int = 1000) -> list[Entry]:
         def run(conn: sqlite3.Connection) -> list[Entry]:

@@ -1,0 +1,118 @@
+"""Prometheus metrics of one engine: executions started, completed and failed by workflow (from
+the executions view, so every process reports the same totals), step attempts and failures by
+workflow and lease recoveries (this process's counters), the depth of each queue and the age of
+its oldest ready task, the sizes of the store's group commits, and the sweeper's timer lag.
+
+``Metrics(engine).render()`` is the text a scrape reads (``GET /metrics`` on ``flowli serve``);
+``serve(port)`` serves it on a port of its own (``flowli worker --metrics-port``), refreshed in
+the background, since a scrape there is answered on another thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from flowli.engine import Engine
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+"""The bounds of the group-commit batch-size histogram (writes per commit)."""
+REFRESH = 5.0
+"""Seconds between two reads of the store's figures when a port of its own serves them."""
+
+
+class Metrics(Collector):
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        self._read: dict[str, Any] = {"executions": [], "queues": []}
+
+    async def refresh(self) -> None:
+        """Read what comes from the store: executions per workflow and status, queue depths."""
+        executions = await self.engine.read_view(
+            "executions", "SELECT workflow, status, COUNT(*) FROM view_executions GROUP BY workflow, status")
+        self._read = {"executions": executions, "queues": await self.engine.queue_depths()}
+
+    async def render(self) -> bytes:
+        await self.refresh()
+        return bytes(generate_latest(self.registry))
+
+    def collect(self) -> Iterator[Metric]:
+        started = CounterMetricFamily("flowli_executions_started", "Executions started, by workflow.",
+                                      labels=["workflow"])
+        ended = {s: CounterMetricFamily(f"flowli_executions_{s}", f"Executions {s}, by workflow.", labels=["workflow"])
+                 for s in ("completed", "failed")}
+        totals: dict[str, int] = {}
+        by_status: dict[tuple[str, str], int] = {}
+        for workflow, status, n in self._read["executions"]:
+            workflow = str(workflow or "")
+            totals[workflow] = totals.get(workflow, 0) + int(n)
+            by_status[(workflow, str(status))] = by_status.get((workflow, str(status)), 0) + int(n)
+        for workflow, n in sorted(totals.items()):
+            started.add_metric([workflow], n)
+            for status, family in ended.items():
+                family.add_metric([workflow], by_status.get((workflow, status), 0))
+        yield started
+        yield from ended.values()
+        stats = self.engine.stats
+        for name, counts, what in (("flowli_step_attempts", stats.attempts, "Step attempts run in this process"),
+                                   ("flowli_step_failures", stats.failures, "Step attempts that failed in this process")):
+            family = CounterMetricFamily(name, f"{what}, by workflow.", labels=["workflow"])
+            for workflow, n in sorted(counts.items()):
+                family.add_metric([workflow], n)
+            yield family
+        depth = GaugeMetricFamily("flowli_queue_depth", "Tasks ready to dequeue, by queue.", labels=["queue"])
+        age = GaugeMetricFamily("flowli_queue_oldest_age_seconds", "Age of the oldest ready task, by queue.",
+                                labels=["queue"])
+        for queue, n, oldest in self._read["queues"]:
+            depth.add_metric([queue], n)
+            age.add_metric([queue], oldest)
+        yield depth
+        yield age
+        sizes = self.engine.batch_sizes()
+        buckets, seen = [], 0
+        for bound in BUCKETS:
+            seen = sum(n for size, n in sizes.items() if size <= bound)
+            buckets.append((str(bound), seen))
+        buckets.append(("+Inf", sum(sizes.values())))
+        yield HistogramMetricFamily("flowli_commit_batch_size", "Writes per group commit of the store.",
+                                    buckets=buckets, sum_value=sum(size * n for size, n in sizes.items()))
+        yield CounterMetricFamily("flowli_lease_recoveries", "Executions whose expired lease the sweeper recovered.",
+                                  value=stats.recoveries)
+        yield CounterMetricFamily("flowli_sweeps", "Passes of this process's sweeper.", value=stats.sweeps)
+        yield GaugeMetricFamily("flowli_sweeper_timer_lag_seconds",
+                                "Seconds between the latest fired timer's due instant and its firing.",
+                                value=stats.timer_lag)
+
+
+@contextlib.asynccontextmanager
+async def serve(engine: Engine, port: int, host: str = "127.0.0.1") -> AsyncIterator[Metrics]:
+    """Serve the metrics on ``host:port`` while the block runs, read again every REFRESH s."""
+    metrics = Metrics(engine)
+    await metrics.refresh()
+    server, thread = start_http_server(port, addr=host, registry=metrics.registry)
+
+    async def again() -> None:
+        while True:
+            await asyncio.sleep(REFRESH)
+            with contextlib.suppress(Exception):  # a store down for a moment: the last figures stay
+                await metrics.refresh()
+
+    task = asyncio.create_task(again())
+    try:
+        yield metrics
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        server.shutdown()
+        thread.join(5)
+
+
+__all__ = ["Metrics", "serve"]

@@ -1,0 +1,112 @@
+"""Prometheus metrics after a known workload, read with ``prometheus_client.parser``: ``GET
+/metrics`` on a real ``flowli serve`` (from this machine only), and ``flowli worker
+--metrics-port``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from .conftest import new_app, serving
+
+APP = "tests.catalog.app:registry"
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def finished(api: httpx.AsyncClient, eid: str) -> str:
+    for _ in range(400):
+        status = (await api.get(f"/catalog/runs/{eid}")).json()["status"]
+        if status in ("COMPLETED", "FAILED"):
+            return str(status)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{eid} never finished")
+
+
+async def test_serve_metrics_count_a_known_workload(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLOWLI_TEST_EFFECTS", str(tmp_path / "effects"))
+    async with serving("sqlite", tmp_path, "--app", APP) as svc:
+        _, key = new_app(svc.db, "billing")
+        async with httpx.AsyncClient(base_url=svc.url, headers={"X-API-Key": key}, timeout=30) as api:
+            ok = (await api.post("/catalog/runs", json={"workflow_type": "aws.s3.create_bucket",
+                                                         "inputs": {"bucket": "b1"}})).json()["workflow_id"]
+            bad = (await api.post("/catalog/runs", json={"workflow_type": "ops.flaky",
+                                                          "inputs": {"name": "db"}})).json()["workflow_id"]
+            assert await finished(api, ok) == "COMPLETED" and await finished(api, bad) == "FAILED"
+            made = await api.post("/pipelines", json={"name": "waits", "stages": [
+                {"stageName": "load", "stageHandlerName": "Load"}]})  # no worker serves Load: it waits
+            assert made.status_code in (200, 201)
+            for _ in range(200):
+                found = samples((await api.get("/metrics")).text)
+                if value(found, "flowli_queue_depth", queue="pipelines:billing:Load") == 1:
+                    break
+                await asyncio.sleep(0.05)
+            relayed = await api.get("/metrics", headers={"X-Forwarded-For": "203.0.113.9"})
+        assert relayed.status_code == 403 and "from this machine only" in relayed.json()["error"]
+    assert value(found, "flowli_executions_started_total", workflow="aws.s3.create_bucket") == 1
+    assert value(found, "flowli_executions_completed_total", workflow="aws.s3.create_bucket") == 1
+    assert value(found, "flowli_executions_failed_total", workflow="ops.flaky") == 1
+    assert value(found, "flowli_executions_failed_total", workflow="aws.s3.create_bucket") == 0
+    assert value(found, "flowli_step_attempts_total", workflow="aws.s3.create_bucket") == 1
+    assert value(found, "flowli_step_attempts_total", workflow="ops.flaky") == 1
+    assert value(found, "flowli_step_failures_total", workflow="ops.flaky") == 1
+    assert value(found, "flowli_step_failures_total", workflow="aws.s3.create_bucket") == 0
+    assert value(found, "flowli_queue_depth", queue="pipelines:billing:Load") == 1
+    assert value(found, "flowli_queue_oldest_age_seconds", queue="pipelines:billing:Load") >= 0
+    commits = value(found, "flowli_commit_batch_size_count")
+    assert commits > 0 and value(found, "flowli_commit_batch_size_bucket", le="+Inf") == commits
+    assert value(found, "flowli_commit_batch_size_sum") >= commits
+    assert value(found, "flowli_sweeps_total") > 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_worker_serves_its_metrics_on_a_port_of_its_own(tmp_path):
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    port = free_port()
+    env: dict[str, Any] = {**os.environ, "FLOWLI_TEST_EFFECTS": str(tmp_path / "effects"), "PYTHONUNBUFFERED": "1"}
+    started = subprocess.run([sys.executable, "-m", "flowli.cli", "--db", db, "--app", APP, "start", "ops.flaky",
+                              '"db"'], capture_output=True, text=True, timeout=60, env=env)
+    assert started.returncode == 0, started.stderr
+    worker = subprocess.Popen([sys.executable, "-m", "flowli.cli", "--db", db, "--app", APP, "worker",
+                               "--metrics-port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        found: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        while time.monotonic() < deadline:
+            try:
+                found = samples(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
+            except httpx.HTTPError:
+                found = {}
+            if value(found, "flowli_step_failures_total", workflow="ops.flaky") == 1:
+                break
+            time.sleep(0.1)
+        assert value(found, "flowli_step_attempts_total", workflow="ops.flaky") == 1, found
+        assert value(found, "flowli_step_failures_total", workflow="ops.flaky") == 1
+        assert ("flowli_sweeps_total", ()) in found
+    finally:
+        worker.terminate()
+        worker.wait(30)
