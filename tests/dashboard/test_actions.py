@@ -95,10 +95,7 @@ async def test_an_operator_pauses_resumes_and_cancels_from_the_page_as_themselve
         path = run_path(html)
         r = await act(ann, path, html, action="pause")
         assert r.status_code == 303 and r.headers["location"].endswith("?done=pause")
-        deadline = time.monotonic() + 10
-        while (await api_view(url, key, made["id"]))["status"] != "Paused":
-            assert time.monotonic() < deadline, "the pipeline never paused"
-            await asyncio.sleep(0.05)
+        await until_status_api(url, key, made["id"], "Paused")
         html = (await ann.get(r.headers["location"])).text
         assert "Pause requested." in html and ">Resume</button>" in html
         assert (await act(ann, path, html, action="resume")).status_code == 303

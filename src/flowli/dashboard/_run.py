@@ -177,7 +177,10 @@ async def _show(d: Dashboard, request: Request, user: User, application: str, re
                    if attempt is None or r["attempt"] == attempt]
         matched += len(refused)
         entries = sorted(entries + refused, key=lambda e: e["at"], reverse=True)
-    newest = (await d.engine.journal_page(record.eid, limit=1, application=application))[0]
+    unfiltered = before is None and not filters["frame"] and kind is None and attempt is None
+    # the live stream follows from the journal's last entry: the page's first one, unless filtered
+    last_seq = max((e["seq"] for e in entries if e["seq"] is not None), default=0) if unfiltered else \
+        next((e.seq or 0 for e in (await d.engine.journal_page(record.eid, limit=1, application=application))[0]), 0)
     evidence = [{"fid": e.fid, "attempt": e.attempt, "attachment": e.attachment,
                  "event": json.dumps(redact_value(e.event), default=str)[:VALUE_CHARS] if e.event else ""}
                 for e in await d.engine.evidence(record.eid)][-ENTRIES_SHOWN:]
@@ -186,7 +189,7 @@ async def _show(d: Dashboard, request: Request, user: User, application: str, re
     return d.page(request, "run.html", user, application=application, entries=entries, more=more, matched=matched,
                   filters=filters, kinds=KINDS, evidence=evidence, older=oldest if more else None,
                   context=_context(record, s["view"]), rerun_warning=RERUN_WARNING, done=done,
-                  last_seq=newest[0].seq if newest else 0, **s)
+                  last_seq=last_seq, **s)
 
 
 def _context(record: ExecutionRecord, view: dict[str, Any] | None) -> dict[str, Any]:
