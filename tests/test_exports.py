@@ -51,7 +51,7 @@ PINNED = {
     flowli.catalog: [
         "AUDIT", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError", "CompositionConflict", "CompositionInvalid", "DAG",
         "InputsInvalid", "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
-        "RunStateError", "SAVE", "UnknownType", "catalog_of", "content_hash", "install", "remediation", "steps_of",
+        "RunStateError", "SAVE", "UnknownType", "catalog_of", "content_hash", "install", "install_rbac", "remediation", "steps_of",
     ],
     flowli.http: ["MAX_BODY", "create_app", "from_this_machine", "serve"],
     flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],

@@ -39,16 +39,24 @@ def bucket_path(store: Store) -> str:
 
 
 async def connect(
-    url: str, registry: Registry, *, clock: Clock | None = None, options: Options | None = None, **tuning: Any
+    url: str, registry: Registry, *, clock: Clock | None = None, options: Options | None = None,
+    tracer_provider: Any = None, **tuning: Any
 ) -> Engine:
-    """Open the store at ``url`` (creating or upgrading its schema) and return an Engine."""
+    """Open the store at ``url`` (creating or upgrading its schema) and return an Engine. Its
+    spans go to ``tracer_provider``, else to OpenTelemetry's global provider when one is set."""
     store = open_store(url)
     await store.open()
     if "bucket" not in tuning and options is None:
         tuning["bucket"] = bucket_path(store)
     if tuning:
         options = Options(**{**(options or Options()).__dict__, **tuning})
-    return Engine(store, registry, clock=clock, options=options)
+    engine = Engine(store, registry, clock=clock, options=options, tracer_provider=tracer_provider)
+    # RBAC is always on: every transition a principal with roles asks for is checked, whatever
+    # the entry point, with or without a Catalog in this process
+    from flowli.catalog import install_rbac
+
+    install_rbac(engine)
+    return engine
 
 
 def default_url() -> str:

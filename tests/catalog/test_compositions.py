@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from flowli.catalog import COMPILED_FORMAT_VERSION, Catalog, CompositionConflict, CompositionInvalid, content_hash
+from flowli.domain import UnknownExecutionError, keyed_eid
 
 from .app import app, effects
 
@@ -108,6 +109,10 @@ async def test_saving_twice_is_one_save_and_a_changed_definition_is_refused(open
     async with open_engine(app()) as engine:
         catalog = Catalog(engine)
         first = await catalog.save_composition(vw_demo())
+        # composition.save is itself a registered state_machine workflow, and the save one of its runs
+        assert (await catalog.schema("composition.save"))["workflow_kind"] == "state_machine"
+        saved_run = await engine.status(first["workflow_id"])
+        assert (saved_run.workflow, saved_run.status.value) == ("composition.save", "completed")
         again = await catalog.save_composition(json.dumps(vw_demo()))  # as JSON text too
         assert again["workflow_id"] == first["workflow_id"] and len(await catalog.compositions()) == 1
         changed = vw_demo()
@@ -117,6 +122,8 @@ async def test_saving_twice_is_one_save_and_a_changed_definition_is_refused(open
             await catalog.save_composition(changed)
         [kept] = await catalog.compositions()
         assert kept["content_hash"] == first["content_hash"]
+        with pytest.raises(UnknownExecutionError):  # refused before anything ran: no failed save left behind
+            await engine.status(keyed_eid("composition.save", content_hash(changed)))
         changed["version"] = "1.1"  # a new version is a new type
         newer = await catalog.save_composition(changed)
         assert newer["workflow_type"] == "virtual.vw_demo@1.1" and len(await catalog.compositions()) == 2

@@ -187,3 +187,33 @@ async def test_a_dag_started_on_the_engine_directly_needs_its_steps_permissions(
         with pytest.raises(PermissionDenied, match="'s3:write'"):
             await engine.start("flowli.dag", "virtual.mk@1", compiled, {}, by=operator)
         assert len(await engine.list()) == 0 and effects() == []
+
+
+async def test_rbac_is_on_without_a_catalog_and_a_refusal_writes_nothing(open_engine):
+    # a plain engine of flowli.connect, no Catalog built in this process: the same checks
+    async with open_engine(with_waits()) as engine:
+        viewer = Principal("vic@example.com", roles=("viewer",))
+        operator = Principal("olga@example.com", roles=("operator",))
+        with pytest.raises(PermissionDenied, match="lacks the capability 'runs:start'"):
+            await engine.start("aws.s3.enable_versioning", "v", by=viewer)
+        with pytest.raises(PermissionDenied, match="lacks the capability 's3:write'"):
+            await engine.start("aws.s3.create_bucket", "b", by=operator)
+        assert len(await engine.list()) == 0
+        eid = await engine.start("ops.wait_for_clerk", "n", by=operator)
+        await until(lambda: _suspended(engine, eid), 10, "the run waits for its clerk")
+        before = await engine.journal(eid)
+        with pytest.raises(PermissionDenied, match="lacks the capability 'runs:operate'"):
+            await engine.cancel(eid, by=viewer)
+        with pytest.raises(PermissionDenied, match="lacks the capability 'runs:operate'"):
+            await engine.signal(eid, "nudge", {}, by=viewer)
+        assert await engine.journal(eid) == before and (await engine.status(eid)).status.value == "suspended"
+        await engine.cancel(eid, by=operator)  # the operator may
+        await until(lambda: _status_is(engine, eid, "cancelled"), 10, "the run is cancelled")
+
+
+async def _suspended(engine: Any, eid: str) -> bool:
+    return await _status_is(engine, eid, "suspended")
+
+
+async def _status_is(engine: Any, eid: str, status: str) -> bool:
+    return (await engine.status(eid)).status.value == status

@@ -4,7 +4,11 @@ the output schema; the three-state view and the history of a run."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
+from pydantic import BaseModel
+from typing_extensions import TypedDict
 
 from flowli import Context, Registry
 from flowli.catalog import Catalog, InputsInvalid, UnknownType
@@ -183,3 +187,45 @@ async def test_a_bare_registration_journals_its_result_as_it_is(open_engine):
             await engine.result(await engine.start("typed"), timeout=10)
         # both have an output schema in the catalog
         assert (await Catalog(engine).schema("plain"))["output_schema"] == {"type": "string"}
+
+
+@dataclass
+class Point:
+    x: int
+    y: int = 0
+
+
+class Owner(BaseModel):
+    name: str
+    email: str
+
+
+class Limits(TypedDict):
+    cpu: int
+
+
+async def test_a_model_a_dataclass_and_a_typed_dict_input_reach_the_function_as_their_types(open_engine):
+    registry = Registry()
+    seen: list[tuple[str, str, str]] = []
+
+    @registry.workflow("geo.place", description="Places a point for an owner.")
+    async def place(ctx: Context, at: Point, owner: Owner, limits: Limits, note: str = "") -> dict[str, int]:
+        seen.append((type(at).__name__, type(owner).__name__, type(limits).__name__))
+        return {"sum": at.x + at.y + limits["cpu"] + len(owner.name)}
+
+    async with open_engine(registry) as engine:
+        catalog = Catalog(engine)
+        with pytest.raises(InputsInvalid) as bad:
+            await catalog.start("geo.place", {"at": {"x": "no"}, "owner": {"name": "a"}, "limits": {}})
+        assert {"at.x: Input should be a valid integer, unable to parse string as an integer", "owner.email is required", "limits.cpu is required"} \
+            <= set(bad.value.problems)
+        assert len(await engine.list()) == 0
+        wid = (await catalog.start("geo.place", {"at": {"x": 2, "y": 3}, "owner": {"name": "ann", "email": "a@x"},
+                                                 "limits": {"cpu": 4}}))["workflow_id"]
+        assert await engine.result(wid, timeout=10) == {"sum": 12}
+        assert seen == [("Point", "Owner", "dict")]
+        # arguments journaled as JSON that do not fit (a start that bypassed the catalog) fail the run
+        broken = await engine.start("geo.place", {"x": "no"}, {"name": "b", "email": "b@x"}, {"cpu": 1})
+        with pytest.raises(Exception, match="at.x: Input should be a valid integer"):
+            await engine.result(broken, timeout=10)
+        assert (await catalog.status(broken))["reason"]["code"] == "INPUTS_INVALID"

@@ -15,6 +15,7 @@ import os
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import flowli
 
@@ -33,10 +34,33 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repair-grace", type=float, default=1.0)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--ready", default=None)
+    p.add_argument("--spans", default=None, help="trace: write each span as a JSON line to this file")
     return p.parse_args(argv)
 
 
+def trace_to(path: str) -> None:
+    """OpenTelemetry's global tracer provider, each span written to ``path`` as it ends (a line
+    of JSON, flushed: a SIGKILL loses only the spans that had not ended)."""
+    import json
+
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    def line(span: Any) -> str:
+        ctx, parent = span.get_span_context(), span.parent
+        return json.dumps({"name": span.name, "trace_id": ctx.trace_id, "span_id": ctx.span_id,
+                           "parent_id": parent.span_id if parent else None, "attributes": dict(span.attributes),
+                           "pid": os.getpid()}) + "\n"
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=open(path, "a"), formatter=line)))
+    trace.set_tracer_provider(provider)
+
+
 async def run(args: argparse.Namespace) -> None:
+    if args.spans:
+        trace_to(args.spans)
     engine = await flowli.connect(
         args.url,
         registry,

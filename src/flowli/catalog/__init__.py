@@ -22,6 +22,7 @@ from ._errors import RunStateError as RunStateError
 from ._errors import UnknownType as UnknownType
 from ._rbac import ROLES as ROLES
 from ._rbac import Roles as Roles
+from ._rbac import install as install_rbac
 from ._runs import remediation as remediation
 from ._runs import steps_of as steps_of
 
@@ -48,4 +49,5 @@ __all__ = [
     "catalog_of",
     "content_hash",
     "install",
+    "install_rbac",
 ]

@@ -19,7 +19,7 @@ from flowli.engine import Engine, Registry, problems
 from . import _rbac as rbac
 from . import _runs as runs
 from ._compose import VIRTUAL, Validation, compile_definition, content_hash, input_fields, validate
-from ._dag import COMPOSITION, DAG, RESOLUTION, SAVE, install
+from ._dag import COMPOSITION, DAG, RESOLUTION, SAVE, conflict, install
 from ._errors import (
     CatalogError,
     CompositionConflict,
@@ -408,6 +408,8 @@ class Catalog:
         if existing is not None and existing.body["content_hash"] == content_hash(d):
             return {"workflow_type": existing.body["workflow_type"], "content_hash": existing.body["content_hash"],
                     "created": False, "warnings": v.warnings, "workflow_id": existing.body["saved_by"]}
+        if existing is not None:  # refused before anything runs: no failed save is left behind
+            raise conflict(d["name"], d["version"], existing.body["content_hash"])
         eid = await self.engine.start(SAVE, d, by=by, key=content_hash(d), application=application)
         try:
             result = await self.engine.result(eid, timeout=timeout, application=_scope(by, application))

@@ -30,6 +30,11 @@ COMPOSITION = "composition"
 REMEDIATION = "REMEDIATION_REQUIRED"
 
 
+def conflict(name: str, version: str, saved_hash: str) -> CompositionConflict:
+    return CompositionConflict(f"composition {name!r} version {version!r} is saved already with another definition"
+                               f" ({saved_hash}); give the changed definition a new version")
+
+
 def step_key(step: str, attempt: int) -> str:
     """The child key of a step's run: its name, then ``name#2`` for a remediated re-run."""
     return step if attempt == 1 else f"{step}#{attempt}"
@@ -148,6 +153,8 @@ def install(registry: Registry) -> None:
         return {"compiled": compile_definition(definition), "warnings": v.warnings}
 
     async def save(ctx: Context, definition: dict[str, Any]) -> dict[str, Any]:
+        """A saved composition is an item of the application; a changed definition under a saved
+        version is refused (checked again here: two saves may race past the caller's check)."""
         made = await ctx.step(compiled_form, definition, retry=NO_RETRY)
         application = ctx.application
 
@@ -161,9 +168,7 @@ def install(registry: Registry) -> None:
             item, created = await ctx.items.put(COMPOSITION, application or "", f"{name}@{version}", body,
                                                 datetime.now(timezone.utc))
             if not created and item.body["content_hash"] != body["content_hash"]:
-                raise CompositionConflict(
-                    f"composition {name!r} version {version!r} is saved already with another definition"
-                    f" ({item.body['content_hash']}); give the changed definition a new version")
+                raise conflict(name, version, item.body["content_hash"])
             return {"workflow_type": item.body["workflow_type"], "content_hash": item.body["content_hash"],
                     "created": created, "warnings": made["warnings"]}
 

@@ -36,6 +36,7 @@ from ._core import Stopping, StoreFailure
 from ._errors import error_data
 from ._frames import ROOT
 from ._tasks import cancel_and_wait
+from ._tracing import derived
 from ._typing import ValidationError, problems
 from ._waits import Waits
 
@@ -47,9 +48,30 @@ class Activation(Waits):
 
     async def run(self) -> Status:
         """Run the workflow until it ends or suspends; returns the status it left."""
+        tracing = self.rt.tracing
+        if tracing is None:
+            return await self._run()
+        wf = self.wf
+        self.span = tracing.start(f"activation {wf.name}", derived(self.trace, "activation", self.eid, self.horizon),
+                                  self.trace, {"flowli.eid": self.eid, "flowli.workflow": wf.name,
+                                               "flowli.version": wf.version, "flowli.epoch": self.epoch,
+                                               "flowli.journal_position": self.horizon})
+        with tracing.current(self.span):
+            status = await self._run()
+            self.span.set_attribute("flowli.status", status.value)
+            return status
+
+    async def _run(self) -> Status:
         if self.record.blocked is not None and self.cancel_requested:
             return await self._end(Status.CANCELLED, error={"type": "Cancelled", "message": "cancelled while blocked"})
-        wf_task: asyncio.Task[Any] = asyncio.create_task(self.wf.fn(self, *self.record.args))
+        try:
+            args = self.wf.arguments(self.record.args)
+        except ValidationError as bad:  # started outside the catalog with arguments that do not fit
+            return await self._end(Status.FAILED, error={
+                "type": "InputsInvalid", "module": "flowli.engine", "code": "INPUTS_INVALID",
+                "message": f"the arguments of workflow {self.wf.name!r} do not fit its parameters: "
+                           + "; ".join(problems(bad)), "problems": problems(bad)})
+        wf_task: asyncio.Task[Any] = asyncio.create_task(self.wf.fn(self, *args))
         try:
             return await self._drive(wf_task)
         except asyncio.CancelledError:
@@ -231,4 +253,10 @@ class Activation(Waits):
         if not write.tasks and not write.withdraw_delegates:
             write.intent = Intent.APPEND  # an end goes with the plain appends of its batch
         await self._write(write, kind="end", final=True, payload={"status": status.value, "result": result, "error": error})
+        if self.rt.tracing is not None:
+            self.rt.tracing.finish(
+                f"workflow {self.wf.name}", self.trace, self.trace_parent,
+                {"flowli.eid": self.eid, "flowli.workflow": self.wf.name, "flowli.version": self.wf.version,
+                 "flowli.status": status.value}, self.record.created_at, self.rt.clock.now(),
+                error=None if status is Status.COMPLETED else (error or {}).get("message") or status.value)
         return status

@@ -33,6 +33,7 @@ from ._context import GROUP, Context, Scope
 from ._frames import ROOT, FrameIds, Memo, Wait, divergence, unvisited
 from ._registry import WorkflowDef
 from ._runtime import Runtime
+from ._tracing import execution_context
 from ._transitions import Transition, append, commit
 
 T = TypeVar("T")
@@ -95,6 +96,11 @@ class Core(Context):
         self.horizon = self.memo.last_seq
         """The last seq of the journal this activation started from."""
         self.ids = FrameIds()
+        started = journal[0].value if journal and journal[0].kind is EntryKind.EXECUTION_STARTED else None
+        self.trace, self.trace_parent = execution_context(record.eid, started)
+        """The span context of the execution's span, and of what it was started in (see _tracing)."""
+        self.span: Any = None
+        """The span of this activation (tracing on), else None."""
         self.waits: dict[str, Wait] = {}
         self.pending: list[Entry] = []
         """Entries that go with the next write (an execution.resumed, the frame.started of a wait)."""

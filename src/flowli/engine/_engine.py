@@ -42,6 +42,7 @@ from ._registry import Registry
 from ._retention import retain
 from ._runtime import Options, Runtime, Stats, entries_with_seqs
 from ._tasks import cancel_and_wait
+from ._tracing import Tracing, start_context
 from ._transitions import Middleware, Observer, Transition, commit
 from ._verify import Verification, verify
 from ._views import RunView, run_view
@@ -62,12 +63,14 @@ class Engine:
         *,
         clock: Clock | None = None,
         options: Options | None = None,
+        tracer_provider: Any = None,
     ):
         self._store = store
         self.registry = registry
         self.clock: Clock = clock or SystemClock()
         self.options = options or Options()
         self._rt = Runtime(store, registry, self.clock, self.options)
+        self._rt.tracing = Tracing.of(tracer_provider)
         self._projection = Projection(store)
         self._archive = Archive(Path(self.options.bucket))
         self._workers: list[asyncio.Task[None]] = []
@@ -179,10 +182,13 @@ class Engine:
         version: str | None = None,
         queue: str = "default",
         application: str | None = None,
+        traceparent: str | None = None,
     ) -> str:
         """Start an execution; returns its eid. With ``key``, a second start (of the same
         application) returns the first eid. ``by`` is a string or a Principal; the execution
-        belongs to ``application``, else to the principal's (None: single-tenant)."""
+        belongs to ``application``, else to the principal's (None: single-tenant). Its spans
+        join the trace of ``traceparent`` (a W3C header, or a bare trace id), else of the
+        caller's current span (with tracing on)."""
         app = scope_of(by, application)
         wf = self.registry.get(workflow, version)
         wf.bind(args)
@@ -192,8 +198,9 @@ class Engine:
         # a worker of this process with a free slot on the queue runs the execution at once: the
         # record is created with its first lease, so no START task goes through the queue
         worker = self._direct_worker(queue)
+        trace_ = start_context(traceparent) if traceparent is not None or self._rt.tracing is not None else None
         new = new_execution(self._rt, wf, eid, json_args, queue=queue, key=key, actor=principal.actor,
-                            leased=worker is not None, application=app)
+                            leased=worker is not None, application=app, trace=trace_)
         t = Transition("start", Write(intent=Intent.START, executions=[new]), eid, wf.name, principal, app,
                        {"args": json_args, "version": wf.version, "queue": queue, "key": key})
         try:

@@ -48,6 +48,29 @@ class WorkflowDef:
         return output_adapter(self.fn)
 
     @functools.cached_property
+    def typed(self) -> Any:
+        """For a type registered with catalog metadata whose parameters include a model, a
+        dataclass or a TypedDict: the pydantic model of its parameters, which turns the journal's
+        JSON arguments into those types before the function is called. None otherwise (the
+        arguments are passed as the journal holds them)."""
+        from ._typing import input_model, structured
+
+        if not self.meta.declared or not structured(self.fn):
+            return None
+        return input_model(self.name, self.fn)
+
+    def arguments(self, args: list[Any]) -> list[Any]:
+        """The arguments the function is called with: the journal's JSON arguments, as instances
+        of their annotated types for a typed workflow (see ``typed``)."""
+        model = self.typed
+        if model is None:
+            return args
+        names = list(model.model_fields)
+        bound = self.signature.bind_partial(None, *args).arguments
+        validated = model.model_validate({n: bound[n] for n in names if n in bound})
+        return [getattr(validated, n) for n in names[:len(args)]]
+
+    @functools.cached_property
     def parameters(self) -> str:
         """The parameters after the context, as the code declares them: ``invoice_id: str, amount: float``."""
         shown = []

@@ -19,6 +19,7 @@ from flowli.store import Announcement, Intent, Store, Write
 from ._clock import Clock
 from ._handoff import Polls
 from ._registry import Registry
+from ._tracing import Tracing
 
 log = logging.getLogger("flowli.engine")
 
@@ -159,6 +160,8 @@ class Runtime:
         self._flush: asyncio.TimerHandle | None = None
         self.middleware: list[Any] = []
         """``engine.use``: the chain every transition but the fast lane's appends passes."""
+        self.tracing: Tracing | None = None
+        """OpenTelemetry spans of executions, activations and attempts; None when off."""
         self.stats = Stats()
         """What this process did, counted for the metrics (plain counters: no cost to speak of)."""
         self.observers: list[Any] = []

@@ -7,10 +7,12 @@ an attempt as a journal value, a retry policy as JSON.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import inspect
 import random as _random
 import uuid as _uuid
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable
 
@@ -38,6 +40,15 @@ from ._core import Core, frame_failed, plain
 from ._errors import error_data
 from ._frames import Wait
 from ._threads import STEP_THREADS
+from ._tracing import derived, traceparent
+
+NO_SPAN = contextlib.nullcontext()
+"""What stands for a step attempt's span when tracing is off (reusable: it holds nothing)."""
+
+
+def step_attributes(eid: str, fid: str, attempt: int, workflow: str, version: str) -> dict[str, Any]:
+    return {"flowli.eid": eid, "flowli.fid": fid, "flowli.attempt": attempt, "flowli.workflow": workflow,
+            "flowli.version": version}
 
 STARTED_AFTER = 0.05
 """Seconds a local step runs before its frame.started is written on its own. A step done sooner
@@ -153,7 +164,8 @@ class Steps(Core):
             self.rt.stats.attempts[self.wf.name] += 1
             timer = asyncio.get_running_loop().call_later(STARTED_AFTER, self._send_started, started, sent)
             try:
-                with attempt_scope(Attempt(self.eid, fid, attempt, self.rt.bucket)):
+                with attempt_scope(Attempt(self.eid, fid, attempt, self.rt.bucket)), \
+                        (self._step_span(fid, name, attempt) if self.rt.tracing is not None else NO_SPAN):
                     value = await run_function(fn, args, kwargs)
                 value = check_json(value, f"the value of step {fid}")
                 exc: Exception | None = None
@@ -181,6 +193,15 @@ class Steps(Core):
                 self.memo.outcome[fid] = entry
                 raise frame_failed(fid, entry, attempt) from exc
 
+    def _step_span(self, fid: str, name: str, attempt: int) -> AbstractContextManager[Any]:
+        """The span of a step attempt, current while its function runs (tracing on)."""
+        tracing = self.rt.tracing
+        assert tracing is not None and self.span is not None
+        parent = self.span.get_span_context()
+        span = tracing.start(f"step {name}", derived(parent, "step", self.eid, fid, attempt), parent,
+                             step_attributes(self.eid, fid, attempt, self.wf.name, self.wf.version))
+        return tracing.current(span)
+
     def _send_started(self, started: Entry, sent: list[asyncio.Future[WriteResult]]) -> None:
         """Write the frame.started of a step that runs longer than STARTED_AFTER on its own."""
         if not self.closing:
@@ -202,6 +223,8 @@ class Steps(Core):
         payload = {"fid": fid, "ref": ref, "args": args, "kwargs": kwargs, "attempt": attempt,
                    "tries": self.memo.tries(fid, attempt), "retry": policy_json(policy),
                    "workflow": self.wf.name, "version": self.wf.version}
+        if self.span is not None:  # the worker that runs it makes the attempt's span a child of this activation
+            payload["trace"] = traceparent(self.span.get_span_context())
         write.tasks.append(Task(
             id=task_id(TaskKind.RUN_STEP, self.eid, f"{fid}@{attempt}"), kind=TaskKind.RUN_STEP, queue=queue,
             eid=self.eid, payload=payload, provenance=self.rt.provenance(epoch=self.epoch, attempt=attempt),

@@ -4,14 +4,16 @@ annotation (the output schema, and the check of a result before it is accepted).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import typing
 from typing import Any, Callable
 
+import typing_extensions
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
-__all__ = ["ValidationError", "input_model", "output_adapter", "problems"]
+__all__ = ["ValidationError", "input_model", "output_adapter", "problems", "structured"]
 log = logging.getLogger("flowli.engine")
 
 
@@ -35,6 +37,20 @@ def input_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
     model: type[BaseModel] = create_model(  # type: ignore[call-overload]
         f"{name}.input", __config__=ConfigDict(extra="forbid"), **fields)
     return model
+
+
+def _structured(ann: Any) -> bool:
+    if isinstance(ann, type) and (issubclass(ann, BaseModel) or dataclasses.is_dataclass(ann)
+                                  or typing_extensions.is_typeddict(ann)):
+        return True
+    return any(_structured(a) for a in typing.get_args(ann))
+
+
+def structured(fn: Callable[..., Any]) -> bool:
+    """Whether a parameter after the context is annotated with a model, a dataclass or a
+    TypedDict (alone or inside a list, a dict, an optional)."""
+    hints = _hints(fn)
+    return any(_structured(hints.get(p.name)) for p in list(inspect.signature(fn).parameters.values())[1:])
 
 
 def output_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:

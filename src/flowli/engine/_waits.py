@@ -39,6 +39,7 @@ from ._frames import ROOT, Wait
 from ._registry import WorkflowDef
 from ._runtime import Runtime
 from ._steps import Steps, policy_json
+from ._tracing import traceparent
 
 
 def new_execution(
@@ -54,6 +55,7 @@ def new_execution(
     on_behalf_of: str | None = None,
     leased: bool = False,
     application: str | None = None,
+    trace: dict[str, str] | None = None,
 ) -> NewExecution:
     """The record, first entry and START task of an execution that does not exist yet. With
     ``leased``, the record holds the first lease for this process (epoch 1) and there is no START
@@ -72,10 +74,12 @@ def new_execution(
             record, status=Status.RUNNING, lease_owner=rt.owner, lease_epoch=1,
             lease_expires_at=now + rt.options.lease_ttl,
         )
-    value = {"workflow": wf.name, "version": wf.version, "args": args, "queue": queue,
+    value: dict[str, Any] = {"workflow": wf.name, "version": wf.version, "args": args, "queue": queue,
              "parent_eid": record.parent_eid, "parent_fid": record.parent_fid}
     if application is not None:
         value["application"] = application
+    if trace is not None:
+        value["trace"] = trace  # the trace it starts in (see _tracing)
     entry = Entry(eid=eid, kind=EntryKind.EXECUTION_STARTED, provenance=prov, fid=ROOT, value=value)
     task = None if leased else Task(
         id=task_id(TaskKind.START, eid), kind=TaskKind.START, queue=queue, eid=eid, payload=None,
@@ -221,7 +225,7 @@ class Waits(Steps):
                                   value={"child": ceid, "args": args}, ref=wf.ref)
             # a child runs on its parent's queue, in its parent's application
             new = new_execution(self.rt, wf, ceid, args, queue=self.record.queue, parent=(self.eid, fid),
-                                application=self.record.application)
+                                application=self.record.application, trace=self._child_trace())
             await self._write(Write(entries=[started], executions=[new]))
             self.memo.started[fid] = started
         record = await store_call(self.rt.store.read_execution(ceid))
@@ -242,6 +246,13 @@ class Waits(Steps):
         await self._write(plain(Write(entries=[entry])))
         self.memo.outcome[fid] = entry
         raise frame_failed(fid, entry, 1)
+
+    def _child_trace(self) -> dict[str, str] | None:
+        """What a child's started entry records of its trace: this activation's span (tracing on)."""
+        if self.span is None:
+            return None
+        ctx = self.span.get_span_context()
+        return {"trace_id": f"{ctx.trace_id:032x}", "parent_id": f"{ctx.span_id:016x}"}
 
     def delegate(
         self, queue: str, payload: Any, *, key: str | None = None, retry: RetryPolicy | None = None,
@@ -279,7 +290,7 @@ class Waits(Steps):
                                   dig=dig, value=value)
             frame = {"fid": fid, "tries": len(failures) - expiries + 1, "retry": policy_json(policy),
                      "expiries": expiries, "max_expiries": self.rt.options.delegate_expiries,
-                     "workflow": self.wf.name, "version": self.wf.version}
+                     "workflow": self.wf.name, "version": self.wf.version, "trace": traceparent(self.trace)}
             task = Task(id=tid, kind=TaskKind.DELEGATE, queue=queue, eid=self.eid, payload=payload,
                         provenance=self.rt.provenance(epoch=self.epoch, attempt=attempt), visible_at=self.rt.clock.now(),
                         application=self.record.application, attempt=attempt, frame=frame)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any, Awaitable, Sequence
 
@@ -36,9 +37,10 @@ from ._activation import Activation
 from ._core import Stopping, StoreFailure, store_call
 from ._errors import error_data
 from ._runtime import Runtime
-from ._steps import failure_entry_value, import_ref, policy_from_json, run_function
+from ._steps import NO_SPAN, failure_entry_value, import_ref, policy_from_json, run_function, step_attributes
 from ._sweeper import Sweeper
 from ._tasks import cancel_and_wait
+from ._tracing import derived, parse_traceparent
 from ._transitions import Transition, commit
 
 log = logging.getLogger("flowli.worker")
@@ -315,7 +317,7 @@ class Worker:
         prov = rt.provenance(code=code, attempt=attempt)
         try:
             fn = import_ref(p["ref"])
-            with attempt_scope(Attempt(task.eid, fid, attempt, rt.bucket)):
+            with attempt_scope(Attempt(task.eid, fid, attempt, rt.bucket)), self._remote_span(task):
                 value = await run_function(fn, p["args"], p["kwargs"])
             value = check_json(value, f"the value of step {fid}")
             entry = Entry(eid=task.eid, kind=EntryKind.FRAME_COMPLETED, provenance=prov, fid=fid, attempt=attempt, value=value)
@@ -337,6 +339,18 @@ class Worker:
                                         {"fid": fid, "attempt": attempt}))
         except ExecutionStateError:
             await rt.store.write(Write(acks=[(task.id, rt.owner)]), rt.clock.now())
+
+    def _remote_span(self, task: Task) -> AbstractContextManager[Any]:
+        """The span of a step attempt run for an execution owned elsewhere: a child of the
+        activation that enqueued it (tracing on)."""
+        tracing, p = self.rt.tracing, task.payload
+        parent = parse_traceparent(p.get("trace")) if tracing is not None else None
+        if tracing is None or parent is None or task.eid is None:
+            return NO_SPAN
+        span = tracing.start(f"step {p['fid'].rsplit('/', 1)[-1].partition(':')[0]}",
+                             derived(parent, "step", task.eid, p["fid"], p["attempt"]), parent,
+                             step_attributes(task.eid, p["fid"], p["attempt"], p["workflow"], p["version"]))
+        return tracing.current(span)
 
     async def _renew_loop(self) -> None:
         rt = self.rt

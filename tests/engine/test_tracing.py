@@ -1,0 +1,156 @@
+"""OpenTelemetry tracing, read with the SDK's in-memory exporter: a span per activation and per
+step attempt with the execution's attributes, ids derived from the eid and the journal (a
+replay adds no span for what the journal holds), the execution's span under the caller's, and
+nothing at all without a tracer provider."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from flowli import Context, Registry
+from flowli.domain import EntryKind, RetryPolicy
+from flowli.engine._tracing import span_id_of
+
+from .conftest import wait_status
+
+SEEN: dict[str, Any] = {}
+
+
+def traced() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def double(n: int) -> int:
+    SEEN["double"] = trace.get_current_span().get_span_context()
+    return n * 2
+
+
+def flaky_once(n: int) -> int:
+    SEEN["flaky"] = SEEN.get("flaky", 0) + 1
+    if SEEN["flaky"] == 1:
+        raise ConnectionError("the upstream hung up")
+    return n + 1
+
+
+def registry() -> Registry:
+    reg = Registry()
+
+    @reg.workflow("traced.order", version="3")
+    async def order(ctx: Context, n: int) -> int:
+        a = await ctx.step(double, n)
+        return await ctx.step(flaky_once, a, retry=RetryPolicy(max_attempts=2, backoff=timedelta(0)))
+
+    @reg.workflow("traced.wait")
+    async def wait(ctx: Context, n: int) -> int:
+        a = await ctx.step(double, n)
+        more = await ctx.receive("more")
+        return await ctx.step(double, a + more)
+
+    @reg.workflow("traced.parent")
+    async def parent(ctx: Context, n: int) -> int:
+        result: int = await ctx.child("traced.order", n)
+        return result
+
+    return reg
+
+
+def by_name(spans: Any, prefix: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name.startswith(prefix)]
+
+
+async def test_a_span_per_activation_and_step_attempt_with_ids_from_the_eid(open_engine):
+    SEEN.clear()
+    provider, exporter = traced()
+    async with open_engine(registry(), tracer_provider=provider) as engine:
+        eid = await engine.start("traced.order", 5)
+        assert await engine.result(eid, timeout=10) == 11
+        journal = await engine.journal(eid)
+    spans = exporter.get_finished_spans()
+    assert {s.context.trace_id for s in spans} == {uuid.UUID(eid).int}  # one trace, the eid's
+
+    [run] = by_name(spans, "workflow ")
+    assert run.name == "workflow traced.order" and run.parent is None
+    assert run.context.span_id == span_id_of("execution", eid)
+    assert run.attributes["flowli.status"] == "completed"
+
+    activations = by_name(spans, "activation ")
+    assert activations and all(a.parent.span_id == run.context.span_id for a in activations)
+    steps = sorted(by_name(spans, "step "), key=lambda s: s.start_time)
+    assert [(s.name, s.attributes["flowli.attempt"]) for s in steps] == \
+        [("step double", 1), ("step flaky_once", 1), ("step flaky_once", 2)]
+    for s in steps:
+        assert s.attributes["flowli.eid"] == eid and s.attributes["flowli.workflow"] == "traced.order"
+        assert s.attributes["flowli.version"] == "3"
+        assert s.parent.span_id in {a.context.span_id for a in activations}
+        assert s.context.span_id == span_id_of("step", eid, s.attributes["flowli.fid"], s.attributes["flowli.attempt"])
+    # one span per attempt the journal holds, the failed one with the error
+    attempts = {(e.fid, e.attempt) for e in journal if e.kind in (EntryKind.FRAME_COMPLETED, EntryKind.FRAME_FAILED)}
+    assert {(s.attributes["flowli.fid"], s.attributes["flowli.attempt"]) for s in steps} == attempts
+    assert steps[1].status.status_code is StatusCode.ERROR and steps[1].events[0].name == "exception"
+    assert steps[2].status.status_code is not StatusCode.ERROR
+    # the step's span is current while its function runs (the user's own spans nest under it)
+    assert SEEN["double"].span_id == steps[0].context.span_id
+
+
+async def test_a_replay_adds_no_span_for_what_the_journal_holds(open_engine):
+    provider, exporter = traced()
+    async with open_engine(registry(), tracer_provider=provider) as engine:
+        eid = await engine.start("traced.wait", 1)
+        await wait_status(engine, eid, "suspended")
+        await engine.signal(eid, "more", 10)
+        assert await engine.result(eid, timeout=10) == 24
+    spans = exporter.get_finished_spans()
+    activations = by_name(spans, "activation ")
+    assert len(activations) == 2  # before and after the wait; the second replayed the first step
+    assert len({a.context.span_id for a in activations}) == 2
+    assert [a.attributes["flowli.status"] for a in activations] == ["suspended", "completed"]
+    steps = by_name(spans, "step ")
+    assert sorted(s.attributes["flowli.fid"] for s in steps) == ["root/double#0", "root/double#1"]
+    assert steps[0].parent.span_id == activations[0].context.span_id
+    assert steps[1].parent.span_id == activations[1].context.span_id
+    assert len({s.context.span_id for s in spans}) == len(spans)  # no span twice
+
+
+async def test_the_execution_joins_the_callers_trace_and_a_child_its_parents(open_engine):
+    provider, exporter = traced()
+    tracer = provider.get_tracer("the-caller")
+    async with open_engine(registry(), tracer_provider=provider) as engine:
+        with tracer.start_as_current_span("checkout") as caller:
+            eid = await engine.start("traced.parent", 2)
+        assert await engine.result(eid, timeout=10) == 5
+        given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        other = await engine.start("traced.order", 1, traceparent=given)
+        await engine.result(other, timeout=10)
+    spans = exporter.get_finished_spans()
+    caller_ctx = caller.get_span_context()
+    [parent_run] = [s for s in spans if s.name == "workflow traced.parent"]
+    assert parent_run.parent.span_id == caller_ctx.span_id
+    assert parent_run.context.trace_id == caller_ctx.trace_id
+    [child_run] = [s for s in spans if s.name == "workflow traced.order" and s.context.trace_id == caller_ctx.trace_id]
+    parent_activations = {s.context.span_id for s in spans if s.name == "activation traced.parent"}
+    assert child_run.parent.span_id in parent_activations  # started by one of its parent's activations
+    [given_run] = [s for s in spans if s.attributes.get("flowli.eid") == other and s.name.startswith("workflow")]
+    assert f"{given_run.context.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
+    assert given_run.parent.span_id == 0xb7ad6b7169203331
+
+
+async def test_without_a_tracer_provider_nothing_is_traced(open_engine):
+    SEEN.clear()
+    async with open_engine(registry()) as engine:
+        assert engine._rt.tracing is None  # OpenTelemetry's global provider is not set in the tests
+        eid = await engine.start("traced.order", 5)
+        assert await engine.result(eid, timeout=10) == 11
+        started = (await engine.journal(eid))[0]
+    assert not SEEN["double"].is_valid  # no span was current in the step
+    assert "trace" not in started.value
