@@ -38,6 +38,7 @@ PINNED = {
         "AttemptView", "CallNext", "Checked", "Clock", "Consumer", "Context", "Difference", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
         "Explanation", "FrameView", "Middleware", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
         "SystemClock", "Transition", "Verification", "WorkflowDef", "firing_key", "input_model", "problems", "reply_channel",
+        "task_traceparent",
     ],
     flowli.store: [
         "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "Intent", "Item", "Items", "JournalFilter", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",

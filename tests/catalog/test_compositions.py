@@ -184,3 +184,66 @@ async def test_an_input_field_used_with_two_types_and_warnings(open_engine):
             "composition: the definition is not JSON")
         assert (await catalog.validate_composition([1]))["errors"] == [
             "composition: the definition must be a JSON object, got list"]
+
+
+DROP = object()
+"""In an edit of ``edited``: remove the key instead of setting it."""
+
+
+def edited(demo: dict[str, Any], *edits: tuple[list[Any], Any]) -> dict[str, Any]:
+    out = copy.deepcopy(demo)
+    for path, value in edits:
+        target = out
+        for p in path[:-1]:
+            target = target[p]
+        if value is DROP:
+            del target[path[-1]]
+        else:
+            target[path[-1]] = value
+    return out
+
+
+S1_UNUSED = "step 's1': its output is used by no later step"
+
+
+@pytest.mark.parametrize(("edits", "errors", "warnings"), [
+    # compatibility: a step field whose type does not fit the parameter it is mapped to
+    ([(["layers", 1, "steps", 0, "input_mapping", "tagging"], {"source": "step", "step": "s1", "field": "arn"})],
+     ["step 's2': input 'tagging' is object, but field 'arn' of step 's1' is string"], []),
+    ([(["layers", 0, "steps", 0, "workflow_type"], "aws.s3.enable_versioning"),
+      (["layers", 1, "steps", 0, "input_mapping", "bucket", "field"], "count")],
+     ["step 's2': input 'bucket' is string, but field 'count' of step 's1' is integer"],
+     ["step 's1': optional input 'count' is not mapped; its default applies"]),
+    # structure: a step source naming no step of the composition, or the step itself
+    ([(["layers", 1, "steps", 0, "input_mapping", "bucket", "step"], "s9")],
+     ["step 's2': input 'bucket' maps step 's9', which is not a step of this composition"], [S1_UNUSED]),
+    ([(["layers", 1, "steps", 0, "input_mapping", "bucket"], {"source": "step", "step": "s2", "field": "bucket"})],
+     ["step 's2': input 'bucket' maps step 's2', itself: a cycle"], [S1_UNUSED]),
+    ([(["layers", 0, "steps", 0, "input_mapping", "bucket"], {"source": "step", "step": "s1", "field": "arn"})],
+     ["step 's1': input 'bucket' maps step 's1', itself: a cycle"], []),
+    # the authoring shape: unknown fields, a missing name or version
+    ([(["colour"], "red")], ["composition: unknown field 'colour' (a definition has name, version, layers)"], []),
+    ([(["layers", 0, "parallel"], True)], ["layer 'layer_1': unknown field 'parallel' (a layer has name, steps)"], []),
+    ([(["layers", 0, "steps", 0, "retries"], 3)],
+     ["step 's1': unknown field 'retries' (a step has name, workflow_type, input_mapping)"], []),
+    ([(["name"], DROP)], ["composition: name must be a non-empty string, got None"], []),
+    ([(["version"], DROP)], ["composition: version must be a non-empty string, got None"], []),
+    ([(["version"], "  ")], ["composition: version must be a non-empty string, got '  '"], []),
+    ([(["name"], DROP), (["version"], DROP)], ["composition: name must be a non-empty string, got None",
+                                               "composition: version must be a non-empty string, got None"], []),
+], ids=["step-field-type", "step-field-integer-into-string", "not-a-step", "itself", "itself-in-the-first-layer",
+        "unknown-definition-field", "unknown-layer-field", "unknown-step-field", "no-name", "no-version", "blank-version",
+        "no-name-no-version"])
+async def test_more_bad_compositions_get_their_exact_sentences(open_engine, edits, errors, warnings):
+    async with open_engine(app(), worker=False) as engine:
+        catalog = Catalog(engine)
+        definition = edited(vw_demo(), *edits)
+        result = await catalog.validate_composition(definition)
+        assert result == {"errors": errors, "warnings": warnings}
+        assert await catalog.validate_composition(json.dumps(definition)) == result  # as JSON text too
+        # validating stores nothing, and a save is refused with the same sentences before anything runs
+        assert await catalog.compositions() == [] and len(await engine.list()) == 0
+        with pytest.raises(CompositionInvalid) as refused:
+            await catalog.save_composition(definition)
+        assert refused.value.errors == errors
+        assert await catalog.compositions() == [] and len(await engine.list()) == 0

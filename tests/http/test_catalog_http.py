@@ -12,6 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from flowli.catalog import content_hash
+
+from ..catalog.app import effects
 from ..catalog.test_compositions import error_example, vw_demo
 from ..crash import until
 from ..pg import fresh_schema
@@ -39,6 +42,24 @@ async def served(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: py
 
 def client(url: str, key: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}, timeout=30)
+
+
+PAYLOAD = {"input", "output", "error", "state_data"}
+"""The keys of a history transition that only ``include_state_data`` shows."""
+
+
+async def check_history_without_state_data(http: httpx.AsyncClient, wid: str) -> list[dict[str, Any]]:
+    """The history without include_state_data (left out, or false) is the one with it, less every
+    payload key; returns the transitions with their payloads."""
+    full = (await http.get(f"/catalog/runs/{wid}/history", params={"include_state_data": "true"})).json()
+    assert full["workflow_id"] == wid and any(PAYLOAD & row.keys() for row in full["history"])
+    for params in ({}, {"include_state_data": "false"}):
+        bare = await http.get(f"/catalog/runs/{wid}/history", params=params)
+        assert bare.status_code == 200
+        assert bare.json() == {"workflow_id": wid, "history": [{k: v for k, v in row.items() if k not in PAYLOAD}
+                                                                for row in full["history"]]}
+        assert [row for row in bare.json()["history"] if PAYLOAD & row.keys()] == []
+    return list(full["history"])
 
 
 async def test_types_schemas_and_a_run_over_http(served):
@@ -72,6 +93,7 @@ async def test_types_schemas_and_a_run_over_http(served):
         assert status["output"]["bucket_name"] == "web-1"
         history = (await http.get(f"/catalog/runs/{wid}/history", params={"include_state_data": "true"})).json()
         assert history["history"][0]["input"] == {"bucket": "web-1"}
+        assert await check_history_without_state_data(http, wid) == history["history"]
         listed = (await http.get("/catalog/runs", params={"workflow_type": "aws.s3.create_bucket"})).json()
         assert [r["workflow_id"] for r in listed["runs"]] == [wid]
     async with client(svc.url, keys["other"]) as http:  # another application sees none of it
@@ -119,6 +141,8 @@ async def test_compositions_over_http_and_roles(served):
 
         done = await until(completed, 30, "the composition completes")
         assert done["output"] == {"s2": {"bucket": "b", "tags": 1}}
+        full = await check_history_without_state_data(http, wid)
+        assert full[-1]["output"] == done["output"] and "state_data" in full[-1]  # a dag's payloads hold state_data
         again = await http.post(f"/catalog/runs/{wid}/retry")
         assert again.status_code == 409 and "only a FAILED run can be retried" in again.json()["error"]
         parked = await http.post(f"/catalog/runs/{wid}/resolve", json={"resolution": "remediated"})
@@ -129,3 +153,100 @@ async def test_compositions_over_http_and_roles(served):
     async with client(svc.url, keys["other"]) as http:  # compositions are per application
         assert (await http.get("/catalog/compositions")).json()["compositions"] == []
         assert (await http.get("/catalog/types/virtual.vw_demo@1.0/dag")).status_code == 404
+
+
+NO_KEY = {"error": "no credential: send X-API-Key (or Authorization: Bearer <key>)"}
+UNKNOWN_KEY = {"error": "the API key is unknown or disabled"}
+
+
+async def test_a_changed_composition_is_refused_and_refused_requests_store_nothing(served):
+    svc, keys = served
+    demo_hash = content_hash(vw_demo())
+    changed = vw_demo()  # a second tag: a run of this definition would answer tags 2
+    changed["layers"][1]["steps"][0]["input_mapping"]["tagging"]["value"]["TagSet"].append({"Key": "team",
+                                                                                            "Value": "ops"})
+    other = {**vw_demo(), "name": "vw_other"}
+
+    async def run_ids(http: httpx.AsyncClient) -> set[str]:
+        answer = await http.get("/catalog/runs", params={"limit": 500})
+        assert answer.status_code == 200 and answer.json()["next"] is None
+        return {r["workflow_id"] for r in answer.json()["runs"]}
+
+    async def stored(http: httpx.AsyncClient) -> list[tuple[str, str]]:
+        return [(c["workflow_type"], c["content_hash"])
+                for c in (await http.get("/catalog/compositions")).json()["compositions"]]
+
+    async with client(svc.url, keys["admin"]) as http:
+        saved = await http.post("/catalog/compositions", json=vw_demo())
+        assert saved.status_code == 201 and saved.json()["content_hash"] == demo_hash
+        before = await run_ids(http)
+        assert before == {saved.json()["workflow_id"]}  # the composition.save run
+
+        # a changed definition under the saved version: 409 naming the composition; nothing changes
+        conflict = await http.post("/catalog/compositions", json=changed)
+        assert conflict.status_code == 409 and conflict.json() == {
+            "error": f"composition 'vw_demo' version '1.0' is saved already with another definition ({demo_hash});"
+                     " give the changed definition a new version"}
+        assert await stored(http) == [("virtual.vw_demo@1.0", demo_hash)]
+        assert await run_ids(http) == before  # refused before anything ran: no failed save left behind
+
+        # bad inputs to POST /catalog/runs: refused, and no run is stored
+        refusals = [
+            ({"workflow_type": "aws.s3.enable_versioning", "inputs": {"count": "x"}}, 400, {
+                "error": "the inputs of 'aws.s3.enable_versioning' do not match its schema: bucket is required;"
+                         " count: Input should be a valid integer, unable to parse string as an integer",
+                "problems": ["bucket is required",
+                             "count: Input should be a valid integer, unable to parse string as an integer"]}),
+            ({"workflow_type": "aws.s3.enable_versioning", "inputs": {"bucket": "b", "extra": 1}}, 400, {
+                "error": "the inputs of 'aws.s3.enable_versioning' do not match its schema: extra is not a parameter",
+                "problems": ["extra is not a parameter"]}),
+            ({"workflow_type": "aws.s3.enable_versioning", "inputs": [1]}, 400,
+             {"error": "inputs: Input should be a valid dictionary"}),
+            ({"workflow_type": "aws.s3.enable_versioning", "inputs": {"bucket": "b"}, "colour": 1}, 400,
+             {"error": "colour is not a known field"}),
+            ({"workflow_type": "virtual.vw_demo@1.0", "inputs": {}}, 400, {
+                "error": "the inputs of 'virtual.vw_demo@1.0' do not match its schema: bucket_name is required",
+                "problems": ["bucket_name is required"]}),
+            ({"workflow_type": "aws.s3.create_buckt", "inputs": {"bucket": "b"}}, 404, {
+                "error": "unknown workflow type 'aws.s3.create_buckt'; did you mean 'aws.s3.create_bucket'?",
+                "suggestion": "aws.s3.create_bucket"}),
+        ]
+        for payload, code, answer in refusals:
+            refused = await http.post("/catalog/runs", json=payload)
+            assert (refused.status_code, refused.json()) == (code, answer), payload
+        assert await run_ids(http) == before
+
+    # no API key, or an unknown one: 401 on every catalog route, before the body is looked at
+    requests: list[tuple[str, str, Any]] = [
+        ("GET", "/catalog/namespaces", None), ("GET", "/catalog/types", None), ("GET", "/catalog/runs", None),
+        ("GET", "/catalog/compositions", None), ("GET", "/catalog/stuck", None),
+        ("GET", f"/catalog/runs/{saved.json()['workflow_id']}/history", None),
+        ("POST", "/catalog/runs", {"workflow_type": "aws.s3.create_bucket", "inputs": {"bucket": "anon"}}),
+        ("POST", "/catalog/runs", {"bogus": 1}),
+        ("POST", "/catalog/compositions/validate", vw_demo()),
+        ("POST", "/catalog/compositions", other),
+    ]
+    async with httpx.AsyncClient(base_url=svc.url, timeout=30) as anonymous:
+        for method, path, payload in requests:
+            bare = await anonymous.request(method, path, json=payload)
+            assert (bare.status_code, bare.json()) == (401, NO_KEY), (method, path)
+            for header in ({"X-API-Key": "not-a-key"}, {"Authorization": "Bearer not-a-key"}):
+                unknown = await anonymous.request(method, path, json=payload, headers=header)
+                assert (unknown.status_code, unknown.json()) == (401, UNKNOWN_KEY), (method, path, header)
+
+    async with client(svc.url, keys["admin"]) as http:
+        assert await run_ids(http) == before and await stored(http) == [("virtual.vw_demo@1.0", demo_hash)]
+        # a good start is listed (the list is not blind), and the saved composition runs as first saved
+        started = await http.post("/catalog/runs", json={"workflow_type": "virtual.vw_demo@1.0",
+                                                         "inputs": {"bucket_name": "kept"}})
+        assert started.status_code == 201
+        wid = started.json()["workflow_id"]
+        assert wid in await run_ids(http) and before < await run_ids(http)
+
+        async def completed() -> Any:
+            body = (await http.get(f"/catalog/runs/{wid}")).json()
+            return body if body["status"] == "COMPLETED" else None
+
+        done = await until(completed, 30, "the composition completes")
+        assert done["output"] == {"s2": {"bucket": "kept", "tags": 1}}
+        assert effects() == ["create:kept", "tag:kept"]  # nothing refused ever ran (no create:anon)

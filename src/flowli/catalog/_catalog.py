@@ -167,6 +167,16 @@ class Catalog:
             found = self._validated[saved["content_hash"]] = (v, self._inputs_model(name, v))
         return found
 
+    def require(self, by: By, capability: str, action: str) -> None:
+        """Refuse now (PermissionDenied, naming ``capability``) a principal with roles that lack it."""
+        self.roles.require(by, capability, action)
+
+    async def check_start(self, workflow_type: str, *, by: By = None, application: str | None = None) -> bool:
+        """Refuse now what a start of ``workflow_type`` would refuse for the type (unknown, with a
+        did-you-mean) or for the caller's capabilities; whether the start is a read (a data type)."""
+        self.roles.require_all(by, rbac.start_needs(self.registry, workflow_type, []))
+        return bool((await self.schema(workflow_type, by=by, application=application))["read_only"])
+
     async def start(self, workflow_type: str, inputs: Any, *, by: By = None, key: str | None = None,
                     application: str | None = None) -> dict[str, Any]:
         """Start a run from one JSON object of inputs by name, validated first (InputsInvalid

@@ -109,6 +109,9 @@ class Validation:
             lname = given if isinstance(given, str) and given else f"#{i + 1}"
             if lname == f"#{i + 1}":
                 self.errors.append(f"layer '{lname}': name must be a non-empty string")
+            unknown = sorted(set(layer) - {"name", "steps", "description"})
+            if unknown:
+                self.errors.append(f"layer '{lname}': unknown field {unknown[0]!r} (a layer has name, steps)")
             steps = layer.get("steps")
             if not isinstance(steps, list) or not steps:
                 self.errors.append(f"layer '{lname}': steps must be a non-empty list of steps")

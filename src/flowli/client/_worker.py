@@ -25,6 +25,45 @@ POLLERS = 4
 """Long polls a worker keeps open at most (its jobs run in up to ``concurrency`` tasks)."""
 
 
+def _tracer(provider: Any) -> Any:
+    """flowli's tracer on ``provider``, else on OpenTelemetry's global one when it is set; None
+    when there is none (or the ``opentelemetry-api`` package is not installed)."""
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    if provider is None:
+        provider = trace.get_tracer_provider()
+        if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+            return None
+    return provider.get_tracer("flowli.client")
+
+
+def _current(span: Any) -> Any:
+    if span is None:
+        return contextlib.nullcontext()
+    from opentelemetry import trace
+
+    return trace.use_span(span, end_on_exit=False)
+
+
+def _end(span: Any, result: dict[str, Any]) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    if not result.get("isSuccess"):
+        span.set_status(Status(StatusCode.ERROR, f"{result.get('errorCode')}: {result.get('errorMessage')}"))
+    span.end()
+
+
+def _propagated(span: Any) -> dict[str, str]:
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))
+    return carrier
+
+
 class StageError(Exception):
     """Raised by a handler: the attempt failed with ``code`` (the retry rules decide)."""
 
@@ -44,8 +83,11 @@ class WaitForApproval:
 
 class HttpWorker:
     def __init__(self, base_url: str, api_key: str, name: str, *, wait_seconds: float = 20.0,
-                 transport: Any = None):
+                 transport: Any = None, tracer_provider: Any = None):
         self.base_url = base_url.rstrip("/")
+        self.tracer = _tracer(tracer_provider)
+        """The tracer of the handlers' spans (``tracer_provider``, else OpenTelemetry's global
+        provider when one is set); None: no spans."""
         self.api_key = api_key
         self.name = name
         self.wait_seconds = wait_seconds
@@ -163,11 +205,14 @@ class HttpWorker:
             return
         renewer = asyncio.create_task(self._renew(http, stage, lease, float(boot["lease"]["ttlSeconds"])))
         result: dict[str, Any] = {"executionId": job["executionId"], "attempt": job["attempt"]}
+        span = self._span(job)
+        headers: dict[str, str] = {}
         try:
             fn = self.handlers[job["stageHandlerName"]]
-            out = fn(job)
-            if inspect.isawaitable(out):
-                out = await out
+            with _current(span):
+                out = fn(job)
+                if inspect.isawaitable(out):
+                    out = await out
             if isinstance(out, WaitForApproval):
                 result.update(isSuccess=True, output=out.output, isWaitingForApproval=True)
             else:
@@ -180,15 +225,36 @@ class HttpWorker:
             result.update(isSuccess=False, errorCode=type(exc).__name__, errorMessage=str(exc))
         finally:
             renewer.cancel()
-        await self._submit(http, stage, result)
+            if span is not None:
+                _end(span, result)
+                # the result goes back in the handler's trace (its traceparent), as its upstream calls did
+                headers = _propagated(span)
+        await self._submit(http, stage, result, headers)
         with contextlib.suppress(ClientError):
             _check(await http.post("/jobs/ack", json={"token": job["token"]}))
 
-    async def _submit(self, http: httpx.AsyncClient, stage: int, result: dict[str, Any]) -> None:
+    def _span(self, job: dict[str, Any]) -> Any:
+        """The span of a job's handler: a child of the stage attempt's span (the job's
+        ``traceparent``), current while the handler runs. None without a tracer."""
+        if self.tracer is None:
+            return None
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        parent = TraceContextTextMapPropagator().extract({"traceparent": job["traceparent"]}) \
+            if job.get("traceparent") else None
+        from opentelemetry.trace import SpanKind
+
+        return self.tracer.start_span(f"handler {job['stageHandlerName']}", context=parent, kind=SpanKind.CONSUMER,
+                                      attributes={"flowli.pipeline_id": job["pipelineId"],
+                                                  "flowli.stage": job["stageName"], "flowli.attempt": job["attempt"],
+                                                  "flowli.worker": self.name})
+
+    async def _submit(self, http: httpx.AsyncClient, stage: int, result: dict[str, Any],
+                      headers: dict[str, str] | None = None) -> None:
         delay = 0.1
         while True:
             try:
-                r = await http.post(f"/stages/{stage}/result", json=result)
+                r = await http.post(f"/stages/{stage}/result", json=result, headers=headers or None)
             except httpx.TransportError:
                 r = None
             if r is not None and r.status_code != 503:

@@ -20,6 +20,7 @@ from ._runtime import Options as Options
 from ._schedules import SCHEDULE as SCHEDULE
 from ._schedules import ScheduleError as ScheduleError
 from ._schedules import firing_key as firing_key
+from ._tracing import task_traceparent as task_traceparent
 from ._transitions import CallNext as CallNext
 from ._transitions import Middleware as Middleware
 from ._transitions import Transition as Transition
@@ -61,4 +62,5 @@ __all__ = [
     "input_model",
     "problems",
     "reply_channel",
+    "task_traceparent",
 ]

@@ -72,18 +72,18 @@ def parse_traceparent(header: Any) -> SpanContext | None:
                        trace_flags=TraceFlags(int(m.group(3), 16)))
 
 
-def start_context(given: str | None, trace_id: str | None = None) -> dict[str, str] | None:
-    """What an execution's started entry records of the trace it starts in (``trace``): a
-    ``traceparent`` (the parent span), or a bare W3C trace id (a root span in that trace), else
-    the caller's current span when it has one."""
+def start_context(given: str | None) -> dict[str, str] | None:
+    """What an execution's started entry records of the trace it starts in (``trace``): that of
+    ``given``, a ``traceparent`` (the parent span) or a bare W3C trace id (a root span in that
+    trace), else of the caller's current span when it has one."""
+    if isinstance(given, str) and _TRACE_ID.match(given.strip().lower()) and set(given.strip()) != {"0"}:
+        return {"trace_id": given.strip().lower()}
     ctx = parse_traceparent(given) if given else None
     if ctx is None:
         current = trace.get_current_span().get_span_context()
         ctx = current if current.is_valid else None
     if ctx is not None:
         return {"trace_id": f"{ctx.trace_id:032x}", "parent_id": f"{ctx.span_id:016x}"}
-    if isinstance(trace_id, str) and _TRACE_ID.match(trace_id.lower()) and set(trace_id) != {"0"}:
-        return {"trace_id": trace_id.lower()}
     return None
 
 
@@ -113,6 +113,13 @@ def delegate_context(task: Any) -> SpanContext | None:
     trace_id = execution.trace_id if execution is not None else trace_id_of(task.eid)
     return SpanContext(trace_id, span_id_of("delegate", task.eid, frame["fid"], task.attempt), is_remote=True,
                        trace_flags=SAMPLED)
+
+
+def task_traceparent(task: Any) -> str | None:
+    """The ``traceparent`` of a DELEGATE task's attempt, for the worker that runs it (its own
+    spans are children of the attempt's); None for a task without a frame."""
+    ctx = delegate_context(task)
+    return traceparent(ctx) if ctx is not None else None
 
 
 def _ns(at: datetime) -> int:

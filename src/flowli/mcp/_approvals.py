@@ -93,7 +93,10 @@ async def ask(engine: Engine, tool: str, arguments: dict[str, Any], principal: P
     text = summary(tool, arguments)
     as_json = {"id": principal.id, "kind": principal.kind, "roles": list(principal.roles),
                "application": principal.application}
-    eid = await engine.start(APPROVAL, tool, arguments, as_json, text, by=principal)
+    # the write's own capability was checked already; the approval carries it out later as the
+    # principal (roles and all), so the approval itself starts as the principal's application
+    opener = Principal(principal.id, principal.kind, (), principal.application)
+    eid = await engine.start(APPROVAL, tool, arguments, as_json, text, by=opener)
     return {"status": "approval_required", "approval_id": eid, "summary": text}
 
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
@@ -25,12 +25,15 @@ from flowli.pipelines import Applications, ServiceError, key_of
 
 from . import _approvals as approvals
 from . import _knowledge as knowledge
+from ._results import Server
 
 log = logging.getLogger("flowli.mcp")
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 CHANGES_A_RUN = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 ENDS = ("COMPLETED", "FAILED", "remediation_pending")
+OPERATE, SAVE = "runs:operate", "catalog:write"
+"""The capabilities of the write tools (the contract's names); a start needs its type's."""
 
 Who = Callable[[Context[Any, Any]], Awaitable[Principal]]
 """How a tool call finds its principal: from the session's credential."""
@@ -87,17 +90,38 @@ async def _call(body: Awaitable[Any]) -> Any:
         raise ToolError("internal error (the server logged it)") from None
 
 
+def page(key: str, items: list[Any], limit: int, cursor: str | None) -> dict[str, Any]:
+    """One page of a list in its stable order, whole items only; ``next`` is the cursor of the
+    page after it (None on the last)."""
+    if cursor is not None and not (cursor.isdigit() and int(cursor) <= len(items)):
+        raise ToolError(f"cursor {cursor!r} is not one this list gave (pass a page's next)")
+    start = int(cursor or 0)
+    end = start + limit
+    return {key: items[start:end], "next": str(end) if end < len(items) else None}
+
+
+async def _checked(check: Callable[..., None], *args: Any) -> None:
+    check(*args)
+
+
 def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
     """The MCP server of ``engine``, whose tool calls act as ``who(ctx)``."""
     catalog = Catalog(engine)
     approvals.install(engine.registry)
-    server = MCPServer(name, instructions=knowledge.KNOWLEDGE_EXECUTION, version="1")
+    server = Server(name, instructions=knowledge.KNOWLEDGE_EXECUTION, version="1")
 
     async def write(ctx: Context[Any, Any], tool: str, arguments: dict[str, Any],
-                    do: Callable[[Principal], Awaitable[Any]]) -> dict[str, Any]:
-        """A write tool: carried out now, or (the application requires it) an approval opened."""
+                    do: Callable[[Principal], Awaitable[Any]], capability: str | None = None) -> dict[str, Any]:
+        """A write tool: carried out now, or (the application requires it) an approval opened.
+        What the write would refuse (the capability, an unknown type) is refused first; a start of
+        a data type is a read, which needs no approval."""
         by = await who(ctx)
-        if await approvals.required(engine, by):
+        if capability is not None:
+            await _call(_checked(catalog.require, by, capability, f"{tool} {arguments.get('workflow_id', '')}".strip()))
+            read = False
+        else:
+            read = await _call(catalog.check_start(arguments["workflow_type"], by=by))
+        if not read and await approvals.required(engine, by):
             return dict(await _call(approvals.ask(engine, tool, arguments, by)))
         return dict(await _call(do(by)))
 
@@ -109,8 +133,10 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
 
     @server.tool(annotations=READ, description="The workflow types whose name starts with prefix and whose name or"
                                                " description holds q; each with workflow_kind, featured, scope.")
-    async def list_workflow_types(ctx: Context[Any, Any], prefix: str | None = None, q: str | None = None) -> dict[str, Any]:
-        return {"types": await _call(catalog.types(prefix, q, by=await who(ctx)))}
+    async def list_workflow_types(ctx: Context[Any, Any], prefix: str | None = None, q: str | None = None,
+                                  limit: Annotated[int, Field(ge=1, le=500)] = 100,
+                                  cursor: str | None = None) -> dict[str, Any]:
+        return page("types", await _call(catalog.types(prefix, q, by=await who(ctx))), limit, cursor)
 
     @server.tool(annotations=READ, description="The input and output schemas of a type, its fields, read_only,"
                                                " has_prerequisites and workflow_kind.")
@@ -179,19 +205,21 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
                                                         " completed steps do not run again.")
     async def retry_workflow(ctx: Context[Any, Any], workflow_id: str) -> dict[str, Any]:
         return await write(ctx, "retry_workflow", {"workflow_id": workflow_id},
-                           lambda by: catalog.retry(workflow_id, by=by))
+                           lambda by: catalog.retry(workflow_id, by=by), OPERATE)
 
     @server.tool(annotations=CHANGES_A_RUN, description="Answer a remediation gate: 'remediated' re-runs only the"
                                                         " parked step, 'denied' compensates and fails the run.")
     async def resolve_workflow(ctx: Context[Any, Any], workflow_id: str, resolution: str) -> dict[str, Any]:
         return await write(ctx, "resolve_workflow", {"workflow_id": workflow_id, "resolution": resolution},
-                           lambda by: catalog.resolve(workflow_id, resolution, by=by))
+                           lambda by: catalog.resolve(workflow_id, resolution, by=by), OPERATE)
 
     @server.tool(annotations=READ, description="Runs that stalled before a terminal state (no progress for"
                                                " older_than_seconds, not waiting on a future timer), with waiting_on.")
     async def list_stuck_workflows(ctx: Context[Any, Any],
-                                   older_than_seconds: Annotated[float, Field(ge=0)] = 3600) -> dict[str, Any]:
-        return {"runs": await _call(catalog.stuck(older_than_seconds, by=await who(ctx)))}
+                                   older_than_seconds: Annotated[float, Field(ge=0)] = 3600,
+                                   limit: Annotated[int, Field(ge=1, le=200)] = 50,
+                                   cursor: str | None = None) -> dict[str, Any]:
+        return page("runs", await _call(catalog.stuck(older_than_seconds, by=await who(ctx))), limit, cursor)
 
     @server.tool(annotations=CHANGES_A_RUN, description="Append a failed terminal state to a confirmed-stale run;"
                                                         " refused while it progresses or a worker holds it.")
@@ -201,7 +229,7 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
         args = {"workflow_id": workflow_id, "reason": reason, "min_idle_seconds": min_idle_seconds,
                 "expected_last_seq": expected_last_seq}
         return await write(ctx, "force_terminate_workflow", args, lambda by: catalog.terminate(
-            workflow_id, reason, min_idle_seconds, expected_last_seq, by=by))
+            workflow_id, reason, min_idle_seconds, expected_last_seq, by=by), OPERATE)
 
     # ---- compositions ---------------------------------------------------------------------
 
@@ -214,11 +242,12 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
                                                 " virtual.<name>@<version>.")
     async def save_composition(ctx: Context[Any, Any], definition: dict[str, Any] | str) -> dict[str, Any]:
         return await write(ctx, "save_composition", {"definition": definition},
-                           lambda by: catalog.save_composition(definition, by=by))
+                           lambda by: catalog.save_composition(definition, by=by), SAVE)
 
     @server.tool(annotations=READ, description="The saved compositions of your application.")
-    async def list_compositions(ctx: Context[Any, Any]) -> dict[str, Any]:
-        return {"compositions": await _call(catalog.compositions(by=await who(ctx)))}
+    async def list_compositions(ctx: Context[Any, Any], limit: Annotated[int, Field(ge=1, le=500)] = 100,
+                                cursor: str | None = None) -> dict[str, Any]:
+        return page("compositions", await _call(catalog.compositions(by=await who(ctx))), limit, cursor)
 
     @server.tool(annotations=READ, description="Where a write that waits for a person's approval stands:"
                                                " pending, approved (with its result), rejected or failed.")
@@ -241,12 +270,14 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
     def knowledge_execution() -> str:
         return knowledge.KNOWLEDGE_EXECUTION
 
-    @server.resource("catalog://types/{name}", mime_type="application/json", description="One catalog type.")
-    async def catalog_type(name: str) -> str:
+    @server.resource("catalog://types/{name}", mime_type="application/json",
+                     description="One catalog type: its definition and schemas (a saved composition's too).")
+    async def catalog_type(name: str, ctx: Context[Any, Any]) -> str:
         try:
-            shown = {**await catalog.definition(name), **await catalog.schema(name)}
-        except CatalogError as exc:
-            raise ValueError(str(exc)) from None
+            by = await who(ctx)
+            shown = {**await catalog.definition(name, by=by), **await catalog.schema(name, by=by)}
+        except (ToolError, CatalogError, FlowliError) as exc:  # one sentence: a bad key, a refusal, no such type
+            raise ResourceError(str(exc)) from None
         return json.dumps(shown, default=str)
 
     return server

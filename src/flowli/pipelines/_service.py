@@ -75,7 +75,9 @@ class Pipelines:
         context = await self._keep_secrets(access, eid, decl["context"])
         spec = {"pipelineId": pipeline_item.id, "name": decl["name"], "idempotencyKey": key, "traceId": decl["traceId"],
                 "application": access.application, "stages": stages, "keywords": decl["keywords"], "context": context}
-        await self.engine.start(WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines")
+        # a traceId that is a W3C trace id (or traceparent) is the trace of the pipeline's spans
+        await self.engine.start(WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines",
+                                traceparent=decl["traceId"])
         if created:
             return declared(spec, access.application_id, self.engine.clock.now()), True
         return await self._view(access, pipeline_item.id, eid), False

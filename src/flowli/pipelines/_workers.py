@@ -21,7 +21,7 @@ from flowli.domain import (
     StaleAnswer,
     Task,
 )
-from flowli.engine import Consumer, Engine
+from flowli.engine import Consumer, Engine, task_traceparent
 
 from ._access import SESSION, Access, digest
 from ._errors import Conflict, NotFound, PipelineInputError, Unauthorized, Unavailable
@@ -153,7 +153,7 @@ class Workers:
                 "attempt": attempt, "idempotencyKey": f"{seed['pipelineId']}:{seed['stageId']}:{attempt}",
                 "input": seed.get("input"), "prevStageOutput": seed.get("prevStageOutput"), "contextItems": context,
                 "pipelineKeywords": seed.get("pipelineKeywords") or [], "timeoutSeconds": seed.get("timeoutSeconds"),
-                "traceparent": None}
+                "traceparent": task_traceparent(task)}
 
     async def _task(self, session: Session, stage_id: Any, execution_id: Any) -> Task:
         if not isinstance(execution_id, str) or not execution_id:
