@@ -7,6 +7,7 @@ frames the journal holds out of their code order (the earlier run wrote them as 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
@@ -84,7 +85,7 @@ async def blocked(engine: Any, eid: str) -> Any:
 async def test_a_frame_inserted_or_renamed_ahead_of_recorded_frames_blocks_and_runs_nothing(
     open_engine, change, new, ahead
 ):
-    tag = f"{change}-{id(open_engine)}"
+    tag = f"{change}-{uuid.uuid4().hex}"
     eid = await run_until_waiting(open_engine, tag)
     CODE[tag] = change  # the deploy: same version, other code
     before = list(EFFECTS)
@@ -105,7 +106,7 @@ async def test_a_frame_inserted_or_renamed_ahead_of_recorded_frames_blocks_and_r
 
 
 async def test_frames_appended_after_everything_recorded_are_compatible(open_engine):
-    tag = f"appended-{id(open_engine)}"
+    tag = f"appended-{uuid.uuid4().hex}"
     eid = await run_until_waiting(open_engine, tag)
     CODE[tag] = "appended"
     async with open_engine(app()) as engine:
@@ -114,7 +115,7 @@ async def test_frames_appended_after_everything_recorded_are_compatible(open_eng
 
 
 async def test_a_gather_of_one_function_reordered_changes_the_arguments_of_its_frames(open_engine):
-    tag = f"swapped-{id(open_engine)}"
+    tag = f"swapped-{uuid.uuid4().hex}"
     eid = await run_until_waiting(open_engine, tag, "pair")
     CODE[tag] = "swapped"
     async with open_engine(app()) as engine:
@@ -125,7 +126,7 @@ async def test_a_gather_of_one_function_reordered_changes_the_arguments_of_its_f
 
 async def test_a_removed_frame_leaves_the_journal_with_frames_the_replay_never_met(open_engine):
     registry = Registry()
-    tag = f"trim-{id(open_engine)}"
+    tag = f"trim-{uuid.uuid4().hex}"
 
     @registry.workflow("trim")
     async def trim(ctx: Context) -> str:
@@ -187,7 +188,7 @@ async def test_a_blocked_run_is_listed_as_blocked_with_what_changed_and_logged_o
     import logging
 
     caplog.set_level(logging.WARNING, logger="flowli.worker")
-    tag = f"visible-{id(open_engine)}"
+    tag = f"visible-{uuid.uuid4().hex}"
     eid = await run_until_waiting(open_engine, tag)
     CODE[tag] = "inserted before"  # effect#0 is now called with other arguments
     async with open_engine(app()) as engine:
@@ -240,7 +241,7 @@ def versions_app() -> Registry:
 async def test_migrate_replays_the_target_version_first_and_refuses_one_that_diverges(open_engine):
     from flowli.domain import OperationRefused
 
-    tag = f"migrate-{id(open_engine)}"
+    tag = f"migrate-{uuid.uuid4().hex}"
     async with open_engine(versions_app()) as engine:
         eid = await engine.start("order", tag, version="1")
         await wait_status(engine, eid, "suspended")
@@ -263,7 +264,7 @@ async def test_migrate_replays_the_target_version_first_and_refuses_one_that_div
 
 
 async def test_migrate_with_force_migrates_a_version_that_does_not_replay(open_engine):
-    tag = f"force-{id(open_engine)}"
+    tag = f"force-{uuid.uuid4().hex}"
     async with open_engine(versions_app()) as engine:
         eid = await engine.start("order", tag, version="1")
         await wait_status(engine, eid, "suspended")

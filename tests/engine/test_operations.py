@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -80,7 +81,7 @@ def app() -> Registry:
 
 
 async def test_retry_reopens_a_failed_run_and_runs_only_the_failed_frame_again(open_engine):
-    key = f"k{id(open_engine)}"
+    key = f"k{uuid.uuid4().hex}"
     seen: list[Any] = []
 
     async def record(transition: Any, call_next: Any) -> Any:
@@ -109,7 +110,7 @@ async def test_retry_reopens_a_failed_run_and_runs_only_the_failed_frame_again(o
 
 
 async def test_retry_after_a_fresh_attempt_count_fails_again_as_the_policy_says(open_engine):
-    key = f"again{id(open_engine)}"
+    key = f"again{uuid.uuid4().hex}"
     async with open_engine(app()) as engine:
         eid = await engine.start("pay", key)
         with pytest.raises(StepFailed):
@@ -121,7 +122,7 @@ async def test_retry_after_a_fresh_attempt_count_fails_again_as_the_policy_says(
 
 
 async def test_retry_of_a_parent_reopens_its_failed_child_first(open_engine):
-    key = f"child{id(open_engine)}"
+    key = f"child{uuid.uuid4().hex}"
     async with open_engine(app()) as engine:
         eid = await engine.start("pay_child", key)
         with pytest.raises(StepFailed, match="child execution"):
@@ -134,7 +135,7 @@ async def test_retry_of_a_parent_reopens_its_failed_child_first(open_engine):
 
 
 async def test_retry_of_a_run_whose_workflow_raised_replays_it_from_its_start(open_engine):
-    key = f"raise{id(open_engine)}"
+    key = f"raise{uuid.uuid4().hex}"
     async with open_engine(app()) as engine:
         eid = await engine.start("raises", key)
         with pytest.raises(ValueError, match="the workflow itself failed"):

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from flowli.domain import EntryKind
 
 from ..rows import dump
+from . import verify_code
 from .verify_code import code
 
 
@@ -61,7 +63,12 @@ async def test_verify_reports_each_change_at_its_frame_and_writes_nothing(open_e
         argument = {c.eid: c.difference for c in (await engine.verify(code("argument"))).checked}
         changed = argument[live]
         assert changed is not None and changed.fid == "root/fetch#0", changed
-        assert changed.recorded["args"] == [1] and changed.current == {"args": [2]}
+        assert changed.recorded["args"] == [1] and changed.current["args"] == [2]
+        assert changed.recorded["function"] == "tests.engine.verify_code:fetch"  # the step function
+        # the call site of the frame in the new code: its file, line and function
+        line = next(i for i, text in enumerate(Path(verify_code.__file__).read_text().splitlines(), 1)
+                    if "n + 1 if variant" in text)
+        assert changed.current["site"] == f"{verify_code.__file__}:{line} in order"
         assert changed.recorded["digest"] and "argument" in changed.detail
 
         removed = {c.eid: c.difference for c in (await engine.verify(code("removed"))).checked}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 from collections import defaultdict
 from typing import Any, Awaitable, TypeVar
@@ -96,9 +97,7 @@ class Core(Context):
         self.horizon = self.memo.last_seq
         """The last seq of the journal this activation started from."""
         self.ids = FrameIds()
-        started = journal[0].value if journal and journal[0].kind is EntryKind.EXECUTION_STARTED else None
-        self.trace, self.trace_parent = execution_context(record.eid, started)
-        """The span context of the execution's span, and of what it was started in (see _tracing)."""
+        self._started = journal[0].value if journal and journal[0].kind is EntryKind.EXECUTION_STARTED else None
         self.span: Any = None
         """The span of this activation (tracing on), else None."""
         self.waits: dict[str, Wait] = {}
@@ -168,6 +167,20 @@ class Core(Context):
         self.changed.set()
 
     # ---- writes ---------------------------------------------------------------------------
+
+    @functools.cached_property
+    def _contexts(self) -> tuple[Any, Any]:
+        return execution_context(self.eid, self._started)
+
+    @property
+    def trace(self) -> Any:
+        """The span context of the execution's own span (see _tracing; derived when first asked)."""
+        return self._contexts[0]
+
+    @property
+    def trace_parent(self) -> Any:
+        """The span context the execution was started in, or None."""
+        return self._contexts[1]
 
     def _entry(
         self,

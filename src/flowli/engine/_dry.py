@@ -11,7 +11,9 @@ holds that the code never created. ``flowli migrate`` checks the target version 
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Awaitable
 
 from flowli.domain import Entry, ExecutionRecord, NondeterminismError
@@ -34,6 +36,8 @@ class Divergence:
     detail: str
     recorded: Any = None
     current: Any = None
+    site: str | None = None
+    """Where the code creates the frame (``file:line in function``), when it does."""
 
 
 class DryReplay(Activation):
@@ -43,6 +47,16 @@ class DryReplay(Activation):
         super().__init__(rt, wf, record, record.lease_epoch, journal)
         self.frontier: list[str] = []
         self.held_new: list[tuple[str, str]] = []
+        self.sites: dict[str, str] = {}
+        """The call site of each frame the code created (the first stack frame outside flowli)."""
+
+    def _frame(self, name: str, key: str | None, kind: Any, dig: str, args: Any = None) -> tuple[str, Entry | None]:
+        site = call_site()
+        try:
+            return super()._frame(name, key, kind, dig, args)
+        finally:
+            if self.ids.created and site is not None:
+                self.sites.setdefault(self.ids.created[-1], site)
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Future[Any]:  # type: ignore[override]
         close = getattr(coro, "close", None)
@@ -55,7 +69,7 @@ class DryReplay(Activation):
         return asyncio.get_running_loop().create_future()  # it waits for ever
 
     async def check(self) -> Divergence | None:
-        task: asyncio.Task[Any] = asyncio.create_task(self.wf.fn(self, *self.record.args))
+        task: asyncio.Task[Any] = asyncio.create_task(self.wf.fn(self, *self.wf.arguments(self.record.args)))
         quiet, seen = 0, -1
         while not task.done() and quiet < _QUIET_TURNS:
             await asyncio.sleep(0)
@@ -73,7 +87,22 @@ class DryReplay(Activation):
         nd = self.nondeterminism
         if nd is None:
             return None
-        return Divergence(nd.fid, nd.detail, self.diverged.get("recorded"), self.diverged.get("current"))
+        return Divergence(nd.fid, nd.detail, self.diverged.get("recorded"), self.diverged.get("current"),
+                          self.sites.get(nd.fid))
+
+
+_FLOWLI = str(Path(__file__).resolve().parents[1])
+
+
+def call_site() -> str | None:
+    """``file:line in function`` of the innermost stack frame outside the flowli package."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not path.startswith(_FLOWLI) and not path.startswith("<"):
+            return f"{path}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
 
 
 async def dry_replay(rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, journal: list[Entry]) -> Divergence | None:

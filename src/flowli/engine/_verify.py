@@ -135,9 +135,12 @@ def _difference(d: Divergence, journal: list[Entry]) -> Difference:
     recorded = None
     if started is not None:
         value = started.value if isinstance(started.value, dict) else {}
-        recorded = {"fid": started.fid, "digest": started.digest,
+        code = started.provenance.code
+        recorded = {"fid": started.fid, "digest": started.digest, "function": code.ref or code.frame_name,
                     **{k: value[k] for k in ("fn", "kind", "args", "kwargs", "workflow") if k in value}}
     current = d.current if isinstance(d.current, dict) or d.current is None else {"args": d.current}
+    if d.site is not None:
+        current = {**(current or {}), "site": d.site}
     return Difference(d.fid, d.detail, _plain(recorded), _plain(current))
 
 
