@@ -7,7 +7,9 @@ start, watch, triage, diagnose), run with the official SDK's client against ``fl
 
 The session starts an invoice approval, watches it wait for a person's decision, finds it among
 the stuck runs with what it waits on, reads the diagnose prompt, gives the decision with
-``flowli signal`` (as a person would), and watches the run to COMPLETED.
+``flowli signal`` (as a person would), and watches the run to COMPLETED. Then it drafts a
+composition (approve, then notify accounting), reads the validation's did-you-mean for a
+misspelled type, fixes it and validates again; it saves nothing.
 """
 
 from __future__ import annotations
@@ -65,7 +67,16 @@ async def session(db: str) -> str:
         history = (await tool(client, "get_workflow_history", workflow_id=wid))["history"]
         say("assistant", f"{name} {wid}: {done['status']} after {len(history)} transitions; ledger entry"
                          f" {done.get('output', {}).get('ledger_entry')}")
-        return str(done["status"])
+        draft = {"name": "approve_and_notify", "version": "1", "layers": [
+            {"name": "notify", "steps": [{"name": "ledger", "workflow_type": "notify_acounting", "input_mapping": {
+                "invoice_id": {"source": "input", "field": "invoice_id"},
+                "amount": {"source": "input", "field": "amount"}}}]}]}
+        checked = await tool(client, "validate_composition", definition=draft)
+        say("assistant", f"the draft has {len(checked['errors'])} error(s): {checked['errors'][0]}")
+        draft["layers"][0]["steps"][0]["workflow_type"] = "notify_accounting"  # take the suggestion
+        checked = await tool(client, "validate_composition", definition=draft)
+        say("assistant", f"fixed: {len(checked['errors'])} errors, {len(checked['warnings'])} warnings (not saved)")
+        return str(done["status"]) if not checked["errors"] else "INVALID"
 
 
 def main() -> int:

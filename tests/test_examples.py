@@ -20,3 +20,5 @@ def test_the_assistant_session_runs_the_loop_to_completed(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "assistant | invoice_approval" in done.stdout and ": COMPLETED after" in done.stdout
     assert "waits for a message on" in done.stdout  # the stuck-run triage said what it waits on
+    assert "did you mean 'notify_accounting'?" in done.stdout  # the draft composition's validation
+    assert "fixed: 0 errors" in done.stdout

@@ -134,3 +134,38 @@ async def test_retry_re_advances_a_failed_dag_without_rerunning_memoized_steps(o
         with pytest.raises(RunStateError, match="cannot be retried: it is PENDING|cannot be retried: it is COMPLETED"):
             ok = (await catalog.start("aws.s3.create_bucket", {"bucket": "fine"}))["workflow_id"]
             await catalog.retry(ok)
+
+
+async def test_refused_operations_leave_the_journal_as_it_was(open_engine):
+    async with open_engine(app()) as engine:
+        catalog = Catalog(engine)
+        # a run waiting for a clerk: not parked, not failed
+        wid = (await catalog.start("ops.await_clerk", {"note": "n"}))["workflow_id"]
+        from ..crash import until
+
+        await until(lambda: _waits(engine, wid), 10, "the run waits for its clerk")
+        before = await engine.journal(wid)
+        with pytest.raises(RunStateError, match="is PENDING, not remediation_pending: there is no remediation gate"):
+            await catalog.resolve(wid, "remediated")
+        with pytest.raises(RunStateError, match="cannot be retried: it is PENDING"):
+            await catalog.retry(wid)
+        with pytest.raises(CatalogError, match="resolution must be"):
+            await catalog.resolve(wid, "maybe")
+        assert await engine.journal(wid) == before
+        # cancelled: a FAILED run in the three-state view, with its reason, and not retried
+        await engine.cancel(wid, by="olga@example.com")
+        await until(lambda: _ended(engine, wid), 10, "the run is cancelled")
+        view = await catalog.status(wid)
+        assert view["status"] == "FAILED" and view["reason"]["code"] == "CANCELLED", view
+        ended = await engine.journal(wid)
+        with pytest.raises(RunStateError, match="it was cancelled"):
+            await catalog.retry(wid)
+        assert await engine.journal(wid) == ended
+
+
+async def _waits(engine: Any, eid: str) -> bool:
+    return (await engine.status(eid)).status.value == "suspended"
+
+
+async def _ended(engine: Any, eid: str) -> bool:
+    return (await engine.status(eid)).terminal

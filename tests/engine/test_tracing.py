@@ -57,6 +57,10 @@ def registry() -> Registry:
         more = await ctx.receive("more")
         return await ctx.step(double, a + more)
 
+    @reg.workflow("traced.clerk")
+    async def clerk(ctx: Context, note: str) -> Any:
+        return await ctx.delegate("clerks", {"note": note})
+
     @reg.workflow("traced.parent")
     async def parent(ctx: Context, n: int) -> int:
         result: int = await ctx.child("traced.order", n)
@@ -154,3 +158,28 @@ async def test_without_a_tracer_provider_nothing_is_traced(open_engine):
         started = (await engine.journal(eid))[0]
     assert not SEEN["double"].is_valid  # no span was current in the step
     assert "trace" not in started.value
+
+
+async def test_a_delegate_attempt_has_a_span_whether_answered_or_expired(open_engine):
+    provider, exporter = traced()
+    async with open_engine(registry(), tracer_provider=provider) as engine:
+        eid = await engine.start("traced.clerk", "sign this")
+        sleepy = engine.consumer("clerks", "sleepy", lease=timedelta(milliseconds=200))
+        [first] = await sleepy.dequeue(1, wait=5)  # and never answers: its lease expires
+        clerk = engine.consumer("clerks", "carol")
+        [second] = await clerk.dequeue(1, wait=10)
+        assert second.attempt == 2
+        await clerk.answer(second, {"signed": True}, by="carol@example.com")
+        assert await engine.result(eid, timeout=10) == {"signed": True}
+    spans = exporter.get_finished_spans()
+    [run] = by_name(spans, "workflow ")
+    delegates = sorted(by_name(spans, "delegate "), key=lambda s: s.attributes["flowli.attempt"])
+    assert [(d.name, d.attributes["flowli.attempt"]) for d in delegates] == [("delegate clerks", 1), ("delegate clerks", 2)]
+    assert all(d.parent.span_id == run.context.span_id for d in delegates)
+    assert delegates[0].status.status_code is StatusCode.ERROR and "expired" in delegates[0].status.description
+    assert delegates[1].status.status_code is not StatusCode.ERROR
+    assert delegates[1].attributes["flowli.answered_by"] == "human:carol@example.com"
+    # the task's traceparent (what a worker gets) names the attempt's span
+    from flowli.engine import task_traceparent
+
+    assert task_traceparent(first) == f"00-{run.context.trace_id:032x}-{delegates[0].context.span_id:016x}-01"

@@ -24,6 +24,7 @@ from .conftest import new_app, serving
 from .test_pipelines import until_status
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 SITECUSTOMIZE = textwrap.dedent('''
     """OpenTelemetry in the flowli serve process of a test: each span a JSON line in a file."""
@@ -87,6 +88,12 @@ async def test_a_stage_span_is_a_child_of_its_pipelines_and_the_handlers_of_the_
                 untraced = await client.create({"name": "plain", "stages": [
                     {"stageName": "one", "stageHandlerName": "Validate", "input": "{}"}]})
                 await until_status(client, untraced["id"], "Completed")
+                # the caller's span, as a W3C traceparent header: the pipeline's span is its child
+                r = await client.http.post("/pipelines", headers={"traceparent": CALLER}, json={
+                    "name": "called", "traceId": TRACE_ID, "stages": [
+                        {"stageName": "one", "stageHandlerName": "Validate", "input": "{}"}]})
+                called = r.json()
+                await until_status(client, called["id"], "Completed")
         finally:
             worker.stop()
             await asyncio.wait_for(running, 30)
@@ -112,7 +119,13 @@ async def test_a_stage_span_is_a_child_of_its_pipelines_and_the_handlers_of_the_
     assert {c.span_id for c, j in zip(current, jobs) if j["pipelineId"] == created["id"]} == \
         {h.context.span_id for h in handlers}
 
+    # the header wins over the body's traceId: the caller's trace, under the caller's span
+    [under_caller] = [s for s in server if s["name"] == "workflow flowli.pipeline"
+                      and f"{s['trace_id']:032x}" == CALLER.split("-")[1]]
+    assert under_caller["parent_id"] == int(CALLER.split("-")[2], 16)
+
     # a pipeline created without a trace id is traced in a trace of its own (its eid's)
-    [plain] = [s for s in server if s["name"] == "workflow flowli.pipeline" and s["span_id"] != pipeline["span_id"]]
+    [plain] = [s for s in server if s["name"] == "workflow flowli.pipeline"
+               and s["span_id"] not in (pipeline["span_id"], under_caller["span_id"])]
     [plain_job] = [j for j in jobs if j["pipelineId"] == untraced["id"]]
     assert plain_job["traceparent"].split("-")[1] == f"{plain['trace_id']:032x}" != TRACE_ID

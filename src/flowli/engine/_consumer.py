@@ -47,8 +47,7 @@ from flowli.store import Acquisition, NewMessage, Resume, TaskHold, Write
 
 from ._handoff import Poll
 from ._runtime import WORK, Runtime
-from ._steps import failure_entry_value, policy_from_json, step_attributes
-from ._tracing import delegate_context, parse_traceparent
+from ._steps import failure_entry_value, policy_from_json
 from ._transitions import Transition, commit
 
 _LIVE = frozenset(Status) - TERMINAL
@@ -225,14 +224,9 @@ async def settle(
         if worker is not None:
             worker.unreserve()
         raise
-    if rt.tracing is not None and frame is not None:
-        own = delegate_context(task)
-        assert own is not None
-        rt.tracing.finish(
-            f"delegate {task.queue}", own, parse_traceparent(frame.get("trace")),
-            {**step_attributes(task.eid, frame["fid"], task.attempt or 1, code.workflow or "", code.version or ""),
-             "flowli.queue": task.queue, "flowli.answered_by": str(actor)},
-            task.provenance.at, now, error=None if failure is None else f"{failure[0]}: {failure[1]}")
+    if rt.tracing is not None:
+        rt.tracing.delegate_ended(task, now, None if failure is None else f"{failure[0]}: {failure[1]}",
+                                  **{"flowli.answered_by": str(actor)})
     if worker is not None:
         acquired = result.acquired
         if acquired is not None and acquired.record is not None:

@@ -40,15 +40,10 @@ from ._core import Core, frame_failed, plain
 from ._errors import error_data
 from ._frames import Wait
 from ._threads import STEP_THREADS
-from ._tracing import derived, traceparent
+from ._tracing import derived, step_attributes, traceparent
 
 NO_SPAN = contextlib.nullcontext()
 """What stands for a step attempt's span when tracing is off (reusable: it holds nothing)."""
-
-
-def step_attributes(eid: str, fid: str, attempt: int, workflow: str, version: str) -> dict[str, Any]:
-    return {"flowli.eid": eid, "flowli.fid": fid, "flowli.attempt": attempt, "flowli.workflow": workflow,
-            "flowli.version": version}
 
 STARTED_AFTER = 0.05
 """Seconds a local step runs before its frame.started is written on its own. A step done sooner

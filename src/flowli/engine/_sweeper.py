@@ -168,6 +168,8 @@ class Sweeper:
                 await commit(rt, Transition("expire", write, task.eid, frame.get("workflow"), SWEEPER, task.application,
                                             {"task": task.id, "attempt": task.attempt, "final": final}))
                 ended += 1
+                if rt.tracing is not None:
+                    rt.tracing.delegate_ended(task, now, entry.error["message"] if entry.error else "LEASE_EXPIRED")
             except StaleAnswer:
                 continue  # renewed, answered or failed meanwhile
             except (ExecutionStateError, UnknownExecutionError):

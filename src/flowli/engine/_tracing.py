@@ -122,6 +122,12 @@ def task_traceparent(task: Any) -> str | None:
     return traceparent(ctx) if ctx is not None else None
 
 
+def step_attributes(eid: str, fid: str, attempt: int, workflow: str, version: str) -> dict[str, Any]:
+    """The attributes of an attempt's span."""
+    return {"flowli.eid": eid, "flowli.fid": fid, "flowli.attempt": attempt, "flowli.workflow": workflow,
+            "flowli.version": version}
+
+
 def _ns(at: datetime) -> int:
     return int(at.timestamp() * 1_000_000_000)
 
@@ -193,6 +199,17 @@ class Tracing:
         and the span ends with an error. The span ends with the block."""
         with trace.use_span(span, end_on_exit=True, record_exception=True, set_status_on_exception=True):
             yield span
+
+    def delegate_ended(self, task: Any, end_time: datetime, error: str | None = None, **attributes: Any) -> None:
+        """Write the span of a DELEGATE task's attempt, answered, failed or expired: from its
+        enqueue to ``end_time``, a child of its execution's span."""
+        frame, own = task.frame, delegate_context(task)
+        if not frame or own is None:
+            return
+        attrs = {**step_attributes(task.eid, frame["fid"], task.attempt or 1, frame.get("workflow") or "",
+                                   frame.get("version") or ""), "flowli.queue": task.queue, **attributes}
+        self.finish(f"delegate {task.queue}", own, parse_traceparent(frame.get("trace")), attrs,
+                    task.provenance.at, end_time, error)
 
     def finish(self, name: str, own: SpanContext, parent: SpanContext | None, attributes: dict[str, Any],
                start_time: datetime, end_time: datetime, error: str | None = None) -> None:

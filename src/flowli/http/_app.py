@@ -203,12 +203,14 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
 
     @app.post("/pipelines", responses={400: {"model": m.Error}})
     async def create_legacy(body: m.PipelineIn, request: Request, who: Access = Depends(access)) -> Any:
-        view, _ = await pipelines.create(who, await raw(request), idempotent=False)
+        view, _ = await pipelines.create(who, await raw(request), idempotent=False,
+                                         traceparent=request.headers.get("traceparent"))
         return view
 
     @app.post("/pipelines/idempotent", status_code=201, responses={200: {}, 409: {"model": m.Error}})
     async def create_idempotent(body: m.IdempotentPipelineIn, request: Request, who: Access = Depends(access)) -> Any:
-        view, created = await pipelines.create(who, await raw(request), idempotent=True)
+        view, created = await pipelines.create(who, await raw(request), idempotent=True,
+                                               traceparent=request.headers.get("traceparent"))
         return JSONResponse({"pipeline": view, "created": created, "wasExisting": not created},
                             status_code=201 if created else 200)
 

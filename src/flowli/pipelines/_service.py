@@ -46,8 +46,11 @@ class Pipelines:
 
     # ---- create ---------------------------------------------------------------------------
 
-    async def create(self, access: Access, body: Any, *, idempotent: bool) -> tuple[dict[str, Any], bool]:
-        """The pipeline and whether this call created it."""
+    async def create(self, access: Access, body: Any, *, idempotent: bool,
+                     traceparent: str | None = None) -> tuple[dict[str, Any], bool]:
+        """The pipeline and whether this call created it. Its spans go to the trace of the
+        request's W3C ``traceparent`` (the caller's span is their parent), else of its ``traceId``
+        when that is a W3C trace id."""
         access.require("operator")
         if not isinstance(body, dict):
             raise PipelineInputError("the body must be a JSON object")
@@ -75,9 +78,8 @@ class Pipelines:
         context = await self._keep_secrets(access, eid, decl["context"])
         spec = {"pipelineId": pipeline_item.id, "name": decl["name"], "idempotencyKey": key, "traceId": decl["traceId"],
                 "application": access.application, "stages": stages, "keywords": decl["keywords"], "context": context}
-        # a traceId that is a W3C trace id (or traceparent) is the trace of the pipeline's spans
         await self.engine.start(WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines",
-                                traceparent=decl["traceId"])
+                                traceparent=traceparent or decl["traceId"])
         if created:
             return declared(spec, access.application_id, self.engine.clock.now()), True
         return await self._view(access, pipeline_item.id, eid), False
