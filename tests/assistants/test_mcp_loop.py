@@ -379,3 +379,37 @@ async def test_force_terminate_is_refused_while_the_run_progresses_and_then_ends
         assert status["status"] == "FAILED", status
         assert status["reason"]["message"] == "the clerk left"
         assert status["reason"]["code"] == "TERMINATED"
+
+
+async def test_watch_sends_progress_over_streamable_http_while_a_clerk_answers(served: Any, tmp_path: Path) -> None:
+    import asyncio
+
+    import flowli
+    from flowli import Registry
+
+    svc, keys = served
+    async with over_http(svc.url, keys["admin"]) as client:
+        wid = (await call(client, "start_workflow", workflow_type="ops.await_clerk", inputs={"note": "x"}))["workflow_id"]
+        progress: list[str] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append(message or "")
+
+        async def clerk() -> None:  # a clerk answers from this process while the watch waits in serve's
+            engine = await flowli.connect(svc.db, Registry(), bucket=str(tmp_path / "clerk-bucket"))
+            async with engine:
+                bot = engine.consumer("clerks", "clerk")
+                [task] = await until(lambda: bot.dequeue(), 30, "the clerk's task")
+                await asyncio.sleep(0.5)  # the watch is waiting by now
+                await bot.answer(task, {"signed": True}, by="carol@example.com")
+
+        answering = asyncio.create_task(clerk())
+        watched = await client.call_tool("watch_workflow", {"workflow_id": wid, "timeout_seconds": 60},
+                                         progress_callback=on_progress)
+        await answering
+    assert watched.structured_content["status"] == "COMPLETED"
+    assert watched.structured_content["output"] == {"signed": True}
+    # each transition seen while it waited, in the journal's order; it returns once the run ended
+    assert progress and progress[0].startswith("frame.completed (seq "), progress
+    seqs = [int(p.rsplit("seq ", 1)[1].rstrip(")")) for p in progress]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), progress

@@ -170,6 +170,36 @@ async def test_status_and_history_of_an_archived_run_read_its_archived_journal(o
         assert await catalog.history(wid, include_state_data=True) == live_history
 
 
+async def test_a_composition_run_archived_keeps_its_steps_state_data_and_history(open_engine):
+    from datetime import timedelta
+
+    from flowli.testing import Clock
+
+    from ..crash import until
+
+    clock = Clock()
+    async with open_engine(app(), clock=clock, retention=timedelta(days=1)) as engine:
+        catalog = Catalog(engine)
+        await catalog.save_composition({"name": "pair", "version": "1", "layers": [
+            {"name": "one", "steps": [{"name": "make", "workflow_type": "aws.s3.create_bucket",
+                                       "input_mapping": {"bucket": {"source": "input", "field": "bucket"}}}]},
+            {"name": "two", "steps": [{"name": "version", "workflow_type": "aws.s3.enable_versioning",
+                                       "input_mapping": {"bucket": {"source": "step", "step": "make",
+                                                                    "field": "bucket_name"}}}]}]})
+        wid = (await catalog.start("virtual.pair@1", {"bucket": "kept"}))["workflow_id"]
+        await engine.result(wid, timeout=20)
+        live = (await catalog.status(wid), await catalog.history(wid), await catalog.history(wid, include_state_data=True))
+        assert live[0]["status"] == "COMPLETED" and [s["status"] for s in live[0]["steps"]] == ["completed"] * 2
+        assert live[0]["state_data"]["steps"]["make"]["bucket_name"] == "kept"
+        await clock.advance(timedelta(days=2))
+        await engine.retain()
+        await until(lambda: engine.archived(wid), 10, "the composition run is archived")
+        assert await engine.statuses([wid]) == []
+        assert (await catalog.status(wid), await catalog.history(wid),
+                await catalog.history(wid, include_state_data=True)) == live
+        assert not any(k in h for h in live[1] for k in ("input", "output", "error", "state_data"))
+
+
 async def test_a_bare_registration_journals_its_result_as_it_is(open_engine):
     registry = Registry()
 
