@@ -258,4 +258,36 @@ async def test_a_model_a_dataclass_and_a_typed_dict_input_reach_the_function_as_
         broken = await engine.start("geo.place", {"x": "no"}, {"name": "b", "email": "b@x"}, {"cpu": 1})
         with pytest.raises(Exception, match="at.x: Input should be a valid integer"):
             await engine.result(broken, timeout=10)
-        assert (await catalog.status(broken))["reason"]["code"] == "INPUTS_INVALID"
+        assert (await catalog.status(broken))["reason"]["code"] == "INPUT_INVALID"
+
+
+async def test_a_run_started_before_its_parameters_were_typed_replays_with_its_json(open_engine):
+    seen: list[str] = []
+
+    def versions(typed: bool) -> Registry:
+        registry = Registry()
+        meta = {"description": "Waits, then places a point."} if typed else {}
+
+        @registry.workflow("geo.later", **meta)
+        async def later(ctx: Context, at: Point) -> int:
+            await ctx.receive("go")
+            seen.append(type(at).__name__)
+            return int(at["x"] if isinstance(at, dict) else at.x)
+
+        return registry
+
+    async with open_engine(versions(typed=False)) as engine:  # the code before: a bare registration
+        eid = await engine.start("geo.later", {"x": 7})
+        from ..engine.conftest import wait_status
+
+        await wait_status(engine, eid, "suspended")
+        assert "typed" not in (await engine.journal(eid))[0].value
+    async with open_engine(versions(typed=True)) as engine:  # the deploy types the parameter
+        await engine.signal(eid, "go", True)
+        assert await engine.result(eid, timeout=10) == 7
+        fresh = await engine.start("geo.later", {"x": 8})
+        await wait_status(engine, fresh, "suspended")
+        assert (await engine.journal(fresh))[0].value["typed"] is True
+        await engine.signal(fresh, "go", True)
+        assert await engine.result(fresh, timeout=10) == 8
+    assert seen == ["dict", "Point"]

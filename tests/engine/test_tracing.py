@@ -96,8 +96,9 @@ async def test_a_span_per_activation_and_step_attempt_with_ids_from_the_eid(open
     for s in steps:
         assert s.attributes["flowli.eid"] == eid and s.attributes["flowli.workflow"] == "traced.order"
         assert s.attributes["flowli.version"] == "3"
-        assert s.parent.span_id in {a.context.span_id for a in activations}
-        assert s.context.span_id == span_id_of("step", eid, s.attributes["flowli.fid"], s.attributes["flowli.attempt"])
+        [parent] = [a for a in activations if a.context.span_id == s.parent.span_id]
+        assert s.context.span_id == span_id_of("step", eid, s.attributes["flowli.fid"], s.attributes["flowli.attempt"],
+                                               parent.attributes["flowli.epoch"])
     # one span per attempt the journal holds, the failed one with the error
     attempts = {(e.fid, e.attempt) for e in journal if e.kind in (EntryKind.FRAME_COMPLETED, EntryKind.FRAME_FAILED)}
     assert {(s.attributes["flowli.fid"], s.attributes["flowli.attempt"]) for s in steps} == attempts
@@ -183,3 +184,81 @@ async def test_a_delegate_attempt_has_a_span_whether_answered_or_expired(open_en
     from flowli.engine import task_traceparent
 
     assert task_traceparent(first) == f"00-{run.context.trace_id:032x}-{delegates[0].context.span_id:016x}-01"
+
+
+async def test_a_retried_run_ends_under_a_span_of_its_own(open_engine):
+    SEEN.clear()
+    provider, exporter = traced()
+    reg = registry()
+
+    @reg.workflow("traced.fails_once")
+    async def fails_once(ctx: Context, n: int) -> int:
+        return await ctx.step(flaky_once, n)  # no retry policy: the first attempt fails the run
+
+    async with open_engine(reg, tracer_provider=provider) as engine:
+        eid = await engine.start("traced.fails_once", 1)
+        await wait_status(engine, eid, "failed")
+        await engine.retry(eid, by="olga@example.com")
+        assert await engine.result(eid, timeout=10) == 2
+    runs = by_name(exporter.get_finished_spans(), "workflow ")
+    assert [r.attributes["flowli.status"] for r in runs] == ["failed", "completed"]
+    assert len({r.context.span_id for r in runs}) == 2  # one span each time it ended
+    later = [a for a in by_name(exporter.get_finished_spans(), "activation ") if a.start_time > runs[0].end_time]
+    assert later and {a.parent.span_id for a in later} == {runs[1].context.span_id}
+
+
+async def test_a_step_cut_off_by_a_stop_ends_its_span_with_an_error_and_runs_again_under_another(open_engine, tmp_path):
+    import asyncio
+
+    provider, exporter = traced()
+    reg = Registry()
+    release = tmp_path / "release"
+
+    async def slow() -> str:
+        while not release.exists():
+            await asyncio.sleep(0.02)
+        return "done"
+
+    @reg.workflow("traced.slow")
+    async def slow_wf(ctx: Context) -> str:
+        return await ctx.step(slow)
+
+    async with open_engine(reg, tracer_provider=provider, worker=False, grace=0.2) as engine:
+        eid = await engine.start("traced.slow")
+        async with engine.worker(concurrency=2):
+            await wait_status(engine, eid, "running")
+            await asyncio.sleep(0.2)
+        release.touch()  # the next worker's attempt returns at once
+        async with engine.worker(concurrency=2):
+            assert await engine.result(eid, timeout=10) == "done"
+    steps = sorted(by_name(exporter.get_finished_spans(), "step "), key=lambda s: s.start_time)
+    assert len(steps) == 2 and steps[0].context.span_id != steps[1].context.span_id
+    assert steps[0].status.status_code is StatusCode.ERROR  # cut off, not a success
+    assert steps[1].status.status_code is not StatusCode.ERROR
+
+
+async def test_many_engines_on_one_provider_and_a_malformed_stored_trace(open_engine):
+    provider, exporter = traced()
+    for _ in range(30):  # the SDK hands every engine the same tracer: its id generator is wrapped once
+        async with open_engine(registry(), tracer_provider=provider, worker=False):
+            pass
+    generator = provider.get_tracer("flowli").id_generator
+    assert type(generator).__name__ == "_Ids" and type(generator.fallback).__name__ != "_Ids"
+    async with open_engine(registry(), tracer_provider=provider) as engine:
+        # a caller's unsampled trace stays unsampled; a traceparent that is not one is ignored
+        unsampled = await engine.start("traced.order", 1, traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")
+        garbage = await engine.start("traced.order", 2, traceparent="00-zz-nope-01")
+        assert await engine.result(unsampled, timeout=10) == 3 and await engine.result(garbage, timeout=10) == 5
+        assert (await engine.journal(garbage))[0].value.get("trace") is None
+    spans = exporter.get_finished_spans()
+    assert not [s for s in spans if s.attributes.get("flowli.eid") == unsampled]
+    assert {s.context.trace_id for s in spans if s.attributes.get("flowli.eid") == garbage} == {uuid.UUID(garbage).int}
+
+
+def test_a_stored_trace_that_is_not_one_falls_back_to_the_eid():
+    from flowli.engine._tracing import execution_context
+
+    eid = "01a2341e-b948-7353-9dd2-98d4497b1650"
+    for bad in ({"trace": {"trace_id": "xyz", "parent_id": 7}}, {"trace": "00-bad"}, {"trace": None}, None, []):
+        own, parent = execution_context(eid, bad)
+        assert own.trace_id == uuid.UUID(eid).int and parent is None, bad

@@ -161,7 +161,7 @@ class Catalog:
         inputs: built once per content hash (a saved version never changes)."""
         found = self._validated.get(saved["content_hash"])
         if found is None:
-            v = validate(self.registry, saved["definition"])
+            v = validate(self.registry, saved["definition"], saved=True)
             if v.errors:
                 raise CompositionInvalid(v.errors)  # the catalog changed since it was saved
             found = self._validated[saved["content_hash"]] = (v, self._inputs_model(name, v))
@@ -175,6 +175,9 @@ class Catalog:
         """Refuse now what a start of ``workflow_type`` would refuse for the type (unknown, with a
         did-you-mean) or for the caller's capabilities; whether the start is a read (a data type)."""
         self.roles.require_all(by, rbac.start_needs(self.registry, workflow_type, []))
+        if isinstance(workflow_type, str) and workflow_type.startswith(VIRTUAL):  # and its steps' permissions
+            compiled = (await self._composition(workflow_type, _scope(by, application)))["compiled"]
+            self.roles.require_all(by, rbac.start_needs(self.registry, DAG, [workflow_type, compiled]))
         return bool((await self.schema(workflow_type, by=by, application=application))["read_only"])
 
     async def start(self, workflow_type: str, inputs: Any, *, by: By = None, key: str | None = None,

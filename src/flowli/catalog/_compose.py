@@ -64,9 +64,12 @@ class Validation:
     each starting with ``step '<name>': `` or ``layer '<name>': `` (``composition: `` for the
     definition as a whole)."""
 
-    def __init__(self, registry: Registry, definition: Any):
+    def __init__(self, registry: Registry, definition: Any, saved: bool = False):
         self.registry = registry
         self.definition = definition
+        self.saved = saved
+        """A definition saved already: layers keep fields that they were saved with (layers did not
+        refuse unknown fields before), so a saved version stays runnable."""
         self.errors: list[str] = []
         self.warnings: list[str] = []
         self.types: dict[str, CatalogType] = {}
@@ -110,7 +113,7 @@ class Validation:
             if lname == f"#{i + 1}":
                 self.errors.append(f"layer '{lname}': name must be a non-empty string")
             unknown = sorted(set(layer) - {"name", "steps", "description"})
-            if unknown:
+            if unknown and not self.saved:
                 self.errors.append(f"layer '{lname}': unknown field {unknown[0]!r} (a layer has name, steps)")
             steps = layer.get("steps")
             if not isinstance(steps, list) or not steps:
@@ -276,8 +279,8 @@ class Validation:
                                    f" '{other}' is {_type_word(have)}")
 
 
-def validate(registry: Registry, definition: Any) -> Validation:
-    return Validation(registry, definition).run()
+def validate(registry: Registry, definition: Any, saved: bool = False) -> Validation:
+    return Validation(registry, definition, saved).run()
 
 
 def compile_definition(definition: dict[str, Any]) -> dict[str, Any]:

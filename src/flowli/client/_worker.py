@@ -226,28 +226,33 @@ class HttpWorker:
         finally:
             renewer.cancel()
             if span is not None:
-                _end(span, result)
-                # the result goes back in the handler's trace (its traceparent), as its upstream calls did
-                headers = _propagated(span)
+                with contextlib.suppress(Exception):  # a tracer's failure is not the job's
+                    _end(span, result)
+                    # the result goes back in the handler's trace (its traceparent), as its upstream calls did
+                    headers = _propagated(span)
         await self._submit(http, stage, result, headers)
         with contextlib.suppress(ClientError):
             _check(await http.post("/jobs/ack", json={"token": job["token"]}))
 
     def _span(self, job: dict[str, Any]) -> Any:
         """The span of a job's handler: a child of the stage attempt's span (the job's
-        ``traceparent``), current while the handler runs. None without a tracer."""
+        ``traceparent``), current while the handler runs. None without a tracer, or when the
+        tracer fails (the job runs all the same)."""
         if self.tracer is None:
             return None
+        from opentelemetry.trace import SpanKind
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        parent = TraceContextTextMapPropagator().extract({"traceparent": job["traceparent"]}) \
-            if job.get("traceparent") else None
-        from opentelemetry.trace import SpanKind
-
-        return self.tracer.start_span(f"handler {job['stageHandlerName']}", context=parent, kind=SpanKind.CONSUMER,
-                                      attributes={"flowli.pipeline_id": job["pipelineId"],
-                                                  "flowli.stage": job["stageName"], "flowli.attempt": job["attempt"],
-                                                  "flowli.worker": self.name})
+        try:
+            parent = TraceContextTextMapPropagator().extract({"traceparent": job["traceparent"]}) \
+                if isinstance(job.get("traceparent"), str) else None
+            return self.tracer.start_span(f"handler {job['stageHandlerName']}", context=parent, kind=SpanKind.CONSUMER,
+                                          attributes={"flowli.pipeline_id": job["pipelineId"],
+                                                      "flowli.stage": job["stageName"],
+                                                      "flowli.attempt": job["attempt"], "flowli.worker": self.name})
+        except Exception as exc:
+            log.warning("no span for job %s: %s", job.get("executionId"), exc)
+            return None
 
     async def _submit(self, http: httpx.AsyncClient, stage: int, result: dict[str, Any],
                       headers: dict[str, str] | None = None) -> None:

@@ -1,5 +1,6 @@
 """Value types, statuses, errors, RetryPolicy and provenance. Imports nothing of flowli."""
 
+from ._errors import ArgumentsInvalid as ArgumentsInvalid
 from ._errors import Cancelled as Cancelled
 from ._errors import DatabaseUnavailable as DatabaseUnavailable
 from ._errors import DuplicateFrameError as DuplicateFrameError
@@ -79,6 +80,7 @@ __all__ = [
     "NotJSONCompatibleError",
     "OperationRefused",
     "OutputInvalid",
+    "ArgumentsInvalid",
     "Prerequisite",
     "Principal",
     "Provenance",

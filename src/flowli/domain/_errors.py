@@ -166,6 +166,22 @@ class ExecutionStateError(FlowliError):
         super().__init__(f"cannot {action} execution {eid}: it is {status}, it must be {need}")
 
 
+class ArgumentsInvalid(FlowliError):
+    """The journaled arguments of an execution do not fit the types of its workflow's structured
+    parameters (it was started around the catalog): the run fails with INPUT_INVALID, naming each
+    bad field."""
+
+    code = "INPUT_INVALID"
+
+    def __init__(self, workflow: str, problems: list[str]):
+        self.workflow = workflow
+        self.problems = list(problems)
+        super().__init__(f"the arguments of workflow {workflow!r} do not fit its parameters: {'; '.join(self.problems)}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ArgumentsInvalid, (self.workflow, self.problems))
+
+
 class OutputInvalid(FlowliError):
     """A workflow's result does not fit its return annotation: the run fails with OUTPUT_INVALID,
     naming each bad field."""

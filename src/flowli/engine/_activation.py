@@ -15,6 +15,7 @@ import logging
 from typing import Any, Callable
 
 from flowli.domain import (
+    ArgumentsInvalid,
     Cancelled,
     EntryKind,
     FrameKind,
@@ -52,7 +53,8 @@ class Activation(Waits):
         if tracing is None:
             return await self._run()
         wf = self.wf
-        self.span = tracing.start(f"activation {wf.name}", derived(self.trace, "activation", self.eid, self.horizon),
+        self.span = tracing.start(f"activation {wf.name}",
+                                  derived(self.trace, "activation", self.eid, self.horizon, self.epoch),
                                   self.trace, {"flowli.eid": self.eid, "flowli.workflow": wf.name,
                                                "flowli.version": wf.version, "flowli.epoch": self.epoch,
                                                "flowli.journal_position": self.horizon})
@@ -65,12 +67,9 @@ class Activation(Waits):
         if self.record.blocked is not None and self.cancel_requested:
             return await self._end(Status.CANCELLED, error={"type": "Cancelled", "message": "cancelled while blocked"})
         try:
-            args = self.wf.arguments(self.record.args)
-        except ValidationError as bad:  # started outside the catalog with arguments that do not fit
-            return await self._end(Status.FAILED, error={
-                "type": "InputsInvalid", "module": "flowli.engine", "code": "INPUTS_INVALID",
-                "message": f"the arguments of workflow {self.wf.name!r} do not fit its parameters: "
-                           + "; ".join(problems(bad)), "problems": problems(bad)})
+            args = self.typed_arguments()
+        except ArgumentsInvalid as bad:  # started outside the catalog with arguments that do not fit
+            return await self._end(Status.FAILED, error=error_data(bad) | {"problems": bad.problems})
         wf_task: asyncio.Task[Any] = asyncio.create_task(self.wf.fn(self, *args))
         try:
             return await self._drive(wf_task)

@@ -97,6 +97,7 @@ class Core(Context):
         self.horizon = self.memo.last_seq
         """The last seq of the journal this activation started from."""
         self.ids = FrameIds()
+        self._journal = journal
         self._started = journal[0].value if journal and journal[0].kind is EntryKind.EXECUTION_STARTED else None
         self.span: Any = None
         """The span of this activation (tracing on), else None."""
@@ -168,9 +169,15 @@ class Core(Context):
 
     # ---- writes ---------------------------------------------------------------------------
 
+    def typed_arguments(self) -> list[Any]:
+        """The execution's arguments as its function takes them (``WorkflowDef.arguments``);
+        ArgumentsInvalid naming each bad field when one does not fit its type."""
+        return self.wf.arguments(self.record.args, bool((self._started or {}).get("typed")))
+
     @functools.cached_property
     def _contexts(self) -> tuple[Any, Any]:
-        return execution_context(self.eid, self._started)
+        retries = sum(1 for e in self._journal if e.kind is EntryKind.EXECUTION_RETRIED)
+        return execution_context(self.eid, self._started, retries)
 
     @property
     def trace(self) -> Any:

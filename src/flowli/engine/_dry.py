@@ -11,12 +11,13 @@ holds that the code never created. ``flowli migrate`` checks the target version 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable
 
-from flowli.domain import Entry, ExecutionRecord, NondeterminismError
+from flowli.domain import ArgumentsInvalid, Entry, ExecutionRecord, NondeterminismError
 
 from ._activation import Activation
 from ._registry import WorkflowDef
@@ -69,7 +70,11 @@ class DryReplay(Activation):
         return asyncio.get_running_loop().create_future()  # it waits for ever
 
     async def check(self) -> Divergence | None:
-        task: asyncio.Task[Any] = asyncio.create_task(self.wf.fn(self, *self.wf.arguments(self.record.args)))
+        try:
+            args = self.typed_arguments()
+        except ArgumentsInvalid as bad:  # the new code's types refuse the journal's arguments
+            return Divergence("root", str(bad))
+        task: asyncio.Task[Any] = asyncio.create_task(self.wf.fn(self, *args))
         quiet, seen = 0, -1
         while not task.done() and quiet < _QUIET_TURNS:
             await asyncio.sleep(0)
@@ -91,15 +96,17 @@ class DryReplay(Activation):
                           self.sites.get(nd.fid))
 
 
-_FLOWLI = str(Path(__file__).resolve().parents[1])
+_NOT_THE_CODE = (str(Path(__file__).resolve().parents[1]) + os.sep, str(Path(asyncio.__file__).parent) + os.sep, "<")
+"""flowli's own package, asyncio's, and frozen modules: never a workflow's call site."""
 
 
 def call_site() -> str | None:
-    """``file:line in function`` of the innermost stack frame outside the flowli package."""
+    """``file:line in function`` of the innermost stack frame of the workflow's own code (none
+    for a frame that flowli's own workflows create, such as a composition's steps)."""
     frame = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
-        if not path.startswith(_FLOWLI) and not path.startswith("<"):
+        if not path.startswith(_NOT_THE_CODE):
             return f"{path}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back  # type: ignore[assignment]
     return None

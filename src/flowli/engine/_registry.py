@@ -8,7 +8,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
-from flowli.domain import RegistrationError, TypeMetadata, UnknownWorkflowError, WorkflowArgumentsError, type_metadata
+from flowli.domain import (
+    ArgumentsInvalid,
+    RegistrationError,
+    TypeMetadata,
+    UnknownWorkflowError,
+    WorkflowArgumentsError,
+    type_metadata,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 E = TypeVar("E", bound=type)
@@ -48,27 +55,38 @@ class WorkflowDef:
         return output_adapter(self.fn)
 
     @functools.cached_property
-    def typed(self) -> Any:
-        """For a type registered with catalog metadata whose parameters include a model, a
-        dataclass or a TypedDict: the pydantic model of its parameters, which turns the journal's
-        JSON arguments into those types before the function is called. None otherwise (the
-        arguments are passed as the journal holds them)."""
-        from ._typing import input_model, structured
+    def typed(self) -> dict[int, tuple[str, Any]]:
+        """For a type registered with catalog metadata: the pydantic adapter of each positional
+        parameter annotated with a model, a dataclass or a TypedDict, by its position among the
+        arguments (after the context). Those arguments reach the function as their types; every
+        other one as the journal holds it. Empty for any other workflow."""
+        from ._typing import structured_parameters
 
-        if not self.meta.declared or not structured(self.fn):
-            return None
-        return input_model(self.name, self.fn)
+        return structured_parameters(self.fn) if self.meta.declared else {}
 
-    def arguments(self, args: list[Any]) -> list[Any]:
-        """The arguments the function is called with: the journal's JSON arguments, as instances
-        of their annotated types for a typed workflow (see ``typed``)."""
-        model = self.typed
-        if model is None:
+    def arguments(self, args: list[Any], typed: bool) -> list[Any]:
+        """The arguments the function is called with: the journal's JSON arguments, those of the
+        structured parameters (see ``typed``) as instances of their types when the execution was
+        started so (``typed``, recorded in its started entry: an execution started before its
+        workflow was typed replays with what it was given). ArgumentsInvalid, naming each bad field,
+        when one does not fit."""
+        adapters = self.typed if typed else None
+        if not adapters:
             return args
-        names = list(model.model_fields)
-        bound = self.signature.bind_partial(None, *args).arguments
-        validated = model.model_validate({n: bound[n] for n in names if n in bound})
-        return [getattr(validated, n) for n in names[:len(args)]]
+        from ._typing import ValidationError, problems
+
+        out, bad = list(args), []
+        for i, (name, adapter) in adapters.items():
+            if i < len(out):
+                try:
+                    out[i] = adapter.validate_python(out[i])
+                except ValidationError as exc:
+                    bad += problems(exc, name)
+                except Exception as exc:  # a validator that raised
+                    bad.append(f"{name}: {type(exc).__name__}: {exc}")
+        if bad:
+            raise ArgumentsInvalid(self.name, bad)
+        return out
 
     @functools.cached_property
     def parameters(self) -> str:

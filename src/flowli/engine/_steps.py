@@ -193,7 +193,7 @@ class Steps(Core):
         tracing = self.rt.tracing
         assert tracing is not None and self.span is not None
         parent = self.span.get_span_context()
-        span = tracing.start(f"step {name}", derived(parent, "step", self.eid, fid, attempt), parent,
+        span = tracing.start(f"step {name}", derived(parent, "step", self.eid, fid, attempt, self.epoch), parent,
                              step_attributes(self.eid, fid, attempt, self.wf.name, self.wf.version))
         return tracing.current(span)
 
@@ -219,7 +219,7 @@ class Steps(Core):
                    "tries": self.memo.tries(fid, attempt), "retry": policy_json(policy),
                    "workflow": self.wf.name, "version": self.wf.version}
         if self.span is not None:  # the worker that runs it makes the attempt's span a child of this activation
-            payload["trace"] = traceparent(self.span.get_span_context())
+            payload["trace"], payload["name"] = traceparent(self.span.get_span_context()), name
         write.tasks.append(Task(
             id=task_id(TaskKind.RUN_STEP, self.eid, f"{fid}@{attempt}"), kind=TaskKind.RUN_STEP, queue=queue,
             eid=self.eid, payload=payload, provenance=self.rt.provenance(epoch=self.epoch, attempt=attempt),

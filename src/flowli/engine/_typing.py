@@ -13,7 +13,7 @@ from typing import Any, Callable
 import typing_extensions
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
-__all__ = ["ValidationError", "input_model", "output_adapter", "problems", "structured"]
+__all__ = ["ValidationError", "input_model", "output_adapter", "problems", "structured_parameters"]
 log = logging.getLogger("flowli.engine")
 
 
@@ -46,11 +46,21 @@ def _structured(ann: Any) -> bool:
     return any(_structured(a) for a in typing.get_args(ann))
 
 
-def structured(fn: Callable[..., Any]) -> bool:
-    """Whether a parameter after the context is annotated with a model, a dataclass or a
-    TypedDict (alone or inside a list, a dict, an optional)."""
+def structured_parameters(fn: Callable[..., Any]) -> dict[int, tuple[str, TypeAdapter[Any]]]:
+    """The adapters of the positional parameters after the context annotated with a model, a
+    dataclass or a TypedDict (alone or inside a list, a dict, an optional), by position. A
+    parameter whose adapter pydantic cannot build is left out (its argument stays JSON)."""
     hints = _hints(fn)
-    return any(_structured(hints.get(p.name)) for p in list(inspect.signature(fn).parameters.values())[1:])
+    out: dict[int, tuple[str, TypeAdapter[Any]]] = {}
+    for i, p in enumerate(list(inspect.signature(fn).parameters.values())[1:]):
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            break  # *args and what follows: passed as the journal holds them
+        if _structured(hints.get(p.name)):
+            try:
+                out[i] = (p.name, TypeAdapter(hints[p.name]))
+            except Exception as exc:  # e.g. typing.TypedDict before Python 3.12
+                log.warning("parameter %s of %s is passed as JSON: %s", p.name, getattr(fn, "__qualname__", fn), exc)
+    return out
 
 
 def output_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:

@@ -39,7 +39,7 @@ from ._frames import ROOT, Wait
 from ._registry import WorkflowDef
 from ._runtime import Runtime
 from ._steps import Steps, policy_json
-from ._tracing import traceparent
+from ._tracing import context_of, traceparent
 
 
 def new_execution(
@@ -80,6 +80,8 @@ def new_execution(
         value["application"] = application
     if trace is not None:
         value["trace"] = trace  # the trace it starts in (see _tracing)
+    if wf.typed:
+        value["typed"] = True  # its structured arguments reach the function as their types
     entry = Entry(eid=eid, kind=EntryKind.EXECUTION_STARTED, provenance=prov, fid=ROOT, value=value)
     task = None if leased else Task(
         id=task_id(TaskKind.START, eid), kind=TaskKind.START, queue=queue, eid=eid, payload=None,
@@ -249,10 +251,7 @@ class Waits(Steps):
 
     def _child_trace(self) -> dict[str, str] | None:
         """What a child's started entry records of its trace: this activation's span (tracing on)."""
-        if self.span is None:
-            return None
-        ctx = self.span.get_span_context()
-        return {"trace_id": f"{ctx.trace_id:032x}", "parent_id": f"{ctx.span_id:016x}"}
+        return context_of(self.span.get_span_context()) if self.span is not None else None
 
     def delegate(
         self, queue: str, payload: Any, *, key: str | None = None, retry: RetryPolicy | None = None,
@@ -290,7 +289,9 @@ class Waits(Steps):
                                   dig=dig, value=value)
             frame = {"fid": fid, "tries": len(failures) - expiries + 1, "retry": policy_json(policy),
                      "expiries": expiries, "max_expiries": self.rt.options.delegate_expiries,
-                     "workflow": self.wf.name, "version": self.wf.version, "trace": traceparent(self.trace)}
+                     "workflow": self.wf.name, "version": self.wf.version}
+            if self.span is not None:  # its consumer's spans join the execution's trace
+                frame["trace"] = traceparent(self.trace)
             task = Task(id=tid, kind=TaskKind.DELEGATE, queue=queue, eid=self.eid, payload=payload,
                         provenance=self.rt.provenance(epoch=self.epoch, attempt=attempt), visible_at=self.rt.clock.now(),
                         application=self.record.application, attempt=attempt, frame=frame)

@@ -347,8 +347,9 @@ class Worker:
         parent = parse_traceparent(p.get("trace")) if tracing is not None else None
         if tracing is None or parent is None or task.eid is None:
             return NO_SPAN
-        span = tracing.start(f"step {p['fid'].rsplit('/', 1)[-1].partition(':')[0]}",
-                             derived(parent, "step", task.eid, p["fid"], p["attempt"]), parent,
+        span = tracing.start(f"step {p.get('name') or p['fid']}",
+                             derived(parent, "step", task.eid, p["fid"], p["attempt"], f"delivery {task.deliveries}"),
+                             parent,
                              step_attributes(task.eid, p["fid"], p["attempt"], p["workflow"], p["version"]))
         return tracing.current(span)
 

@@ -93,7 +93,7 @@ async def _call(body: Awaitable[Any]) -> Any:
 def page(key: str, items: list[Any], limit: int, cursor: str | None) -> dict[str, Any]:
     """One page of a list in its stable order, whole items only; ``next`` is the cursor of the
     page after it (None on the last)."""
-    if cursor is not None and not (cursor.isdigit() and int(cursor) <= len(items)):
+    if cursor is not None and not (cursor.isascii() and cursor.isdecimal() and int(cursor) <= len(items)):
         raise ToolError(f"cursor {cursor!r} is not one this list gave (pass a page's next)")
     start = int(cursor or 0)
     end = start + limit
