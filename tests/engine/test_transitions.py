@@ -105,6 +105,19 @@ async def test_a_middleware_sees_each_transition_of_an_execution_once_with_its_p
         assert end.payload == {"status": "completed", "result": "ADA:YES", "error": None}
 
 
+async def test_a_middleware_of_some_kinds_sees_only_those(open_engine):
+    every, starts = Recorder(), Recorder()
+    async with open_engine(app()) as engine:
+        engine.use(every)
+        engine.use(starts, kinds={"start", "signal"})
+        eid = await engine.start("greet", "ada", by="alice@example.com")
+        await wait_status(engine, eid, "suspended")
+        await engine.signal(eid, "go", "yes", by="bob@example.com")
+        assert await engine.result(eid, timeout=30) == "ADA:YES"
+    assert [k for k, *_ in every.of(eid)] == ["start", "suspend", "signal", "end"]
+    assert [k for k, *_ in starts.of(eid)] == ["start", "signal"]
+
+
 async def test_a_cancel_a_migration_and_a_broadcast_each_pass_once(open_engine):
     recorder = Recorder()
     async with open_engine(app()) as engine:
@@ -233,6 +246,7 @@ async def test_call_next_twice_is_refused():
 
     class Rt:
         middleware: list[Any] = []
+        middleware_kinds: dict[Any, Any] = {}
         observers: list[Any] = []
 
     async def twice(transition: Any, call_next: Any) -> Any:

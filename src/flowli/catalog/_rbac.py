@@ -114,6 +114,6 @@ def install(engine: Engine) -> Roles:
             found.require_all(t.principal, needs(engine.registry, t))
         return await call_next()
 
-    engine.use(rbac)
+    engine.use(rbac, kinds={"start", *_OPERATE})  # what needs() asks capabilities for
     setattr(engine, _INSTALLED, found)
     return found

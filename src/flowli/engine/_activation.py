@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 from flowli.domain import (
     ArgumentsInvalid,
@@ -47,11 +47,14 @@ log = logging.getLogger("flowli.worker")
 class Activation(Waits):
     """The Context implementation: one run of the workflow function under one lease."""
 
-    async def run(self) -> Status:
-        """Run the workflow until it ends or suspends; returns the status it left."""
+    def run(self) -> Coroutine[Any, Any, Status]:
+        """Run the workflow until it ends or suspends; returns the status it left. (Untraced, the
+        coroutine itself: no second frame on every resumption of the hot path.)"""
+        return self._run() if self.rt.tracing is None else self._traced_run()
+
+    async def _traced_run(self) -> Status:
         tracing = self.rt.tracing
-        if tracing is None:
-            return await self._run()
+        assert tracing is not None
         wf = self.wf
         self.span = tracing.start(f"activation {wf.name}",
                                   derived(self.trace, "activation", self.eid, self.horizon, self.epoch),

@@ -8,7 +8,7 @@ import contextlib
 import logging
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Sequence
 
 from flowli.domain import (
     Cancelled,
@@ -81,14 +81,17 @@ class Engine:
 
     # ---- seams ----------------------------------------------------------------------------
 
-    def use(self, middleware: Middleware) -> None:
+    def use(self, middleware: Middleware, *, kinds: Iterable[str] | None = None) -> None:
         """Register ``async def middleware(transition, call_next)``: every transition of this
-        engine but the frame appends of a running activation passes it, in the order registered.
-        ``call_next()`` commits (and returns the store's answer); raising refuses the transition,
-        and nothing is written."""
+        engine but the frame appends of a running activation passes it, in the order registered
+        (with ``kinds``, only the transitions of those kinds: ``start``, ``cancel``, ...; the
+        others do not pay for it). ``call_next()`` commits (and returns the store's answer);
+        raising refuses the transition, and nothing is written."""
         if not callable(middleware):
             raise TypeError(f"engine.use takes an async function (transition, call_next), got {middleware!r}")
         self._rt.middleware.append(middleware)
+        if kinds is not None:
+            self._rt.middleware_kinds[middleware] = frozenset(kinds)
 
     def observe(self, observer: Observer) -> None:
         """Register ``observer(transition, result)``, a plain function called after every commit of

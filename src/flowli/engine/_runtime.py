@@ -159,6 +159,8 @@ class Runtime:
         self._unsent: list[Entry] = []
         self._flush: asyncio.TimerHandle | None = None
         self.middleware: list[Any] = []
+        self.middleware_kinds: dict[Any, frozenset[str]] = {}
+        """The transition kinds a middleware registered with ``kinds`` sees (the others: all)."""
         """``engine.use``: the chain every transition but the fast lane's appends passes."""
         self.tracing: Tracing | None = None
         """OpenTelemetry spans of executions, activations and attempts; None when off."""

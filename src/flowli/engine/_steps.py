@@ -159,9 +159,13 @@ class Steps(Core):
             self.rt.stats.attempts[self.wf.name] += 1
             timer = asyncio.get_running_loop().call_later(STARTED_AFTER, self._send_started, started, sent)
             try:
-                with attempt_scope(Attempt(self.eid, fid, attempt, self.rt.bucket)), \
-                        (self._step_span(fid, name, attempt) if self.rt.tracing is not None else NO_SPAN):
-                    value = await run_function(fn, args, kwargs)
+                if self.rt.tracing is None:
+                    with attempt_scope(Attempt(self.eid, fid, attempt, self.rt.bucket)):
+                        value = await run_function(fn, args, kwargs)
+                else:
+                    with attempt_scope(Attempt(self.eid, fid, attempt, self.rt.bucket)), \
+                            self._step_span(fid, name, attempt):
+                        value = await run_function(fn, args, kwargs)
                 value = check_json(value, f"the value of step {fid}")
                 exc: Exception | None = None
             except Exception as e:  # the step's failure is an outcome, journaled

@@ -76,7 +76,10 @@ async def commit(rt: Runtime, t: Transition) -> WriteResult:
     reactions, the observers. A middleware that raises refuses it: nothing is written."""
     if t.kind == "append" or not rt.middleware:
         return await _apply(rt, t)
-    chain: list[Middleware] = list(rt.middleware)
+    only = rt.middleware_kinds
+    chain: list[Middleware] = [m for m in rt.middleware if m not in only or t.kind in only[m]]
+    if not chain:
+        return await _apply(rt, t)
 
     async def call(i: int) -> WriteResult:
         if i == len(chain):
