@@ -23,6 +23,7 @@ from flowli import Registry
 
 from ..catalog.app import fix
 from ..catalog.test_compositions import error_example, vw_demo
+from ..crash import until
 from ..http.conftest import Service, new_app, new_key
 from ..pg import fresh_schema
 
@@ -54,6 +55,17 @@ def effects_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FLOWLI_TEST_EFFECTS", str(path))
     return path
 
+
+
+async def clerk_signs(db: str, bucket: Path, pause: float = 0.0) -> None:
+    """A clerk of another engine on ``db`` takes the clerks' task and answers it signed (after
+    ``pause`` seconds: a watch is waiting by then)."""
+    engine = await flowli.connect(db, Registry(), bucket=str(bucket))
+    async with engine:
+        bot = engine.consumer("clerks", "clerk")
+        [task] = await until(lambda: bot.dequeue(), 30, "the clerk's task")
+        await asyncio.sleep(pause)
+        await bot.answer(task, {"signed": True}, by="carol@example.com")
 
 async def test_the_discovery_sequence_and_a_run_over_stdio(tmp_path, effects_env):
     params = StdioServerParameters(command=sys.executable, args=[
@@ -187,7 +199,7 @@ async def test_the_loop_over_streamable_http(served):
 
 
 async def test_writes_wait_for_a_persons_approval_when_the_application_requires_it(served):
-    from ..crash import until
+
     from ..http.conftest import flowli
 
     svc, keys = served
@@ -242,7 +254,6 @@ async def test_writes_wait_for_a_persons_approval_when_the_application_requires_
 
 
 async def test_stdio_with_an_api_key_acts_as_that_key(tmp_path, effects_env):
-    from ..crash import until
     from ..http.conftest import flowli as run_cli
 
     db = f"sqlite:///{tmp_path / 'k.db'}"
@@ -267,14 +278,8 @@ async def test_stdio_with_an_api_key_acts_as_that_key(tmp_path, effects_env):
         state = waited.structured_content
         assert state["status"] == "PENDING" and state["timed_out"] is True  # it waits for a clerk
 
-        async def clerk() -> None:  # a clerk answers from another process while the watch waits
-            engine = await flowli.connect(db, Registry(), bucket=str(tmp_path / "bucket"))
-            async with engine:
-                bot = engine.consumer("clerks", "clerk")
-                [task] = await until(lambda: bot.dequeue(), 30, "the clerk's task")
-                await bot.answer(task, {"signed": True})
-
-        answering = asyncio.create_task(clerk())
+        # a clerk answers from another process while the watch waits
+        answering = asyncio.create_task(clerk_signs(db, tmp_path / "bucket"))
         watched = await client.call_tool("watch_workflow", {"workflow_id": wid, "timeout_seconds": 60},
                                          progress_callback=on_progress)
         await answering

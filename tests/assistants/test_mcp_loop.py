@@ -25,7 +25,7 @@ from ..catalog.app import effects, fix
 from ..catalog.test_remediation import gated
 from ..crash import until
 from ..http.conftest import flowli, rows
-from .test_mcp import APP, call, over_http
+from .test_mcp import APP, call, clerk_signs, over_http
 from .test_mcp import effects_env as effects_env  # noqa: F401 - a fixture
 from .test_mcp import served as served  # noqa: F401 - a fixture (both backends)
 
@@ -384,8 +384,6 @@ async def test_force_terminate_is_refused_while_the_run_progresses_and_then_ends
 async def test_watch_sends_progress_over_streamable_http_while_a_clerk_answers(served: Any, tmp_path: Path) -> None:
     import asyncio
 
-    import flowli
-    from flowli import Registry
 
     svc, keys = served
     async with over_http(svc.url, keys["admin"]) as client:
@@ -395,15 +393,8 @@ async def test_watch_sends_progress_over_streamable_http_while_a_clerk_answers(s
         async def on_progress(done: float, total: float | None, message: str | None) -> None:
             progress.append(message or "")
 
-        async def clerk() -> None:  # a clerk answers from this process while the watch waits in serve's
-            engine = await flowli.connect(svc.db, Registry(), bucket=str(tmp_path / "clerk-bucket"))
-            async with engine:
-                bot = engine.consumer("clerks", "clerk")
-                [task] = await until(lambda: bot.dequeue(), 30, "the clerk's task")
-                await asyncio.sleep(0.5)  # the watch is waiting by now
-                await bot.answer(task, {"signed": True}, by="carol@example.com")
-
-        answering = asyncio.create_task(clerk())
+        # a clerk answers from this process while the watch waits in serve's
+        answering = asyncio.create_task(clerk_signs(svc.db, tmp_path / "clerk-bucket", pause=0.5))
         watched = await client.call_tool("watch_workflow", {"workflow_id": wid, "timeout_seconds": 60},
                                          progress_callback=on_progress)
         await answering

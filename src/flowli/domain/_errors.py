@@ -166,35 +166,33 @@ class ExecutionStateError(FlowliError):
         super().__init__(f"cannot {action} execution {eid}: it is {status}, it must be {need}")
 
 
-class ArgumentsInvalid(FlowliError):
+class _DoesNotFit(FlowliError):
+    """A value that does not fit a workflow's types, each bad field named (``problems``)."""
+
+    sentence = ""
+
+    def __init__(self, workflow: str, problems: list[str]):
+        self.workflow = workflow
+        self.problems = list(problems)
+        super().__init__(self.sentence.format(workflow=workflow, problems="; ".join(self.problems)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.workflow, self.problems))
+
+
+class ArgumentsInvalid(_DoesNotFit):
     """The journaled arguments of an execution do not fit the types of its workflow's structured
-    parameters (it was started around the catalog): the run fails with INPUT_INVALID, naming each
-    bad field."""
+    parameters (it was started around the catalog): the run fails with INPUT_INVALID."""
 
     code = "INPUT_INVALID"
-
-    def __init__(self, workflow: str, problems: list[str]):
-        self.workflow = workflow
-        self.problems = list(problems)
-        super().__init__(f"the arguments of workflow {workflow!r} do not fit its parameters: {'; '.join(self.problems)}")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (ArgumentsInvalid, (self.workflow, self.problems))
+    sentence = "the arguments of workflow {workflow!r} do not fit its parameters: {problems}"
 
 
-class OutputInvalid(FlowliError):
-    """A workflow's result does not fit its return annotation: the run fails with OUTPUT_INVALID,
-    naming each bad field."""
+class OutputInvalid(_DoesNotFit):
+    """A workflow's result does not fit its return annotation: the run fails with OUTPUT_INVALID."""
 
     code = "OUTPUT_INVALID"
-
-    def __init__(self, workflow: str, problems: list[str]):
-        self.workflow = workflow
-        self.problems = list(problems)
-        super().__init__(f"the output of workflow {workflow!r} does not match its schema: {'; '.join(self.problems)}")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (OutputInvalid, (self.workflow, self.problems))
+    sentence = "the output of workflow {workflow!r} does not match its schema: {problems}"
 
 
 class OperationRefused(FlowliError):
