@@ -7,7 +7,6 @@ an attempt as a journal value, a retry policy as JSON.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import inspect
 import random as _random
@@ -41,9 +40,6 @@ from ._errors import error_data
 from ._frames import Wait
 from ._threads import STEP_THREADS
 from ._tracing import derived, step_attributes, traceparent
-
-NO_SPAN = contextlib.nullcontext()
-"""What stands for a step attempt's span when tracing is off (reusable: it holds nothing)."""
 
 STARTED_AFTER = 0.05
 """Seconds a local step runs before its frame.started is written on its own. A step done sooner

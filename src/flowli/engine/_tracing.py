@@ -50,6 +50,8 @@ SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX16 = re.compile(r"^[0-9a-f]{16}$")
 _PROPAGATOR = TraceContextTextMapPropagator()
+NO_SPAN = contextlib.nullcontext()
+"""What stands for an attempt's span when tracing is off (reusable: it holds nothing)."""
 _NEXT: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("flowli_next_span_ids", default=None)
 """The (trace id, span id) flowli derived for the span it is starting (read by ``_Ids``)."""
 
@@ -93,9 +95,7 @@ def start_context(given: str | None) -> dict[str, Any] | None:
     if ctx is None:
         current = trace.get_current_span().get_span_context()
         ctx = current if current.is_valid else None
-    if ctx is None:
-        return None
-    return {"trace_id": f"{ctx.trace_id:032x}", "parent_id": f"{ctx.span_id:016x}", "sampled": ctx.trace_flags.sampled}
+    return context_of(ctx) if ctx is not None else None
 
 
 def context_of(ctx: SpanContext) -> dict[str, Any]:

@@ -37,10 +37,10 @@ from ._activation import Activation
 from ._core import Stopping, StoreFailure, store_call
 from ._errors import error_data
 from ._runtime import Runtime
-from ._steps import NO_SPAN, failure_entry_value, import_ref, policy_from_json, run_function
+from ._steps import failure_entry_value, import_ref, policy_from_json, run_function
 from ._sweeper import Sweeper
 from ._tasks import cancel_and_wait
-from ._tracing import derived, parse_traceparent, step_attributes
+from ._tracing import NO_SPAN, derived, parse_traceparent, step_attributes
 from ._transitions import Transition, commit
 
 log = logging.getLogger("flowli.worker")

@@ -100,10 +100,6 @@ def page(key: str, items: list[Any], limit: int, cursor: str | None) -> dict[str
     return {key: items[start:end], "next": str(end) if end < len(items) else None}
 
 
-async def _checked(check: Callable[..., None], *args: Any) -> None:
-    check(*args)
-
-
 def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
     """The MCP server of ``engine``, whose tool calls act as ``who(ctx)``."""
     catalog = Catalog(engine)
@@ -117,7 +113,10 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
         a data type is a read, which needs no approval."""
         by = await who(ctx)
         if capability is not None:
-            await _call(_checked(catalog.require, by, capability, f"{tool} {arguments.get('workflow_id', '')}".strip()))
+            try:
+                catalog.require(by, capability, f"{tool} {arguments.get('workflow_id', '')}".strip())
+            except CatalogError as exc:  # PermissionDenied, one sentence
+                raise ToolError(str(exc)) from None
             read = False
         else:
             read = await _call(catalog.check_start(arguments["workflow_type"], by=by))
