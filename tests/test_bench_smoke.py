@@ -68,6 +68,7 @@ async def run_small(url: str, backend: str, wid: str, n: int, options: dict[str,
         assert line["rate"] is None and line["sleep_s"] == 0.1
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("wid, n, options, workflow, unit, expected_executions", SMALL)
 async def test_workload_runs_and_completes_on_sqlite(
     tmp_path: Any, wid: str, n: int, options: dict[str, Any], workflow: str, unit: str, expected_executions: int
@@ -75,6 +76,7 @@ async def test_workload_runs_and_completes_on_sqlite(
     await run_small(targets.sqlite_url(str(tmp_path)), "sqlite", wid, n, options, workflow, unit, expected_executions)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
 @pytest.mark.parametrize("wid, n, options, workflow, unit, expected_executions", SMALL)
 async def test_workload_runs_and_completes_on_postgresql(
@@ -85,6 +87,7 @@ async def test_workload_runs_and_completes_on_postgresql(
                         opener=drivers.opener(driver))
 
 
+@pytest.mark.e2e
 async def test_w5_runs_on_two_worker_processes() -> None:
     async with fresh_schema() as url:
         line = await asyncio.wait_for(w5.run_w5(url, 6, procs=2, concurrency=8), timeout=120)
@@ -102,6 +105,7 @@ async def test_w5_runs_on_two_worker_processes() -> None:
         assert 0 < line["machine_busy"] <= 1.05, line["machine_busy"]
 
 
+@pytest.mark.e2e
 async def test_w5_sigkill_variant_completes_all_with_each_step_memoized_once() -> None:
     async with fresh_schema() as url:
         line = await asyncio.wait_for(w5.run_w5(url, 10, procs=2, kill=True, concurrency=8, ttl=1.0), timeout=120)
@@ -112,12 +116,14 @@ async def test_w5_sigkill_variant_completes_all_with_each_step_memoized_once() -
         assert await statuses_in(url, "bench.sequential") == [Status.COMPLETED] * 10
 
 
+@pytest.mark.unit
 def test_translate_numbers_placeholders_in_order_and_doubles_percent() -> None:
     sql, order = drivers.translate("SELECT $2, x LIKE 'a%' FROM t WHERE ($1::text IS NULL OR y = $1::text) LIMIT $3")
     assert sql == "SELECT %s, x LIKE 'a%%' FROM t WHERE (%s::text IS NULL OR y = %s::text) LIMIT %s"
     assert order == (1, 0, 0, 2)
 
 
+@pytest.mark.integration
 async def test_psycopg_pool_answers_like_asyncpg() -> None:
     """The adapter's statuses, rows, savepoints and errors (asyncpg's type, same SQLSTATE)."""
     import asyncpg
@@ -145,6 +151,7 @@ async def test_psycopg_pool_answers_like_asyncpg() -> None:
 # ---- the command line -----------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_run_prints_one_json_line_per_run_with_versions_and_machine(capsys: pytest.CaptureFixture[str]) -> None:
     code = bench_run.main(["--backend", "sqlite", "--workloads", "W2,W3", "--runs", "2", "--n", "4",
                            "--concurrency", "4"])
@@ -159,6 +166,7 @@ def test_run_prints_one_json_line_per_run_with_versions_and_machine(capsys: pyte
     assert "medians" in err
 
 
+@pytest.mark.integration
 def test_run_on_postgresql_alternates_drivers_and_compares_them(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -175,6 +183,7 @@ def test_run_on_postgresql_alternates_drivers_and_compares_them(
     assert "W1: psycopg" in err and "vs asyncpg" in err
 
 
+@pytest.mark.unit
 def test_summary_takes_medians_per_case_and_skips_failed_runs() -> None:
     lines = [
         {"workload": "W1", "backend": "sqlite", "n": 3, "unit": "steps/s", "wall_s": w, "rate": r}
@@ -190,6 +199,7 @@ def test_summary_takes_medians_per_case_and_skips_failed_runs() -> None:
     assert rows[0]["p50_ms"] is None and rows[2]["recovery_s"] == 2.0
 
 
+@pytest.mark.integration
 async def test_engine_close_leaves_no_pending_tasks(tmp_path: Any) -> None:
     """After a bench run has closed its engine, no task of the engine is left on the loop: a task
     left waiting forever on an engine Event is destroyed pending ("Task was destroyed but it is
@@ -203,6 +213,7 @@ async def test_engine_close_leaves_no_pending_tasks(tmp_path: Any) -> None:
 # ---- W6, and DBOS Transact, the peer ----------------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_w6_suspends_all_then_drains_on_sqlite(tmp_path: Any) -> None:
     url = targets.sqlite_url(str(tmp_path))
     line = await asyncio.wait_for(w6.run_w6(url, 6, concurrency=4), timeout=60)
@@ -212,6 +223,7 @@ async def test_w6_suspends_all_then_drains_on_sqlite(tmp_path: Any) -> None:
     assert await statuses_in(url, "bench.wait_signal") == [Status.COMPLETED] * 6
 
 
+@pytest.mark.e2e
 async def test_w6_in_a_child_process_reports_the_child_memory(tmp_path: Any) -> None:
     line = await asyncio.wait_for(child.run_child("flowli", "W6", targets.sqlite_url(str(tmp_path)), 4), timeout=120)
     check_line(line, "sqlite", "W6", 4, "executions/s")
@@ -239,6 +251,7 @@ DBOS_SMALL = [("W1", 3, {}, "steps/s", 3), ("W2", 10, {}, "steps/s", 1), ("W3", 
               ("W4", 3, {"sleep_s": 0.1}, "s", 3), ("W6", 5, {}, "executions/s", 5)]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("wid, n, options, unit, workflows", DBOS_SMALL)
 async def test_dbos_workload_runs_in_a_child_on_sqlite(
     tmp_path: Any, wid: str, n: int, options: dict[str, Any], unit: str, workflows: int
@@ -252,6 +265,7 @@ async def test_dbos_workload_runs_in_a_child_on_sqlite(
     assert dbos_statuses(db_file) == {"SUCCESS": workflows}  # read back from the file the child left
 
 
+@pytest.mark.e2e
 async def test_dbos_runs_on_a_fresh_postgresql_database_dropped_after(monkeypatch: pytest.MonkeyPatch) -> None:
     dbos_or_skip()
     import asyncpg
@@ -274,6 +288,7 @@ async def test_dbos_runs_on_a_fresh_postgresql_database_dropped_after(monkeypatc
         await conn.close()
 
 
+@pytest.mark.e2e
 def test_run_with_both_engines_prints_lines_of_each_and_their_ratios(capsys: pytest.CaptureFixture[str]) -> None:
     dbos_or_skip()
     code = bench_run.main(["--backend", "sqlite", "--engines", "flowli,dbos", "--workloads", "W2,W6", "--runs", "1",
@@ -287,6 +302,7 @@ def test_run_with_both_engines_prints_lines_of_each_and_their_ratios(capsys: pyt
     assert "flowli vs DBOS" in err and "peak RSS MB" in err
 
 
+@pytest.mark.unit
 def test_ratios_say_greater_than_one_when_flowli_is_better() -> None:
     def row(engine: str, wid: str, **figures: float) -> dict[str, Any]:
         return {"engine": engine, "workload": wid, "backend": "sqlite", "driver": None, "variant": "", **figures}
@@ -300,6 +316,7 @@ def test_ratios_say_greater_than_one_when_flowli_is_better() -> None:
                    ("W6", "peak RSS MB"): 0.5, ("W6", "KiB per suspended"): 1.0}
 
 
+@pytest.mark.e2e
 def test_the_projection_bench_fills_catches_up_and_times_a_new_process(capfd: pytest.CaptureFixture[str]) -> None:
     """``bench.projection`` with a tiny n: its lines name the first catch-up and a new process's
     first list, which sees every execution (it reads the persisted projection, not a replay)."""
@@ -317,6 +334,7 @@ def test_the_projection_bench_fills_catches_up_and_times_a_new_process(capfd: py
     assert lines[1]["first_list_s"] > 0
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("workload,n", [("H1", 20), ("H2", 5), ("H3", 10)])
 def test_the_http_workloads_run_through_a_real_service(workload, n):
     from bench.http import run
@@ -326,6 +344,7 @@ def test_the_http_workloads_run_through_a_real_service(workload, n):
     assert line["rate"] > 0 and (line.get("stages") == n * (3 if workload == "H3" else 1) or workload == "H2")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 async def test_the_composition_bench_runs_both_sides_and_reports_the_overhead(backend):
     from bench.catalog import one_run
@@ -336,6 +355,7 @@ async def test_the_composition_bench_runs_both_sides_and_reports_the_overhead(ba
     assert "overhead_ms_per_step" in line and line["ratio_plain_over_composition"] > 0
 
 
+@pytest.mark.e2e
 def test_the_mcp_bench_drives_a_real_service_with_the_sdk_client():
     from bench.assistants import one_run
 
@@ -344,6 +364,7 @@ def test_the_mcp_bench_drives_a_real_service_with_the_sdk_client():
     assert m2["workload"] == "M2" and m2["runs"] == 4 and m2["runs_per_s"] > 0
 
 
+@pytest.mark.e2e
 def test_the_dashboard_benchmark_runs_end_to_end_once_small(tmp_path):
     """D1 and D2 with 20 runs stored, one round: every page answered and every append reached the
     browser (the bench's own failure count), a line per page and round then its summary."""

@@ -21,6 +21,8 @@ from typer.testing import CliRunner
 
 from flowli.cli import app
 
+pytestmark = pytest.mark.e2e
+
 APP = "cliapp:registry"
 APP_SOURCE = textwrap.dedent(
     """

@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .catalog.test_compositions import error_example, vw_demo
+
+pytestmark = pytest.mark.e2e
 
 APP = "tests.catalog.app:registry"
 

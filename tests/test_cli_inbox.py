@@ -18,6 +18,8 @@ from flowli.domain import EntryKind
 
 from .test_cli import assert_refused, cli_env
 
+pytestmark = pytest.mark.e2e
+
 APP = "inboxapp:registry"
 APP_SOURCE = textwrap.dedent(
     """

@@ -18,6 +18,8 @@ import flowli.pipelines
 import flowli.store
 from flowli import Context, Engine, Registry
 
+pytestmark = pytest.mark.unit
+
 
 def test_top_level_names():
     assert sorted(flowli.__all__) == ["Context", "Engine", "Options", "Principal", "Registry", "connect", "testing"]

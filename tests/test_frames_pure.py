@@ -10,6 +10,8 @@ import pytest
 from flowli.domain import Actor, Code, DuplicateFrameError, Entry, EntryKind, FrameKind, Provenance, Site
 from flowli.engine._frames import FrameIds, Memo, divergence, unvisited
 
+pytestmark = pytest.mark.unit
+
 T = datetime(2030, 1, 1, tzinfo=UTC)
 
 

@@ -15,6 +15,7 @@ import pytest
 from . import pg
 
 
+@pytest.mark.unit
 def test_without_a_url_the_local_server_is_used_when_it_answers_else_the_tests_skip(monkeypatch):
     monkeypatch.delenv(pg.ENV, raising=False)
     monkeypatch.setattr(pg, "_local_server_answers", lambda: True)
@@ -26,6 +27,7 @@ def test_without_a_url_the_local_server_is_used_when_it_answers_else_the_tests_s
     assert pg.server_url() == "postgresql://ci@db:5432/ci"  # given: used, never skipped
 
 
+@pytest.mark.e2e
 def test_the_summary_names_each_reason_to_skip_once(tmp_path: Path):
     (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
     (tmp_path / "test_many.py").write_text(textwrap.dedent("""

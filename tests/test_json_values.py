@@ -9,6 +9,8 @@ import pytest
 
 from flowli.domain import NotJSONCompatibleError, check_json
 
+pytestmark = pytest.mark.unit
+
 
 class Level(enum.IntEnum):
     LOW = 1

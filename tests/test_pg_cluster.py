@@ -26,6 +26,8 @@ from .crash import Workers, lines, pid_of, summary, until
 from .crash.app import BEGUN, RELEASE, registry
 from .pg import fresh_schema
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 async def pg_url() -> AsyncIterator[str]:

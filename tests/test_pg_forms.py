@@ -15,6 +15,8 @@ from flowli.store import postgres
 
 from .pg import fresh_schema
 
+pytestmark = pytest.mark.integration
+
 registry = Registry()
 
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 import flowli
 from flowli import Context, Registry
 
 from .pg import fresh_schema
+
+pytestmark = pytest.mark.integration
 
 
 def one(x: int) -> int:

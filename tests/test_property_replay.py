@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +38,8 @@ import flowli
 from flowli import Context, Registry
 from flowli.domain import EntryKind, Status, digest, keyed_eid
 from flowli.testing import Clock
+
+pytestmark = pytest.mark.e2e
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 TUNING: dict[str, Any] = {

@@ -23,10 +23,12 @@ PROGRAMS = [b for b in blocks() if "asyncio.run(" in b]
 TESTS = [b for b in blocks() if re.search(r"^async def test_", b, re.M)]
 
 
+@pytest.mark.unit
 def test_the_readme_has_programs_and_a_test_to_run():
     assert len(PROGRAMS) >= 1 and len(TESTS) >= 1
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda b: b.splitlines()[0][:40])
 def test_a_readme_program_runs_as_pasted_in_seconds(program: str, tmp_path: Path):
     (tmp_path / "example.py").write_text(program)
@@ -37,6 +39,7 @@ def test_a_readme_program_runs_as_pasted_in_seconds(program: str, tmp_path: Path
     assert out.stdout.strip(), "it printed nothing"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("test", TESTS, ids=lambda b: b.splitlines()[0][:40])
 def test_a_readme_test_passes_under_pytest(test: str, tmp_path: Path):
     (tmp_path / "test_example.py").write_text(test)
@@ -47,6 +50,7 @@ def test_a_readme_test_passes_under_pytest(test: str, tmp_path: Path):
     assert " passed" in out.stdout
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("block", blocks(), ids=lambda b: b.splitlines()[0][:40])
 def test_every_readme_block_compiles(block: str):
     source = block if "await " not in block or "async def" in block else \

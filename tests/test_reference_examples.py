@@ -14,10 +14,14 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 import flowli
 from flowli import Context, Registry
 from flowli.domain import EntryKind, Status
 from flowli.testing import Clock
+
+pytestmark = pytest.mark.integration
 
 FAST: dict[str, Any] = {
     "lease_ttl": timedelta(seconds=5),

@@ -8,11 +8,14 @@ from importlib import resources
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 import flowli
 from flowli import Context, Registry
 
 from .pg import fresh_schema
+
+pytestmark = pytest.mark.integration
 
 registry = Registry()
 

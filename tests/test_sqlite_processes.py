@@ -13,6 +13,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e
+
 OPENER = textwrap.dedent('''
     import asyncio, sys, time
     from pathlib import Path

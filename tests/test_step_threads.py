@@ -10,6 +10,8 @@ import pytest
 
 from flowli.engine._threads import StepThreads
 
+pytestmark = pytest.mark.unit
+
 who: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
 
 

@@ -27,6 +27,8 @@ from ..crash import until
 from ..http.conftest import Service, new_app, new_key
 from ..pg import fresh_schema
 
+pytestmark = pytest.mark.e2e
+
 APP = "tests.catalog.app:registry"
 TOOLS = {"list_workflow_namespaces", "list_workflow_types", "get_workflow_schema", "get_workflow_prerequisites",
          "get_workflow_definition", "get_workflow_dag", "start_workflow", "get_workflow_status", "watch_workflow",

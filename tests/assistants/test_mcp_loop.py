@@ -29,6 +29,8 @@ from .test_mcp import APP, call, clerk_signs, over_http
 from .test_mcp import effects_env as effects_env  # noqa: F401 - a fixture
 from .test_mcp import served as served  # noqa: F401 - a fixture (both backends)
 
+pytestmark = pytest.mark.e2e
+
 READS = {"list_workflow_namespaces", "list_workflow_types", "get_workflow_schema", "get_workflow_prerequisites",
          "get_workflow_definition", "get_workflow_dag", "get_workflow_status", "watch_workflow",
          "get_workflow_history", "list_workflows", "list_stuck_workflows", "validate_composition",

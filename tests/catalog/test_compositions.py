@@ -17,6 +17,8 @@ from flowli.domain import UnknownExecutionError, keyed_eid
 
 from .app import app, effects
 
+pytestmark = pytest.mark.integration
+
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "catalog-and-compositions.md"
 COPY = Path(__file__).with_name("reference") / "catalog-and-compositions.md"
 REFERENCE = SHARED if SHARED.is_file() else COPY

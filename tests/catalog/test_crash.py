@@ -11,12 +11,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import flowli
 from flowli.catalog import Catalog
 
 from ..crash import until
 from .app import app, fix
 from .app import effects as effect_lines
+
+pytestmark = pytest.mark.e2e
 
 
 def spawn(url: str, folder: Path, name: str) -> subprocess.Popen[bytes]:

@@ -17,6 +17,8 @@ from flowli.testing import Clock
 from ..crash import until
 from .app import app, effects
 
+pytestmark = pytest.mark.integration
+
 
 def with_waits():
     registry = app()

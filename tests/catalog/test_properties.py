@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -72,6 +73,7 @@ async def run_one(definition: dict[str, Any], tmp: Path) -> dict[str, Any]:
         return await catalog.status(wid)
 
 
+@pytest.mark.integration
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(compositions())
 def test_a_valid_composition_compiles_to_one_hash_and_runs_to_completed(definition):
@@ -89,6 +91,7 @@ def test_a_valid_composition_compiles_to_one_hash_and_runs_to_completed(definiti
 MUTATIONS = ("workflow_type", "source_field", "step_ref", "param_name", "static_type", "duplicate_name")
 
 
+@pytest.mark.unit
 @settings(max_examples=150, deadline=None)
 @given(compositions(), st.sampled_from(MUTATIONS), st.data())
 def test_a_single_field_mutation_is_an_error_naming_the_mutated_step(definition, mutation, data):

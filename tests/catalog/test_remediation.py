@@ -14,6 +14,8 @@ from flowli.catalog import Catalog, CatalogError, RunStateError
 from . import app as appmod
 from .app import app, effects
 
+pytestmark = pytest.mark.integration
+
 
 def gated(name: str = "gated") -> dict[str, Any]:
     """Create a bucket and enable versioning on it, then tag it (the tag may be refused)."""

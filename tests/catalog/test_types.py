@@ -16,6 +16,8 @@ from flowli.domain import OutputInvalid, RegistrationError
 
 from .app import app, effects
 
+pytestmark = pytest.mark.integration
+
 
 async def test_types_carry_their_metadata_and_namespace(open_engine):
     async with open_engine(app()) as engine:

@@ -16,6 +16,8 @@ from flowli.store import Acquired, Fence, StatusChange, Write
 
 from .conftest import TTL, at, create, entry, started, task
 
+pytestmark = pytest.mark.integration
+
 NOT_ACQUIRED = Acquired(None, None, [])
 
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from flowli.domain import EntryKind, Status
 from flowli.store import Announcement, StatusChange, Write
 
 from .conftest import T0, at, create, entry, started
+
+pytestmark = pytest.mark.integration
 
 
 def announcement_of(e):

@@ -15,6 +15,8 @@ from flowli.store import Announcement, Fence, NewExecution, StatusChange, Write
 
 from .conftest import T0, TTL, at, entry, new_execution, snapshot, started
 
+pytestmark = pytest.mark.integration
+
 
 def announcement_of(e: Entry) -> Announcement:
     """The control-log entry that announces journal entry ``e`` (as the engine builds it)."""

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from flowli._connect import open_store
 
 from .conftest import T0, at
+
+pytestmark = pytest.mark.integration
 
 
 async def test_the_first_claim_of_a_key_wins(store):

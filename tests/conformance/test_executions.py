@@ -11,6 +11,8 @@ from flowli.store import NewMessage, StatusChange, Write
 
 from .conftest import T0, TTL, at, create, entry, new_execution, prov, snapshot, started, task
 
+pytestmark = pytest.mark.integration
+
 
 async def test_a_new_execution_is_created_with_its_entry_and_its_start_task(store):
     new = new_execution(queue="q1", key="k-1", parent_eid="p-1", parent_fid="root/child#0")

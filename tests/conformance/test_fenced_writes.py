@@ -16,6 +16,8 @@ from flowli.store import Fence, NewMessage, Resume, StatusChange, WakeCheck, Wri
 
 from .conftest import TTL, at, create, entry, new_execution, prov, snapshot, started, task
 
+pytestmark = pytest.mark.integration
+
 NOW = at(20)
 
 

@@ -21,6 +21,8 @@ from flowli.store import (
 
 from .conftest import TTL, at, create, entry, new_execution, prov, snapshot, started, task
 
+pytestmark = pytest.mark.integration
+
 
 def everything(eid: str, fence: Fence, *, ack: str, withdraw: str, timer: Timer) -> Write:
     """A write that touches every part of the store."""

@@ -35,6 +35,8 @@ from . import (
     test_wake_check,
 )
 
+pytestmark = pytest.mark.integration
+
 MODULES = [test_batched_writes, test_fenced_writes, test_fencing, test_journal, test_messages, test_tasks,
            test_timers, test_wake_check, test_waiters, test_executions, test_acquire_many]
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from flowli._connect import open_store
 
 from .conftest import T0, at
+
+pytestmark = pytest.mark.integration
 
 
 async def test_put_is_insert_if_absent_and_returns_the_stored_item(store):

@@ -13,6 +13,8 @@ from flowli.store import JournalFilter, Write
 
 from .conftest import T0, at, create, entry, snapshot
 
+pytestmark = pytest.mark.integration
+
 
 async def test_seqs_increase_by_one_per_execution(store):
     a, b = await create(store), await create(store)

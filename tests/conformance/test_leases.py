@@ -12,6 +12,8 @@ from flowli.store import Fence, StatusChange, Write
 
 from .conftest import T0, TTL, at, create, entry, started, task
 
+pytestmark = pytest.mark.integration
+
 
 async def test_acquire_takes_the_lease_and_returns_the_record_and_journal(store):
     eid = await create(store)

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from flowli.domain import EntryKind
 from flowli.store import NewMessage, Write
 
 from .conftest import T0, at, create, entry, prov
+
+pytestmark = pytest.mark.integration
 
 
 async def send(store, channel, *payloads, now=T0):

@@ -8,11 +8,15 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from flowli._connect import open_store
 from flowli.domain import Timer
 from flowli.store import Write
 
 from .conftest import started, task
+
+pytestmark = pytest.mark.integration
 
 
 async def test_a_notification_says_work_or_timer_and_never_reaches_its_writer(shared_url):

@@ -8,6 +8,8 @@ import json
 import sys
 import textwrap
 
+import pytest
+
 from flowli._connect import open_store
 from flowli.domain import EntryKind
 from flowli.store import NewMessage, Write
@@ -15,6 +17,7 @@ from flowli.store import NewMessage, Write
 from .conftest import T0, create, prov
 
 
+@pytest.mark.integration
 async def test_a_fresh_store_is_empty(store):
     assert await store.read_control_log() == []
     assert await store.read_tasks(include_acked=True) == []
@@ -24,6 +27,7 @@ async def test_a_fresh_store_is_empty(store):
     assert await store.read_journal("nope") == []
 
 
+@pytest.mark.integration
 async def test_open_twice_on_one_database_keeps_the_data(shared_url):
     first = open_store(shared_url)
     await first.open()
@@ -46,6 +50,7 @@ async def test_open_twice_on_one_database_keeps_the_data(shared_url):
         await third.close()
 
 
+@pytest.mark.integration
 async def test_a_second_store_sees_the_writes_of_the_first(shared_url):
     a, b = open_store(shared_url), open_store(shared_url)
     await a.open()
@@ -85,6 +90,7 @@ _CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e
 async def test_a_second_process_sees_the_data_and_writes_to_it(shared_url):
     store = open_store(shared_url)
     await store.open()

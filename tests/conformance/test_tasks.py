@@ -6,11 +6,15 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import pytest
+
 from flowli._connect import open_store
 from flowli.domain import EntryKind, TaskKind
 from flowli.store import Withdrawal, Write
 
 from .conftest import T0, TTL, at, create, entry, task
+
+pytestmark = pytest.mark.integration
 
 ALL = list(TaskKind)
 ENGINE = [TaskKind.START, TaskKind.RESUME, TaskKind.RUN_STEP]

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from flowli.domain import TaskKind, Timer
 from flowli.store import Withdrawal, Write
 
 from .conftest import T0, TTL, at, create, task
+
+pytestmark = pytest.mark.integration
 
 
 async def set_timers(store, *timers, now=T0):

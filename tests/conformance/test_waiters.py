@@ -3,10 +3,14 @@ one RESUME per waiting execution, on its queue, idempotent by key."""
 
 from __future__ import annotations
 
+import pytest
+
 from flowli.domain import TaskKind, task_id
 from flowli.store import WakeWaiters, Write
 
 from .conftest import T0, at, create, prov
+
+pytestmark = pytest.mark.integration
 
 
 async def test_waiters_are_added_and_cleared_per_execution(store):

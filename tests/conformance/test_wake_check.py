@@ -4,10 +4,14 @@ past a journal seq, a cancel request), and only then."""
 
 from __future__ import annotations
 
+import pytest
+
 from flowli.domain import EntryKind, Status, TaskKind, task_id
 from flowli.store import Fence, NewMessage, StatusChange, WakeCheck, Write
 
 from .conftest import T0, TTL, at, create, entry, prov, started, task
+
+pytestmark = pytest.mark.integration
 
 
 def wake_task(eid):

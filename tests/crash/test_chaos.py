@@ -26,6 +26,8 @@ from ..pg import fresh_schema
 from . import Workers, completed_counts, lines, summary, until
 from .app import EFFECTS, registry
 
+pytestmark = pytest.mark.e2e
+
 EXECUTIONS = 1000
 NAMES = ["s0", "s1", "s2", "s3", "s4"]
 STEPS = EXECUTIONS * len(NAMES)

@@ -18,6 +18,8 @@ from flowli.store import Fence, StatusChange, Write
 from . import Workers, lines, until
 from .app import EFFECTS, registry
 
+pytestmark = pytest.mark.e2e
+
 BURST = 200
 ROUNDS = 6  # a kill falls between the two appends of some execution in about one burst of three
 NO_REPAIR = ("--repair-grace", "600", "--concurrency", str(BURST))  # the test's sweep repairs

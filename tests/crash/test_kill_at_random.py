@@ -17,6 +17,8 @@ from flowli.domain import EntryKind
 from . import Workers, completed_counts, lines, pid_of, step_name
 from .app import EFFECTS, registry
 
+pytestmark = pytest.mark.e2e
+
 EXECUTIONS = 20
 NAMES = ["s0", "s1", "s2", "s3"]
 PAUSE = 0.25  # seconds in each step: an execution lasts about a second in worker A

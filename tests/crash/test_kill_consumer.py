@@ -17,6 +17,8 @@ from flowli.domain import EntryKind, StaleAnswer, TaskKind, task_id
 from . import Workers, until
 from .app import registry
 
+pytestmark = pytest.mark.e2e
+
 CONSUMER = Path(__file__).resolve().parent / "consumer_main.py"
 QUEUE = "crash-consumers"
 

@@ -10,11 +10,15 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 import flowli
 from flowli.domain import EntryKind, Status, TaskKind
 
 from . import Workers, completed_counts, epoch_of, lines, pid_of, summary, until
 from .app import BEGUN, EFFECTS, RELEASE, registry
+
+pytestmark = pytest.mark.e2e
 
 SCRIPT = Path(__file__).resolve().parent / "start_and_work.py"
 NAMES = ["s0", "s1", "s2", "s3", "s4"]

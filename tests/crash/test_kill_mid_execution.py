@@ -6,11 +6,15 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 import flowli
 from flowli.domain import EntryKind
 
 from . import Workers, completed_counts, epoch_of, lines, pid_of, summary, until
 from .app import BEGUN, EFFECTS, RELEASE, registry
+
+pytestmark = pytest.mark.e2e
 
 NAMES = ["s0", "s1", "s2", "s3", "s4"]
 HELD = "s2"

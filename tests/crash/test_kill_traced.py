@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -22,6 +23,8 @@ from flowli.domain import EntryKind
 
 from . import Workers, lines, until
 from .app import BEGUN, RELEASE, registry
+
+pytestmark = pytest.mark.e2e
 
 NAMES = ["s0", "s1", "s2", "s3"]
 HELD = "s2"

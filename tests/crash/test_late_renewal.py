@@ -13,12 +13,16 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 import flowli
 from flowli.domain import TaskKind
 from flowli.testing import Clock
 
 from . import until
 from .app import registry
+
+pytestmark = pytest.mark.integration
 
 LEASE = timedelta(seconds=10)
 

@@ -11,11 +11,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import flowli
 from flowli.domain import Entry, EntryKind, Status
 
 from . import Workers, epoch_of, lines, pid_of, summary, until
 from .app import BEGUN, RELEASE, registry
+
+pytestmark = pytest.mark.e2e
 
 NAMES = ["s0", "s1", "s2"]
 HELD = "s1"

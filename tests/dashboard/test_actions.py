@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 
 from flowli.client import PipelinesClient, WaitForApproval
 
@@ -21,6 +22,8 @@ from ..catalog.test_remediation import gated
 from ..http.conftest import flowli, new_app, rows, serving
 from ..http.test_pipelines import Worker, until_stage, until_status
 from .conftest import Tenants, csrf_of, logged_in, pipeline
+
+pytestmark = pytest.mark.e2e
 
 DIAMOND = [{"stageName": "load", "stageHandlerName": "Load"},
            {"stageName": "check", "stageHandlerName": "Check", "options": {"dependsOn": ["load"]}},

@@ -23,6 +23,8 @@ from flowli.client import StageError, WaitForApproval
 from ..http.test_pipelines import Worker
 from .conftest import PASSWORD, Tenants, pipeline
 
+pytestmark = pytest.mark.e2e
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
 SCRIPT = "<script>document.title='pwned';window.__ran=1</script>"
 

@@ -9,8 +9,11 @@ import re
 import time
 
 import httpx
+import pytest
 
 from .conftest import PASSWORD, Tenants, csrf_of, logged_in, pipeline
+
+pytestmark = pytest.mark.e2e
 
 SCRIPT = "<script>document.title='pwned'</script>"
 

@@ -11,6 +11,8 @@ from flowli.domain import StepFailed, UnknownExecutionError
 
 from .conftest import wait_status
 
+pytestmark = pytest.mark.integration
+
 ACME = Principal("ann@acme.example", roles=("operator",), application="acme")
 GLOBEX = Principal("gil@globex.example", roles=("operator",), application="globex")
 

@@ -17,6 +17,8 @@ from flowli.domain import (
     WorkflowArgumentsError,
 )
 
+pytestmark = pytest.mark.integration
+
 
 def test_registration_rejects_a_sync_function_and_a_duplicate():
     registry = Registry()

@@ -18,6 +18,8 @@ from flowli.domain import (
 
 from .conftest import kinds, wait_status
 
+pytestmark = pytest.mark.integration
+
 
 async def wait_blocked(engine, eid):
     """Poll (bounded) until the execution is suspended for an operator; its record."""

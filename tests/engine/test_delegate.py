@@ -19,6 +19,8 @@ from flowli.testing import Clock
 from ..crash import until
 from .conftest import wait_status
 
+pytestmark = pytest.mark.integration
+
 QUEUE = "scorers"
 LEASE = timedelta(seconds=10)
 RETRY = RetryPolicy(max_attempts=3, backoff=timedelta(seconds=5), backoff_factor=1.0)

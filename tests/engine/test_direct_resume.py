@@ -10,6 +10,8 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from flowli import Context, Registry
 from flowli.domain import Status, TaskKind, task_id
 from flowli.store import Acquisition, Resume, Write
@@ -17,6 +19,8 @@ from flowli.store import Acquisition, Resume, Write
 from ..crash import until
 from .conftest import wait_status
 from .test_hot_path import accepting
+
+pytestmark = pytest.mark.integration
 
 QUEUE = "reviewers"
 LEASE = timedelta(seconds=10)

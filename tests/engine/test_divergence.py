@@ -16,6 +16,8 @@ from flowli import Context, Registry
 
 from .conftest import wait_status
 
+pytestmark = pytest.mark.integration
+
 EFFECTS: list[str] = []
 CODE: dict[str, str] = {}
 """What each test's workflow does on this run: the tests change it between runs, as a deploy would."""

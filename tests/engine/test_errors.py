@@ -46,6 +46,7 @@ def app() -> Registry:
     return registry
 
 
+@pytest.mark.integration
 async def test_declared_builtin_and_flowli_errors_come_back_as_themselves_others_as_execution_failed(open_engine):
     async with open_engine(app()) as engine:
         with pytest.raises(LedgerClosed, match="the ledger is closed"):
@@ -57,6 +58,7 @@ async def test_declared_builtin_and_flowli_errors_come_back_as_themselves_others
         assert failed.value.error_type == "NotDeclared"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("module", "name"), [("os", "system"), ("this", "Zen"), ("subprocess", "Popen"),
                                                ("tests.engine.test_errors", "NotDeclared")])
 async def test_stored_error_data_naming_a_module_imports_nothing(open_engine, module, name):
@@ -70,6 +72,7 @@ async def test_stored_error_data_naming_a_module_imports_nothing(open_engine, mo
         assert set(sys.modules) == before, "nothing was imported"
 
 
+@pytest.mark.unit
 def test_rebuild_error_without_a_registry_and_of_flowli_errors():
     unknown = rebuild_error("e", {"type": "UnknownWorkflowError", "module": "flowli.domain._errors", "message": "x"})
     assert isinstance(unknown, UnknownWorkflowError)  # flowli's own, rebuilt even when its constructor differs

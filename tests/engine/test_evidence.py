@@ -5,12 +5,16 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 import flowli
 from flowli import Context, Registry
 from flowli.domain import RetryPolicy
 from flowli.log import attach, get_logger
 
 from .conftest import wait_status
+
+pytestmark = pytest.mark.integration
 
 # --- reference (engine-concepts.md, "Evidence") ---
 log = get_logger("myapp")

@@ -14,6 +14,8 @@ from flowli.domain import EntryKind
 
 from ..crash import until
 
+pytestmark = pytest.mark.integration
+
 QUEUE = "reviewers"
 
 

@@ -11,6 +11,8 @@ from flowli.domain import DuplicateFrameError, EntryKind, StepFailed
 
 from .conftest import kinds, wait_status
 
+pytestmark = pytest.mark.integration
+
 RUNS: dict[str, int] = {}
 
 

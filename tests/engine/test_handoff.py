@@ -9,10 +9,14 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from flowli import Context, Registry
 from flowli.domain import TaskKind, task_id
 
 from ..crash import until
+
+pytestmark = pytest.mark.integration
 
 QUEUE = "approvers"
 LEASE = timedelta(seconds=30)

@@ -8,6 +8,8 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 import flowli
 from flowli import Context, Registry
 from flowli.domain import EntryKind, RetryPolicy, Status, TaskKind
@@ -16,6 +18,8 @@ from flowli.engine._worker import Worker
 from flowli.store import Write
 
 from .conftest import kinds
+
+pytestmark = pytest.mark.integration
 
 
 async def accepting(worker: Worker) -> None:

@@ -7,10 +7,14 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import pytest
+
 from flowli import Context, Registry
 from flowli.domain import EntryKind, Status, TaskKind
 
 from .conftest import wait_idle, wait_status
+
+pytestmark = pytest.mark.integration
 
 
 def double(x: int) -> int:

@@ -25,6 +25,8 @@ from flowli.testing import Clock
 from ..crash import until
 from .conftest import wait_status
 
+pytestmark = pytest.mark.integration
+
 BROKEN: dict[str, bool] = {}
 RAN: dict[str, int] = {}
 

@@ -17,6 +17,8 @@ from flowli.engine import Projector
 from ..crash import until
 from .conftest import FAST, wait_status
 
+pytestmark = pytest.mark.integration
+
 
 def app() -> Registry:
     registry = Registry()

@@ -10,6 +10,8 @@ from flowli import Context, Registry
 from flowli.domain import ExecutionTerminalError, Status, UnknownExecutionError
 from flowli.testing import Clock
 
+pytestmark = pytest.mark.integration
+
 
 def tag(x: str) -> str:
     return x.upper()

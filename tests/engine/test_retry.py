@@ -12,6 +12,8 @@ from flowli.testing import Clock
 
 from .conftest import kinds, wait_idle, wait_status
 
+pytestmark = pytest.mark.integration
+
 
 async def test_retry_delay_suspends_on_a_timer_and_frees_the_worker(open_engine):
     registry = Registry()

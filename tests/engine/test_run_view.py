@@ -18,6 +18,8 @@ from flowli.testing import Clock
 from ..crash import until
 from .conftest import wait_status
 
+pytestmark = pytest.mark.integration
+
 
 def check_consistent(view: Any, journal: list[Any]) -> None:
     """Every frame of the journal is in the view once, in the order of its first entry, and each

@@ -18,6 +18,8 @@ from flowli.testing import Clock
 
 from .conftest import FAST
 
+pytestmark = pytest.mark.integration
+
 
 def app() -> Registry:
     registry = Registry()

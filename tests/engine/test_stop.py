@@ -8,10 +8,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
+
 from flowli import Context, Registry
 from flowli.domain import EntryKind
 
 from ..crash import until
+
+pytestmark = pytest.mark.integration
 
 
 def registry_of(gate: asyncio.Event, ran: list[str]) -> Registry:

@@ -6,12 +6,16 @@ import asyncio
 import logging
 from datetime import timedelta
 
+import pytest
+
 from flowli import Context, Registry
 from flowli.domain import EntryKind, LeaseLost, Status, TaskKind
 from flowli.store import Write
 from flowli.testing import Clock
 
 from .conftest import kinds, wait_status
+
+pytestmark = pytest.mark.integration
 
 
 def heavy(x: int) -> int:

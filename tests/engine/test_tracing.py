@@ -9,6 +9,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -20,6 +21,8 @@ from flowli.domain import EntryKind, RetryPolicy
 from flowli.engine._tracing import span_id_of
 
 from .conftest import wait_status
+
+pytestmark = pytest.mark.integration
 
 SEEN: dict[str, Any] = {}
 

@@ -19,6 +19,8 @@ from flowli.testing import Clock
 from ..rows import dump
 from .conftest import wait_status
 
+pytestmark = pytest.mark.integration
+
 RETRY = RetryPolicy(max_attempts=2, backoff=timedelta(milliseconds=10))
 
 

@@ -12,6 +12,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from flowli.domain import EntryKind
 
 from ..rows import dump
@@ -28,6 +30,7 @@ async def at_receive(engine: Any, eid: str) -> None:
     raise AssertionError(f"{eid} never waited at its receive")
 
 
+@pytest.mark.integration
 async def test_verify_reports_each_change_at_its_frame_and_writes_nothing(open_engine, db_url):
     async with open_engine(code(), retention=timedelta(0)) as engine:
         live = await engine.start("order", 1)
@@ -93,6 +96,7 @@ async def test_verify_reports_each_change_at_its_frame_and_writes_nothing(open_e
         assert await dump(db_url) == before  # nothing written, row for row
 
 
+@pytest.mark.e2e
 async def test_flowli_verify_exits_1_when_a_live_execution_would_break(tmp_path):
     import subprocess
     import sys

@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import pytest
+
 from flowli import Context, Registry
 from flowli.domain import EntryKind, Status, child_eid
 from flowli.testing import Clock
 
 from .conftest import kinds, wait_status
+
+pytestmark = pytest.mark.integration
 
 
 def double(x: int) -> int:

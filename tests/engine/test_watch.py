@@ -58,6 +58,7 @@ async def collect(stream: Any, until_kind: EntryKind, into: list[Any]) -> None:
             return
 
 
+@pytest.mark.integration
 async def test_watch_of_a_journal_delivers_every_entry_once_in_order_without_polling(open_engine):
     async with open_engine(app(), poll_interval=30.0) as engine:
         eid = await engine.start("talks")
@@ -88,6 +89,7 @@ async def _first(stream: Any, n: int) -> Any:
             return
 
 
+@pytest.mark.integration
 async def test_watch_of_the_control_log_delivers_the_lifecycle_of_every_execution(open_engine):
     async with open_engine(app(), poll_interval=30.0) as engine:
         seen: list[Any] = []
@@ -112,6 +114,7 @@ async def test_watch_of_the_control_log_delivers_the_lifecycle_of_every_executio
         assert all(e.kind.lifecycle or e.kind is EntryKind.ANNOUNCED for e in seen)
 
 
+@pytest.mark.integration
 async def test_watch_scoped_to_an_application_sees_its_own_only(open_engine):
     acme = Principal("ann@acme.example", application="acme")
     async with open_engine(app(), poll_interval=30.0) as engine:
@@ -125,6 +128,7 @@ async def test_watch_scoped_to_an_application_sees_its_own_only(open_engine):
                 pass
 
 
+@pytest.mark.e2e
 async def test_watch_across_two_processes_on_postgresql(tmp_path: Path) -> None:
     """A worker process runs the execution; this process watches its journal, and waits for its
     result, with a slow poll of 60 s: the notifications alone deliver within the test's bounds."""
@@ -153,6 +157,7 @@ async def test_watch_across_two_processes_on_postgresql(tmp_path: Path) -> None:
             workers.close()
 
 
+@pytest.mark.e2e
 async def test_result_across_processes_on_postgresql_is_woken_by_the_end(tmp_path: Path) -> None:
     async with fresh_schema() as url:
         workers = Workers(tmp_path, url)
@@ -169,6 +174,7 @@ async def test_result_across_processes_on_postgresql_is_woken_by_the_end(tmp_pat
             workers.close()
 
 
+@pytest.mark.integration
 async def test_the_hub_leaves_nothing_behind(open_engine):
     async with open_engine(app()) as engine:
         eid = await engine.start("talks")

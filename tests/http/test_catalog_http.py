@@ -20,6 +20,8 @@ from ..crash import until
 from ..pg import fresh_schema
 from .conftest import Service, new_app, new_key
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def served(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:

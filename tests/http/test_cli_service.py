@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from .conftest import everything, flowli, new_app
+
+pytestmark = pytest.mark.e2e
 
 
 async def test_apps_keys_and_users(service):

@@ -23,6 +23,8 @@ from ..pg import fresh_schema
 from .conftest import Service, new_app
 from .test_pipelines import Worker, until_status
 
+pytestmark = pytest.mark.e2e
+
 WORKER = Path(__file__).with_name("worker_main.py")
 
 

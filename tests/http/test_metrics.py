@@ -13,9 +13,12 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import new_app, serving
+
+pytestmark = pytest.mark.e2e
 
 APP = "tests.catalog.app:registry"
 

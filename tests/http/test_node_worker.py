@@ -7,9 +7,13 @@ import asyncio
 import shutil
 from pathlib import Path
 
+import pytest
+
 from flowli.client import PipelinesClient
 
 from .test_pipelines import until_status
+
+pytestmark = pytest.mark.e2e
 
 WORKER = Path(__file__).with_name("node_worker.mjs")
 

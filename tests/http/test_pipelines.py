@@ -9,10 +9,13 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 
 from flowli.client import HttpWorker, PipelinesClient, StageError, WaitForApproval
 
 from .conftest import everything, flowli, new_app, new_key, rows
+
+pytestmark = pytest.mark.e2e
 
 STAGE = {"stageName": "validate", "stageHandlerName": "ValidateInvoiceHandler", "input": '{"invoiceId":"invoice-42"}'}
 

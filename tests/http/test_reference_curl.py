@@ -9,6 +9,10 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e
+
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "pipelines-reliability.md"
 COPY = Path(__file__).with_name("reference") / "pipelines-reliability.md"
 """The reference as the project keeps it, for machines without the shared folder beside the

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e
+
 
 def test_no_route_answers_5xx_or_contradicts_its_schema(service, billing):
     st = Path(sys.executable).with_name("st")

@@ -23,6 +23,8 @@ from flowli.client import HttpWorker, PipelinesClient
 from .conftest import new_app, serving
 from .test_pipelines import until_status
 
+pytestmark = pytest.mark.e2e
+
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

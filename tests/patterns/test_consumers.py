@@ -17,6 +17,8 @@ from flowli.testing import Clock
 from ..crash import until
 from ..engine.conftest import wait_status
 
+pytestmark = pytest.mark.integration
+
 QUEUE = "translators"
 LEASE = timedelta(seconds=1)
 """A tiny lease; the test clock makes it expire exactly when the test says."""

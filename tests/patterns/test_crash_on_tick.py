@@ -7,12 +7,16 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 import flowli
 from flowli.domain import EntryKind
 
 from ..crash import lines, summary, until
 from . import PatternWorkers
 from .app import BEGUN, EFFECTS, HOLD_TICK, RELEASE, registry
+
+pytestmark = pytest.mark.e2e
 
 EVERY = 2.0
 TICKS = 3

@@ -16,6 +16,8 @@ from ..crash import completed_counts, lines, pid_of, summary, until
 from . import PatternWorkers
 from .app import BEGUN, EFFECTS, RELEASE, registry
 
+pytestmark = pytest.mark.e2e
+
 TRIP = "paris"
 
 

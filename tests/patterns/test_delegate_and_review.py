@@ -13,6 +13,8 @@ from flowli.patterns import REVIEW_QUEUE, answer_review, delegate, inbox, review
 
 from ..crash import until
 
+pytestmark = pytest.mark.integration
+
 
 def registry_of_patterns() -> Registry:
     registry = Registry()

@@ -18,6 +18,8 @@ from flowli.testing import Clock
 
 from ..crash import until
 
+pytestmark = pytest.mark.integration
+
 
 def example(pattern: Callable[..., Any], name: str, **helpers: Any) -> Callable[..., Any]:
     """Execute the docstring example of ``pattern``; return the function ``name`` that it defines."""

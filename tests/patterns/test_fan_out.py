@@ -11,6 +11,8 @@ from flowli import Context, Registry
 from flowli.domain import StepFailed, child_eid
 from flowli.patterns import fan_out
 
+pytestmark = pytest.mark.integration
+
 ITEMS = ["slow.png", "medium.png", "fast.png", "instant.png"]
 DELAY = {"slow.png": 0.3, "medium.png": 0.2, "fast.png": 0.1, "instant.png": 0.0}
 """The first item ends last: the results must still come in item order."""

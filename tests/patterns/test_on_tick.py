@@ -7,12 +7,16 @@ from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 from flowli import Context, Engine, Registry
 from flowli.domain import EntryKind
 from flowli.patterns import on_tick
 from flowli.testing import Clock
 
 from ..crash import until
+
+pytestmark = pytest.mark.integration
 
 EVERY = timedelta(hours=1)
 TICKS = 4

@@ -12,6 +12,8 @@ from flowli import Context, Registry
 from flowli.domain import EntryKind, RetryPolicy, StepFailed
 from flowli.patterns import Action, saga
 
+pytestmark = pytest.mark.integration
+
 
 class Bookings:
     """Steps that note what they did, in the order they ran."""

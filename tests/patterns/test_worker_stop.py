@@ -15,6 +15,8 @@ import pytest
 
 from flowli import Context, Engine, Registry
 
+pytestmark = pytest.mark.integration
+
 ATTEMPTS = 30
 
 

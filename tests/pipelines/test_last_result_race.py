@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from flowli import Registry
 from flowli.pipelines import Applications, Pipelines, install
+
+pytestmark = pytest.mark.integration
 
 
 async def test_stages_appended_while_the_last_result_waits_are_run_not_lost(open_engine):
