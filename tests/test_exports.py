@@ -9,6 +9,7 @@ import pytest
 import flowli
 import flowli.catalog
 import flowli.client
+import flowli.dashboard
 import flowli.domain
 import flowli.engine
 import flowli.http
@@ -38,9 +39,9 @@ PINNED = {
     ],
     flowli.engine: [
         "AttemptView", "CallNext", "Checked", "Clock", "Consumer", "Context", "Difference", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
-        "Explanation", "FrameView", "Middleware", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
-        "SystemClock", "Transition", "Verification", "WorkflowDef", "firing_key", "input_model", "problems", "reply_channel",
-        "task_traceparent",
+        "Explanation", "FrameIds", "FrameView", "Memo", "Middleware", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
+        "SystemClock", "Transition", "Verification", "WorkflowDef", "divergence", "firing_key", "input_model", "next_fire", "problems",
+        "reply_channel", "task_traceparent", "trigger", "unvisited",
     ],
     flowli.store: [
         "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "Intent", "Item", "Items", "JournalFilter", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",
@@ -49,13 +50,16 @@ PINNED = {
     flowli.pipelines: [
         "Access", "Applications", "Conflict", "Forbidden", "NotFound", "PipelineInputError", "Pipelines", "Policies", "ROLES",
         "Schedules", "ServiceError", "Session", "TERMINAL_CODES", "Unauthorized", "Unavailable", "WORKFLOW", "Workers",
-        "install", "key_of", "queue_of", "redact",
+        "decide", "declaration", "delays", "effective_policy", "install", "key_of", "plan", "policy_body", "queue_of", "redact",
+        "redact_items", "stage_list",
     ],
     flowli.catalog: [
         "AUDIT", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError", "CompositionConflict", "CompositionInvalid", "DAG",
         "InputsInvalid", "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
-        "RunStateError", "SAVE", "UnknownType", "catalog_of", "content_hash", "install", "install_rbac", "remediation", "steps_of",
+        "RunStateError", "SAVE", "StepInputInvalid", "UnknownType", "catalog_of", "compile_definition", "content_hash", "install",
+        "install_rbac", "remediation", "steps_of", "validate",
     ],
+    flowli.dashboard: ["Dashboard", "MAX_NODES", "Node", "TooLarge", "layered", "layout", "svg"],
     flowli.http: ["MAX_BODY", "create_app", "from_this_machine", "serve"],
     flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],
     flowli.metrics: ["Metrics", "serve"],

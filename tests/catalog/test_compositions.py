@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from flowli.catalog import COMPILED_FORMAT_VERSION, Catalog, CompositionConflict, CompositionInvalid, content_hash
+from flowli.catalog import (
+    COMPILED_FORMAT_VERSION,
+    Catalog,
+    CompositionConflict,
+    CompositionInvalid,
+    compile_definition,
+    content_hash,
+)
 from flowli.domain import UnknownExecutionError, keyed_eid
 
 from .app import app, effects
@@ -88,8 +95,6 @@ async def test_the_reference_error_example_verbatim(open_engine):
 
 
 def test_compile_gives_the_reference_compiled_form():
-    from flowli.catalog._compose import compile_definition
-
     compiled = compile_definition(vw_demo())
     assert compiled["type"] == "dag"
     assert compiled["metadata"] == {"content_hash": content_hash(vw_demo()),

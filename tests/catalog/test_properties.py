@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import flowli
-from flowli.catalog import Catalog
-from flowli.catalog._compose import compile_definition, validate
+from flowli.catalog import Catalog, compile_definition, validate
 
 from .app import app
 

@@ -7,7 +7,9 @@ from ._catalog import AUDIT as AUDIT
 from ._catalog import Catalog as Catalog
 from ._catalog import catalog_of as catalog_of
 from ._compose import COMPILED_FORMAT_VERSION as COMPILED_FORMAT_VERSION
+from ._compose import compile_definition as compile_definition
 from ._compose import content_hash as content_hash
+from ._compose import validate as validate
 from ._dag import DAG as DAG
 from ._dag import SAVE as SAVE
 from ._dag import install as install
@@ -19,6 +21,7 @@ from ._errors import PermissionDenied as PermissionDenied
 from ._errors import RemediationDenied as RemediationDenied
 from ._errors import RemediationRequired as RemediationRequired
 from ._errors import RunStateError as RunStateError
+from ._errors import StepInputInvalid as StepInputInvalid
 from ._errors import UnknownType as UnknownType
 from ._rbac import ROLES as ROLES
 from ._rbac import Roles as Roles
@@ -44,10 +47,13 @@ __all__ = [
     "remediation",
     "steps_of",
     "RunStateError",
+    "StepInputInvalid",
     "SAVE",
     "UnknownType",
     "catalog_of",
+    "compile_definition",
     "content_hash",
     "install",
     "install_rbac",
+    "validate",
 ]

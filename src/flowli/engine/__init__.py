@@ -10,6 +10,10 @@ from ._consumer import reply_channel as reply_channel
 from ._context import Context as Context
 from ._engine import Engine as Engine
 from ._explain import Explanation as Explanation
+from ._frames import FrameIds as FrameIds
+from ._frames import Memo as Memo
+from ._frames import divergence as divergence
+from ._frames import unvisited as unvisited
 from ._projection import EXECUTIONS as EXECUTIONS
 from ._projection import ExecutionPage as ExecutionPage
 from ._projection import ExecutionSummary as ExecutionSummary
@@ -20,6 +24,8 @@ from ._runtime import Options as Options
 from ._schedules import SCHEDULE as SCHEDULE
 from ._schedules import ScheduleError as ScheduleError
 from ._schedules import firing_key as firing_key
+from ._schedules import next_fire as next_fire
+from ._schedules import trigger as trigger
 from ._tracing import task_traceparent as task_traceparent
 from ._transitions import CallNext as CallNext
 from ._transitions import Middleware as Middleware
@@ -46,11 +52,17 @@ __all__ = [
     "SCHEDULE",
     "ScheduleError",
     "firing_key",
+    "next_fire",
+    "trigger",
     "Context",
     "Engine",
     "EXECUTIONS",
     "ExecutionPage",
     "Explanation",
+    "FrameIds",
+    "Memo",
+    "divergence",
+    "unvisited",
     "ExecutionSummary",
     "Middleware",
     "Options",

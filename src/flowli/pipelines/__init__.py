@@ -12,11 +12,19 @@ from ._errors import ServiceError as ServiceError
 from ._errors import Unauthorized as Unauthorized
 from ._errors import Unavailable as Unavailable
 from ._policies import Policies as Policies
+from ._policies import effective_policy as effective_policy
+from ._policies import policy_body as policy_body
 from ._retry import TERMINAL_CODES as TERMINAL_CODES
+from ._retry import decide as decide
+from ._retry import delays as delays
+from ._retry import plan as plan
 from ._schedules import Schedules as Schedules
 from ._service import Pipelines as Pipelines
 from ._service import redact as redact
 from ._spec import PipelineInputError as PipelineInputError
+from ._spec import declaration as declaration
+from ._spec import stage_list as stage_list
+from ._view import redact_items as redact_items
 from ._workers import Session as Session
 from ._workers import Workers as Workers
 from ._workflow import WORKFLOW as WORKFLOW
@@ -25,4 +33,5 @@ from ._workflow import queue_of as queue_of
 
 __all__ = ["ROLES", "TERMINAL_CODES", "WORKFLOW", "Access", "Applications", "Conflict", "Forbidden", "NotFound",
            "PipelineInputError", "Pipelines", "Policies", "Schedules", "ServiceError", "Session", "Unauthorized", "Unavailable", "Workers",
-           "install", "key_of", "queue_of", "redact"]
+           "decide", "declaration", "delays", "effective_policy", "install", "key_of", "plan", "policy_body", "queue_of",
+           "redact", "redact_items", "stage_list"]

@@ -121,8 +121,15 @@ class Policies:
         plan = (item.body.get("spec") or {}).get("plan") if item else None
         if plan is None:
             raise NotFound(f"no retry plan of stage {stage.id}")
-        answer: dict[str, Any] = {"source": plan["source"], "retry": {
-            "maxRetries": plan["maxRetries"], "delays": _retry.delays(plan), "retryOnErrorCodes": plan["retryOnErrorCodes"]}}
-        if plan["source"] == "policy":
-            answer["policyId"] = plan["policyId"]
-        return answer
+        return effective_policy(plan)
+
+
+def effective_policy(plan: dict[str, Any]) -> dict[str, Any]:
+    """What ``GET /stages/{id}/effective-policy`` answers for a stage's retry plan: which decides
+    (``policy`` with its id, ``stage`` options or ``none``), its retries, their delays (before
+    jitter) and the error codes it retries."""
+    answer: dict[str, Any] = {"source": plan["source"], "retry": {
+        "maxRetries": plan["maxRetries"], "delays": _retry.delays(plan), "retryOnErrorCodes": plan["retryOnErrorCodes"]}}
+    if plan["source"] == "policy":
+        answer["policyId"] = plan["policyId"]
+    return answer
