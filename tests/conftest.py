@@ -22,9 +22,12 @@ import sqlite3
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from .served import Names, Servers, Service
 
 TIERS = ("unit", "integration", "e2e")
 
@@ -62,6 +65,28 @@ def _unit_tests_stay_pure(request: pytest.FixtureRequest) -> Iterator[None]:
         mp.setattr(asyncio, "create_subprocess_exec", _refuse("start a process"))
         mp.setattr(asyncio, "create_subprocess_shell", _refuse("start a process"))
         yield
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """The session's shared ``flowli serve`` processes (one per backend, started on first use)."""
+    started = Servers(Path(tmp_path_factory.mktemp("served")))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def service(request: pytest.FixtureRequest, servers: Servers, monkeypatch: pytest.MonkeyPatch) -> Service:
+    """The session's shared server on a SQLite file, and on a PostgreSQL schema; the test types'
+    effects of this test go to the server's file (name what you fix and count with ``names``)."""
+    monkeypatch.setenv("FLOWLI_TEST_EFFECTS", str(servers.effects))
+    return servers.get(request.param)
+
+
+@pytest.fixture
+def names() -> Names:
+    """Names (of applications, users, buckets) that no other test of the session uses."""
+    return Names()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -4,9 +4,7 @@ validated and saved, operations, and the roles of API keys; never a 500 for bad 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,29 +15,19 @@ from flowli.catalog import content_hash
 from ..catalog.app import effects
 from ..catalog.test_compositions import error_example, vw_demo
 from ..crash import until
-from ..pg import fresh_schema
-from .conftest import Service, new_app, new_key
+from ..served import Names, Service, log_checked
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def served(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
-    monkeypatch.setenv("FLOWLI_TEST_EFFECTS", str(tmp_path / "effects"))
-    async with contextlib.AsyncExitStack() as stack:
-        db = f"sqlite:///{tmp_path / 'flowli.db'}" if request.param == "sqlite" else \
-            await stack.enter_async_context(fresh_schema())
-        svc = Service(db, log=tmp_path / "serve.log", extra=["--app", "tests.catalog.app:registry"])
-        _, admin = new_app(db, "acme")
-        viewer = new_key(db, "acme", "viewer", "watcher")
-        operator = new_key(db, "acme", "operator", "ops")
-        _, other = new_app(db, "globex")
-        svc.start()
-        try:
-            yield svc, {"admin": admin, "viewer": viewer, "operator": operator, "other": other}
-        finally:
-            svc.stop()
-            assert "Traceback" not in svc.logs()
+@pytest.fixture
+async def served(service: Service, names: Names) -> AsyncIterator[Any]:
+    """The shared server, an application of this test with an admin, a viewer and an operator key,
+    and another application's key; the test writes no traceback to the server's log."""
+    _, admin, (viewer, operator) = await service.application(names("acme"), ("viewer", "watcher"), ("operator", "ops"))
+    _, other, _ = await service.application(names("globex"))
+    with log_checked(service):
+        yield service, {"admin": admin, "viewer": viewer, "operator": operator, "other": other}
 
 
 def client(url: str, key: str) -> httpx.AsyncClient:
@@ -161,8 +149,9 @@ NO_KEY = {"error": "no credential: send X-API-Key (or Authorization: Bearer <key
 UNKNOWN_KEY = {"error": "the API key is unknown or disabled"}
 
 
-async def test_a_changed_composition_is_refused_and_refused_requests_store_nothing(served):
+async def test_a_changed_composition_is_refused_and_refused_requests_store_nothing(served, names):
     svc, keys = served
+    kept, anon, b = names("kept"), names("anon"), names("b")
     demo_hash = content_hash(vw_demo())
     changed = vw_demo()  # a second tag: a run of this definition would answer tags 2
     changed["layers"][1]["steps"][0]["input_mapping"]["tagging"]["value"]["TagSet"].append({"Key": "team",
@@ -199,17 +188,17 @@ async def test_a_changed_composition_is_refused_and_refused_requests_store_nothi
                          " count: Input should be a valid integer, unable to parse string as an integer",
                 "problems": ["bucket is required",
                              "count: Input should be a valid integer, unable to parse string as an integer"]}),
-            ({"workflow_type": "aws.s3.enable_versioning", "inputs": {"bucket": "b", "extra": 1}}, 400, {
+            ({"workflow_type": "aws.s3.enable_versioning", "inputs": {"bucket": b, "extra": 1}}, 400, {
                 "error": "the inputs of 'aws.s3.enable_versioning' do not match its schema: extra is not a parameter",
                 "problems": ["extra is not a parameter"]}),
             ({"workflow_type": "aws.s3.enable_versioning", "inputs": [1]}, 400,
              {"error": "inputs: Input should be a valid dictionary"}),
-            ({"workflow_type": "aws.s3.enable_versioning", "inputs": {"bucket": "b"}, "colour": 1}, 400,
+            ({"workflow_type": "aws.s3.enable_versioning", "inputs": {"bucket": b}, "colour": 1}, 400,
              {"error": "colour is not a known field"}),
             ({"workflow_type": "virtual.vw_demo@1.0", "inputs": {}}, 400, {
                 "error": "the inputs of 'virtual.vw_demo@1.0' do not match its schema: bucket_name is required",
                 "problems": ["bucket_name is required"]}),
-            ({"workflow_type": "aws.s3.create_buckt", "inputs": {"bucket": "b"}}, 404, {
+            ({"workflow_type": "aws.s3.create_buckt", "inputs": {"bucket": b}}, 404, {
                 "error": "unknown workflow type 'aws.s3.create_buckt'; did you mean 'aws.s3.create_bucket'?",
                 "suggestion": "aws.s3.create_bucket"}),
         ]
@@ -223,7 +212,7 @@ async def test_a_changed_composition_is_refused_and_refused_requests_store_nothi
         ("GET", "/catalog/namespaces", None), ("GET", "/catalog/types", None), ("GET", "/catalog/runs", None),
         ("GET", "/catalog/compositions", None), ("GET", "/catalog/stuck", None),
         ("GET", f"/catalog/runs/{saved.json()['workflow_id']}/history", None),
-        ("POST", "/catalog/runs", {"workflow_type": "aws.s3.create_bucket", "inputs": {"bucket": "anon"}}),
+        ("POST", "/catalog/runs", {"workflow_type": "aws.s3.create_bucket", "inputs": {"bucket": anon}}),
         ("POST", "/catalog/runs", {"bogus": 1}),
         ("POST", "/catalog/compositions/validate", vw_demo()),
         ("POST", "/catalog/compositions", other),
@@ -240,7 +229,7 @@ async def test_a_changed_composition_is_refused_and_refused_requests_store_nothi
         assert await run_ids(http) == before and await stored(http) == [("virtual.vw_demo@1.0", demo_hash)]
         # a good start is listed (the list is not blind), and the saved composition runs as first saved
         started = await http.post("/catalog/runs", json={"workflow_type": "virtual.vw_demo@1.0",
-                                                         "inputs": {"bucket_name": "kept"}})
+                                                         "inputs": {"bucket_name": kept}})
         assert started.status_code == 201
         wid = started.json()["workflow_id"]
         assert wid in await run_ids(http) and before < await run_ids(http)
@@ -250,5 +239,6 @@ async def test_a_changed_composition_is_refused_and_refused_requests_store_nothi
             return body if body["status"] == "COMPLETED" else None
 
         done = await until(completed, 30, "the composition completes")
-        assert done["output"] == {"s2": {"bucket": "kept", "tags": 1}}
-        assert effects() == ["create:kept", "tag:kept"]  # nothing refused ever ran (no create:anon)
+        assert done["output"] == {"s2": {"bucket": kept, "tags": 1}}
+        # nothing refused ever ran (no create of anon, nor of b): the effects of this test's buckets
+        assert [e for e in effects() if e.endswith(names.tag)] == [f"create:{kept}", f"tag:{kept}"]

@@ -7,20 +7,21 @@ import json
 import httpx
 import pytest
 
-from .conftest import everything, flowli, new_app
+from ..served import everything, flowli, new_app
 
 pytestmark = pytest.mark.e2e
 
 
-async def test_apps_keys_and_users(service):
-    application, admin_key = new_app(service.db, "billing")
-    assert application == {"id": application["id"], "name": "billing"} and admin_key.startswith("flk_")
-    again = flowli(service.db, "apps", "create", "billing")
+async def test_apps_keys_and_users(service, names):
+    billing = names("billing")
+    application, admin_key = new_app(service.db, billing)
+    assert application == {"id": application["id"], "name": billing} and admin_key.startswith("flk_")
+    again = flowli(service.db, "apps", "create", billing)
     assert again.returncode == 2 and "exists already" in again.stderr
-    made = flowli(service.db, "keys", "create", "billing", "--name", "ci", "--json")
+    made = flowli(service.db, "keys", "create", billing, "--name", "ci", "--json")
     key = json.loads(made.stdout)
     assert (key["name"], key["role"]) == ("ci", "operator") and key["apiKey"].startswith("flk_")
-    listed = flowli(service.db, "keys", "ls", "billing")
+    listed = flowli(service.db, "keys", "ls", billing)
     assert "ci" in listed.stdout and key["apiKey"] not in listed.stdout and key["apiKey"][:8] in listed.stdout
     # stored hashed: the secret is nowhere in the database
     dump = await everything(service.db)
@@ -29,35 +30,36 @@ async def test_apps_keys_and_users(service):
     assert flowli(service.db, "keys", "disable", str(key["id"])).returncode == 0
     refused = httpx.get(f"{service.url}/pipelines", headers={"X-API-Key": key["apiKey"]})
     assert refused.status_code == 401 and "disabled" in refused.json()["error"]
-    assert flowli(service.db, "keys", "create", "nope").returncode == 2
-    bad_role = flowli(service.db, "keys", "create", "billing", "--role", "root")
+    assert flowli(service.db, "keys", "create", names("nope")).returncode == 2
+    bad_role = flowli(service.db, "keys", "create", billing, "--role", "root")
     assert bad_role.returncode != 0 and "role" in bad_role.stderr
-    user = flowli(service.db, "users", "create", "ops@example.com", "--password-stdin", "--role", "operator",
-                  "--app", "billing", stdin="correct horse\n")
-    assert user.returncode == 0 and "ops@example.com" in user.stdout, user.stderr
+    user = flowli(service.db, "users", "create", names.email("ops"), "--password-stdin", "--role", "operator",
+                  "--app", billing, stdin="correct horse\n")
+    assert user.returncode == 0 and names.email("ops") in user.stdout, user.stderr
     assert "correct horse" not in await everything(service.db)
 
 
-def test_schedules_from_the_cli(service, tmp_path):
-    new_app(service.db, "billing")
+def test_schedules_from_the_cli(service, tmp_path, names):
+    billing = names("billing")
+    new_app(service.db, billing)
     declared = tmp_path / "p.json"
     declared.write_text(json.dumps({"name": "weekday-report", "stages": [{"stageName": "s", "stageHandlerName": "H"}]}))
-    made = flowli(service.db, "schedules", "create", "billing", "weekdays", "--cron", "0 9 * * 1-5", "--timezone",
+    made = flowli(service.db, "schedules", "create", billing, "weekdays", "--cron", "0 9 * * 1-5", "--timezone",
                   "Europe/Berlin", "--pipeline", str(declared))
     assert made.returncode == 0 and "next firing" in made.stdout, made.stderr
     sid = made.stdout.split()[1]
-    listed = flowli(service.db, "schedules", "ls", "billing")
+    listed = flowli(service.db, "schedules", "ls", billing)
     assert "weekdays" in listed.stdout and "Europe/Berlin" in listed.stdout
-    assert "paused" in flowli(service.db, "schedules", "pause", "billing", sid).stdout
-    assert "enabled" in flowli(service.db, "schedules", "resume", "billing", sid).stdout
-    assert flowli(service.db, "schedules", "rm", "billing", sid).returncode == 0
-    assert "weekdays" not in flowli(service.db, "schedules", "ls", "billing").stdout
-    bad = flowli(service.db, "schedules", "create", "billing", "x", "--cron", "nope", "--pipeline", str(declared))
+    assert "paused" in flowli(service.db, "schedules", "pause", billing, sid).stdout
+    assert "enabled" in flowli(service.db, "schedules", "resume", billing, sid).stdout
+    assert flowli(service.db, "schedules", "rm", billing, sid).returncode == 0
+    assert "weekdays" not in flowli(service.db, "schedules", "ls", billing).stdout
+    bad = flowli(service.db, "schedules", "create", billing, "x", "--cron", "nope", "--pipeline", str(declared))
     assert bad.returncode == 2 and "cron" in bad.stderr
 
 
-def test_flowli_check_walks_the_whole_path_against_a_running_service(service):
-    _, key = new_app(service.db, "billing")
+def test_flowli_check_walks_the_whole_path_against_a_running_service(service, billing):
+    _, key = billing
     done = flowli(service.db, "check", "--url", service.url, "--api-key", key)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()

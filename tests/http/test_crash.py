@@ -20,7 +20,7 @@ import pytest
 from flowli.client import PipelinesClient
 
 from ..pg import fresh_schema
-from .conftest import Service, new_app
+from ..served import Service, application
 from .test_pipelines import Worker, until_status
 
 pytestmark = pytest.mark.e2e
@@ -47,11 +47,10 @@ def worker_process(url: str, key: str, marker: Path, mode: str) -> subprocess.Po
     return subprocess.Popen([sys.executable, str(WORKER), url, key, str(marker), mode])
 
 
-async def test_a_worker_killed_mid_stage_its_lease_expires_and_the_stage_runs_again(db, tmp_path):
-    svc = Service(db, log=tmp_path / "serve.log").start(lease_ttl=2.0)
+async def test_a_worker_killed_mid_stage_its_lease_expires_and_the_stage_runs_again(service, billing, tmp_path):
+    svc, (_, key) = service, billing
     hung = done = None
     try:
-        _, key = new_app(db, "billing")
         async with PipelinesClient(svc.url, key) as client:
             made = await client.create({"name": "slow", "stages": [{"stageName": "s", "stageHandlerName": "Slow"}]})
             marker = tmp_path / "job.json"
@@ -83,14 +82,14 @@ async def test_a_worker_killed_mid_stage_its_lease_expires_and_the_stage_runs_ag
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait(10)
-        svc.stop()
 
 
 async def test_serve_killed_with_pipelines_in_flight_and_started_again_loses_nothing(db, tmp_path):
+    # a server of its own: the test kills it
     port = free_port()
     svc = _start_on(Service(db, log=tmp_path / "serve.log"), port)
     try:
-        _, key = new_app(db, "billing")
+        _, key, _ = await application(db, "billing")
         async with PipelinesClient(svc.url, key, timeout=10) as client:
             made = [(await client.create({"name": f"p{i}", "stages": [
                 {"stageName": "a", "stageHandlerName": "Slow"},
@@ -122,11 +121,12 @@ def _start_on(svc: Service, port: int) -> Service:
 
 
 async def test_two_serves_on_one_postgresql_database_are_one_service(tmp_path):
+    # servers of its own: two on one database
     async with fresh_schema() as url:
         a = Service(url, log=tmp_path / "a.log").start(lease_ttl=3.0)
         b = Service(url, log=tmp_path / "b.log").start(lease_ttl=3.0)
         try:
-            _, key = new_app(url, "billing")
+            _, key, _ = await application(url, "billing")
             async with PipelinesClient(a.url, key) as on_a, PipelinesClient(b.url, key) as on_b:
                 made = []
                 for i in range(10):

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import new_app, serving
+from ..served import application, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -46,8 +46,9 @@ async def finished(api: httpx.AsyncClient, eid: str) -> str:
 
 async def test_serve_metrics_count_a_known_workload(tmp_path, monkeypatch):
     monkeypatch.setenv("FLOWLI_TEST_EFFECTS", str(tmp_path / "effects"))
+    # a server of its own: its counters count this test's workload from zero
     async with serving("sqlite", tmp_path, "--app", APP) as svc:
-        _, key = new_app(svc.db, "billing")
+        _, key, _ = await application(svc.db, "billing")
         async with httpx.AsyncClient(base_url=svc.url, headers={"X-API-Key": key}, timeout=30) as api:
             ok = (await api.post("/catalog/runs", json={"workflow_type": "aws.s3.create_bucket",
                                                          "inputs": {"bucket": "b1"}})).json()["workflow_id"]

@@ -13,7 +13,7 @@ import pytest
 
 from flowli.client import HttpWorker, PipelinesClient, StageError, WaitForApproval
 
-from .conftest import everything, flowli, new_app, new_key, rows
+from ..served import everything, flowli, rows
 
 pytestmark = pytest.mark.e2e
 
@@ -261,7 +261,7 @@ async def test_the_raw_worker_protocol_stale_results_and_leases(service, billing
         made = await client.create(body())
         boot = (await http.post("/workers/bootstrap", headers={"X-API-Key": key}, json={
             "workerName": "raw", "supportedHandlers": ["ValidateInvoiceHandler"]})).json()
-        assert boot["lease"]["ttlSeconds"] == 3.0 and boot["application"]["name"] == "billing"
+        assert boot["lease"]["ttlSeconds"] == 3.0 and boot["application"]["name"] == billing[0]["name"]
         s = {"X-Worker-Session": boot["workerSessionToken"]}
         job = (await http.post("/jobs/pull", headers=s, json={"waitSeconds": 5})).json()
         assert (job["pipelineId"], job["stageName"], job["attempt"]) == (made["id"], "validate", 1)
@@ -311,9 +311,9 @@ async def test_the_raw_worker_protocol_stale_results_and_leases(service, billing
         assert r.status_code == 204 and 0.9 <= time.monotonic() - t0 < 5
 
 
-async def test_sensitive_context_is_redacted_everywhere_public_and_real_in_the_job(service, billing):
+async def test_sensitive_context_is_redacted_everywhere_public_and_real_in_the_job(service, billing, names):
     _, key = billing
-    secret = "tok-9f8e7d6c5b4a"
+    secret = names("tok-9f8e7d6c5b4a")
     seen: list[Any] = []
     async with PipelinesClient(service.url, key) as client, Worker(service.url, key) as worker:
         @worker.handler("ValidateInvoiceHandler")
@@ -340,9 +340,9 @@ async def test_sensitive_context_is_redacted_everywhere_public_and_real_in_the_j
     assert eid[:8] in flowli(service.db, "ls").stdout  # pipelines show in flowli ls
 
 
-async def test_one_application_never_reads_acts_on_or_receives_the_jobs_of_another(service, billing):
+async def test_one_application_never_reads_acts_on_or_receives_the_jobs_of_another(service, billing, names):
     _, key = billing
-    _, other_key = new_app(service.db, "shop")
+    _, other_key, _ = await service.application(names("shop"))
     async with PipelinesClient(service.url, key) as mine, PipelinesClient(service.url, other_key) as theirs, \
             httpx.AsyncClient(base_url=service.url) as http:
         made = await mine.create(body())
@@ -361,7 +361,7 @@ async def test_one_application_never_reads_acts_on_or_receives_the_jobs_of_anoth
 
 async def test_keys_roles_and_credentials(service, billing):
     _, key = billing
-    viewer = new_key(service.db, "billing", "viewer", "looker")
+    viewer = await service.key(billing[0]["name"], "viewer", "looker")
     async with httpx.AsyncClient(base_url=service.url) as http:
         assert (await http.get("/pipelines")).status_code == 401
         assert (await http.get("/pipelines", headers={"X-API-Key": "flk_nope"})).status_code == 401

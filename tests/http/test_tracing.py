@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from flowli.client import HttpWorker, PipelinesClient
 
-from .conftest import new_app, serving
+from ..served import application, serving
 from .test_pipelines import until_status
 
 pytestmark = pytest.mark.e2e
@@ -70,8 +70,9 @@ async def test_a_stage_span_is_a_child_of_its_pipelines_and_the_handlers_of_the_
     jobs: list[dict[str, Any]] = []
     current: list[Any] = []
 
+    # a server of its own: OpenTelemetry configured in its process (sitecustomize on its path)
     async with serving(backend, tmp_path) as service:
-        _, key = new_app(service.db, "billing")
+        _, key, _ = await application(service.db, "billing")
         worker = HttpWorker(service.url, key, "w1", wait_seconds=1, tracer_provider=provider)
 
         @worker.handler("Validate")
