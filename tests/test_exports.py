@@ -51,7 +51,7 @@ PINNED = {
         "Access", "Applications", "Conflict", "Forbidden", "NotFound", "PipelineInputError", "Pipelines", "Policies", "ROLES",
         "Schedules", "ServiceError", "Session", "TERMINAL_CODES", "Unauthorized", "Unavailable", "WORKFLOW", "Workers",
         "decide", "declaration", "delays", "effective_policy", "install", "key_of", "plan", "policy_body", "queue_of", "redact",
-        "redact_items", "stage_list",
+        "redact_items", "scheduled_pipeline", "stage_list",
     ],
     flowli.catalog: [
         "AUDIT", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError", "CompositionConflict", "CompositionInvalid", "DAG",

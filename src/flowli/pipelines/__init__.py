@@ -19,6 +19,7 @@ from ._retry import decide as decide
 from ._retry import delays as delays
 from ._retry import plan as plan
 from ._schedules import Schedules as Schedules
+from ._schedules import scheduled_pipeline as scheduled_pipeline
 from ._service import Pipelines as Pipelines
 from ._service import redact as redact
 from ._spec import PipelineInputError as PipelineInputError
@@ -34,4 +35,4 @@ from ._workflow import queue_of as queue_of
 __all__ = ["ROLES", "TERMINAL_CODES", "WORKFLOW", "Access", "Applications", "Conflict", "Forbidden", "NotFound",
            "PipelineInputError", "Pipelines", "Policies", "Schedules", "ServiceError", "Session", "Unauthorized", "Unavailable", "Workers",
            "decide", "declaration", "delays", "effective_policy", "install", "key_of", "plan", "policy_body", "queue_of",
-           "redact", "redact_items", "stage_list"]
+           "redact", "redact_items", "scheduled_pipeline", "stage_list"]

@@ -16,6 +16,18 @@ from ._service import Pipelines
 from ._spec import declaration
 
 
+def scheduled_pipeline(body: Any) -> dict[str, Any]:
+    """The pipeline create body of a schedule's body, validated now, not at the first firing (its
+    trigger is validated where the schedule is stored: ``flowli.engine.trigger``)."""
+    if not isinstance(body, dict):
+        raise PipelineInputError("the body must be a JSON object")
+    pipeline = body.get("pipeline")
+    if not isinstance(pipeline, dict):
+        raise PipelineInputError("pipeline is required (a create body)")
+    declaration(pipeline)
+    return pipeline
+
+
 class Schedules:
     def __init__(self, engine: Engine, pipelines: Pipelines):
         self.engine = engine
@@ -35,12 +47,7 @@ class Schedules:
 
     async def create(self, access: Access, body: Any) -> dict[str, Any]:
         access.require("operator")
-        if not isinstance(body, dict):
-            raise PipelineInputError("the body must be a JSON object")
-        pipeline = body.get("pipeline")
-        if not isinstance(pipeline, dict):
-            raise PipelineInputError("pipeline is required (a create body)")
-        declaration(pipeline)  # validated now, not at the first firing
+        pipeline = scheduled_pipeline(body)
         try:
             made = await self.engine.add_schedule(
                 body.get("name"), {"kind": "pipeline", "pipeline": pipeline}, cron=body.get("cron"),  # type: ignore[arg-type]
