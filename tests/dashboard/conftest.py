@@ -1,4 +1,6 @@
-"""A real ``flowli serve`` with two applications and dashboard users of each role."""
+"""The dashboard's tests run against the session's shared ``flowli serve`` (``service``, both
+backends, which loads ``tests.dashboard.app:registry``), each with two applications and dashboard
+users of its own (:class:`Tenants`)."""
 
 from __future__ import annotations
 
@@ -6,52 +8,44 @@ import contextlib
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from ..http.conftest import Service, flowli, new_app, serving
+from ..served import PASSWORD, Names, Service, clerk
 
-PASSWORD = "correct horse battery"
+__all__ = ["PASSWORD", "Tenants", "csrf_of", "logged_in", "pipeline"]
 
 
 @dataclass
 class Tenants:
+    """Two applications of one test, their admin keys and their users (each an email)."""
+
     service: Service
+    billing: str
+    shipping: str
     billing_key: str
     shipping_key: str
-
-
-def new_user(db: str, email: str, role: str, *apps: str) -> None:
-    done = flowli(db, "users", "create", email, "--password-stdin", "--role", role,
-                  *[x for a in apps for x in ("--app", a)], stdin=PASSWORD + "\n")
-    assert done.returncode == 0, done.stderr
-
-
-APP = "tests.dashboard.app:registry"
-"""The workflow types the service knows (the catalog's test types: one fails until fixed, one
-waits for a clerk, one parks at a remediation gate; and an expense claim reviewed by a person)."""
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def service(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Service]:
-    """``flowli serve --app tests.dashboard.app:registry`` on a fresh SQLite file, and on a fresh
-    PostgreSQL schema."""
-    monkeypatch.setenv("FLOWLI_TEST_EFFECTS", str(tmp_path / "effects"))  # the service's and this test's
-    async with serving(request.param, tmp_path, "--app", APP) as svc:
-        yield svc
+    ann: str
+    """An operator of billing."""
+    vic: str
+    """A viewer of billing."""
+    sam: str
+    """An operator of shipping."""
 
 
 @pytest.fixture
-def tenants(service: Service) -> Tenants:
-    _, billing = new_app(service.db, "billing")
-    _, shipping = new_app(service.db, "shipping")
-    new_user(service.db, "ann@example.com", "operator", "billing")
-    new_user(service.db, "vic@example.com", "viewer", "billing")
-    new_user(service.db, "sam@example.com", "operator", "shipping")
-    return Tenants(service, billing, shipping)
+async def tenants(service: Service, names: Names) -> Tenants:
+    billing, shipping = names("billing"), names("shipping")
+    async with clerk(service.db) as apps:
+        _, billing_key = await apps.create(billing)
+        _, shipping_key = await apps.create(shipping)
+        for user, role, application in (("ann", "operator", billing), ("vic", "viewer", billing),
+                                        ("sam", "operator", shipping)):
+            await apps.create_user(names.email(user), PASSWORD, role, [application])
+    return Tenants(service, billing, shipping, billing_key, shipping_key,
+                   names.email("ann"), names.email("vic"), names.email("sam"))
 
 
 def csrf_of(html: str) -> str:

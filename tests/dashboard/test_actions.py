@@ -19,8 +19,8 @@ import pytest
 from flowli.client import PipelinesClient, WaitForApproval
 
 from ..catalog.test_remediation import gated
-from ..http.conftest import flowli, new_app, rows, serving
 from ..http.test_pipelines import Worker, until_stage, until_status
+from ..served import application, flowli, rows, serving
 from .conftest import Tenants, csrf_of, logged_in, pipeline
 
 pytestmark = pytest.mark.e2e
@@ -65,7 +65,7 @@ async def test_the_pipeline_page_draws_the_stages_and_hides_sensitive_context(te
     made = await pipeline(url, tenants.billing_key, stages=DIAMOND, pipelineKeywords=[{"key": "customer", "value": "acme"}],
                           pipelineContextItems=[{"key": "token", "value": "s3cr3t-value", "isSensitive": True},
                                                 {"key": "region", "value": "eu-west"}])
-    async with logged_in(url, "ann@example.com") as ann:
+    async with logged_in(url, tenants.ann) as ann:
         page = await page_of(ann, made["id"])
         html = page.text
         # the DAG: a node per stage with its status, an edge per dependency, laid out in columns
@@ -93,7 +93,7 @@ async def test_the_pipeline_page_draws_the_stages_and_hides_sensitive_context(te
 async def test_an_operator_pauses_resumes_and_cancels_from_the_page_as_themselves(tenants: Tenants):
     url, key = tenants.service.url, tenants.billing_key
     made = await pipeline(url, key)
-    async with logged_in(url, "ann@example.com") as ann:
+    async with logged_in(url, tenants.ann) as ann:
         html = (await page_of(ann, made["id"])).text
         path = run_path(html)
         r = await act(ann, path, html, action="pause")
@@ -108,7 +108,7 @@ async def test_an_operator_pauses_resumes_and_cancels_from_the_page_as_themselve
     # each message the page sent is received with its sender: the user, a person
     senders = [e["value"]["by"] for e in await history(url, key, made["id"])
                if e["kind"] == "frame.completed" and isinstance(e["value"], dict) and "payload" in e["value"]]
-    assert senders and set(senders) == {"human:ann@example.com"}, senders
+    assert senders and set(senders) == {f"human:{tenants.ann}"}, senders
 
 
 async def until_status_api(url: str, key: str, pid: int, status: str) -> dict[str, Any]:
@@ -124,7 +124,7 @@ async def until_status_api(url: str, key: str, pid: int, status: str) -> dict[st
 async def test_a_viewer_a_forged_form_and_another_application_are_refused_and_change_nothing(tenants: Tenants):
     url, key = tenants.service.url, tenants.billing_key
     made = await pipeline(url, key)
-    async with logged_in(url, "ann@example.com") as ann:
+    async with logged_in(url, tenants.ann) as ann:
         html = (await page_of(ann, made["id"])).text
         path = run_path(html)
         forged = await ann.post(f"{path}/act", data={"csrf": "not-the-token", "action": "cancel"})
@@ -133,13 +133,13 @@ async def test_a_viewer_a_forged_form_and_another_application_are_refused_and_ch
         assert missing.status_code == 403
         unknown = await act(ann, path, html, action="explode")
         assert unknown.status_code == 400 and "There is no action &#39;explode&#39;" in unknown.text
-    async with logged_in(url, "vic@example.com") as vic:
+    async with logged_in(url, tenants.vic) as vic:
         html = (await page_of(vic, made["id"])).text
         assert "<button" not in html.split("<main>")[1].split("Timeline")[0]  # no action on a viewer's page
         assert "You are a viewer: you can look, not act." in html
         refused = await vic.post(f"{path}/act", data={"csrf": csrf_of(html), "action": "cancel"})
         assert refused.status_code == 403 and "a viewer cannot act" in refused.text
-    async with logged_in(url, "sam@example.com") as sam:  # an operator of shipping
+    async with logged_in(url, tenants.sam) as sam:  # an operator of shipping
         assert (await sam.get(path)).status_code == 404
         assert (await sam.get(f"/pipelines/{made['id']}", headers={"Accept": "text/html"})).status_code == 404
         html = (await sam.get("/runs")).text
@@ -172,17 +172,17 @@ async def test_approve_from_the_inbox_and_rerun_a_failed_stage_with_its_warning(
         failing = await client.create({"name": "fails-once", "stages": [{"stageName": "charge", "stageHandlerName": "Flaky"}]})
         stage = await until_stage(client, waiting["id"], "review", "WaitingForApproval")
         await until_status(client, failing["id"], "Failed")
-        async with logged_in(url, "ann@example.com") as ann:
+        async with logged_in(url, tenants.ann) as ann:
             inbox = (await ann.get("/inbox")).text
             assert 'aria-label="Approve review"' in inbox and "approve-me" in inbox
             r = await ann.post("/inbox/decide", data={"csrf": csrf_of(inbox), "stage": stage["id"], "decision": "reject",
-                                                      "application": "billing"})
+                                                      "application": tenants.billing})
             assert r.status_code == 400 and "A rejection needs a reason" in r.text
             r = await ann.post("/inbox/decide", data={"csrf": csrf_of(inbox), "stage": stage["id"], "decision": "approve",
-                                                      "reason": "looks right", "application": "billing"})
+                                                      "reason": "looks right", "application": tenants.billing})
             assert r.status_code == 303
             assert (await until_status(client, waiting["id"], "Completed"))["stages"][0]["status"] == "Completed"
-            assert "human:ann@example.com" in str(await history(url, key, waiting["id"])), \
+            assert f"human:{tenants.ann}" in str(await history(url, key, waiting["id"])), \
                 "the approval does not carry the user's provenance"
             assert "No stage waits for approval." in (await ann.get("/inbox")).text
 
@@ -211,11 +211,11 @@ async def test_schedules_workers_stuck_and_catalog_pages(tenants: Tenants):
         started = await api.post("/catalog/runs", json={"workflow_type": "ops.await_clerk", "inputs": {"note": "n"}})
         assert started.status_code in (200, 201, 202), started.text
         waiting_eid = started.json()["workflow_id"]
-    async with logged_in(url, "ann@example.com") as ann:
+    async with logged_in(url, tenants.ann) as ann:
         page = await ann.get("/schedules", headers={"Accept": "text/html"})
         assert page.status_code == 200 and "nightly &lt;b&gt;" in page.text
         r = await ann.post(f"/schedules/{made['id']}/state", data={"csrf": csrf_of(page.text), "action": "pause",
-                                                                   "application": "billing"})
+                                                                   "application": tenants.billing})
         assert r.status_code == 303
         async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}) as api:
             assert (await api.get(f"/schedules/{made['id']}")).json()["state"] == "paused"
@@ -230,10 +230,10 @@ async def test_schedules_workers_stuck_and_catalog_pages(tenants: Tenants):
         eid = waiting_eid
         assert "Its guards: the run must still be idle for 0 s, hold no live lease" in stuck.text
         unconfirmed = await ann.post("/stuck/terminate", data={"csrf": csrf_of(stuck.text), "eid": eid, "reason": "gone",
-                                                               "min_idle": "0", "application": "billing"})
+                                                               "min_idle": "0", "application": tenants.billing})
         assert unconfirmed.status_code == 400 and "names the guards" in unconfirmed.text
         r = await ann.post("/stuck/terminate", data={"csrf": csrf_of(stuck.text), "eid": eid, "reason": "gone",
-                                                     "min_idle": "0", "application": "billing", "confirm": "yes"})
+                                                     "min_idle": "0", "application": tenants.billing, "confirm": "yes"})
         assert r.status_code == 303, r.text
         async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}) as api:
             assert (await api.get(f"/catalog/runs/{eid}")).json()["status"] == "FAILED"
@@ -245,34 +245,34 @@ async def test_schedules_workers_stuck_and_catalog_pages(tenants: Tenants):
         assert 'aria-label="aws.s3.create_bucket: unknown"' in one.text  # its DAG: one step
         bad = await ann.get("/catalog", params={"type": "no.such.type<i>"}, headers={"Accept": "text/html"})
         assert bad.status_code in (404, 409) and "<i>" not in bad.text
-    async with logged_in(url, "sam@example.com") as sam:  # shipping sees none of billing's
+    async with logged_in(url, tenants.sam) as sam:  # shipping sees none of billing's
         assert "nightly" not in (await sam.get("/schedules", headers={"Accept": "text/html"})).text
         assert "billing-worker-1" not in (await sam.get("/workers", headers={"Accept": "text/html"})).text
-    async with logged_in(url, "vic@example.com") as vic:
+    async with logged_in(url, tenants.vic) as vic:
         page = await vic.get("/schedules", headers={"Accept": "text/html"})
         assert "<button type=\"submit\" name=\"action\"" not in page.text
         r = await vic.post(f"/schedules/{made['id']}/state", data={"csrf": csrf_of(page.text), "action": "resume",
-                                                                   "application": "billing"})
+                                                                   "application": tenants.billing})
         assert r.status_code == 403
     async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}) as api:
         assert (await api.get(f"/schedules/{made['id']}")).json()["state"] == "paused"
 
 
-async def test_a_failed_python_run_is_retried_from_its_page(tenants: Tenants):
+async def test_a_failed_python_run_is_retried_from_its_page(tenants: Tenants, names):
     from tests.catalog.app import fix
 
-    url, key = tenants.service.url, tenants.billing_key
+    url, key, db = tenants.service.url, tenants.billing_key, names("db")
     async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}) as api:
-        started = (await api.post("/catalog/runs", json={"workflow_type": "ops.flaky", "inputs": {"name": "db"}})).json()
+        started = (await api.post("/catalog/runs", json={"workflow_type": "ops.flaky", "inputs": {"name": db}})).json()
         eid = started["workflow_id"]
         deadline = time.monotonic() + 20
         while (await api.get(f"/catalog/runs/{eid}")).json()["status"] != "FAILED":
             assert time.monotonic() < deadline, "the run never failed"
             await asyncio.sleep(0.05)
-        async with logged_in(url, "ann@example.com") as ann:
+        async with logged_in(url, tenants.ann) as ann:
             html = (await ann.get(f"/runs/{eid}")).text
-            assert ">Retry run</button>" in html and "db is down" in html
-            fix("db")
+            assert ">Retry run</button>" in html and f"{db} is down" in html
+            fix(db)
             r = await act(ann, f"/runs/{eid}", html, action="retry")
             assert r.status_code == 303, r.text
             while (await api.get(f"/catalog/runs/{eid}")).json()["status"] != "COMPLETED":
@@ -281,7 +281,7 @@ async def test_a_failed_python_run_is_retried_from_its_page(tenants: Tenants):
             again = await act(ann, f"/runs/{eid}", html, action="retry")  # completed now: refused, said why
             assert again.status_code == 409 and "only a FAILED run can be retried" in again.text
         journal = (await api.get(f"/catalog/runs/{eid}/history")).json()
-        assert "human:ann@example.com" in str(journal)
+        assert f"human:{tenants.ann}" in str(journal)
 
 
 async def test_a_refused_late_result_is_an_entry_of_the_timeline_and_attempts_filter_it(tenants: Tenants):
@@ -304,7 +304,7 @@ async def test_a_refused_late_result_is_an_entry_of_the_timeline_and_attempts_fi
         late = await http.post(f"/stages/{job['stageId']}/result", headers=s, json={
             "executionId": job["executionId"], "attempt": 1, "isSuccess": True, "output": "late"})
         assert late.status_code == 409
-    async with logged_in(url, "ann@example.com") as ann:
+    async with logged_in(url, tenants.ann) as ann:
         page = (await page_of(ann, made["id"])).text
         assert "<td>result.refused</td>" in page and job["executionId"] in page
         path = run_path(page)
@@ -316,8 +316,9 @@ async def test_a_refused_late_result_is_an_entry_of_the_timeline_and_attempts_fi
 
 
 async def test_serve_open_needs_no_login_from_this_machine_only(tmp_path):
+    # a server of its own: --open
     async with serving("sqlite", tmp_path, "--open") as svc:
-        _, key = new_app(svc.db, "billing")
+        _, key, _ = await application(svc.db, "billing")
         made = await pipeline(svc.url, key)
         async with httpx.AsyncClient(base_url=svc.url, timeout=30) as local:
             runs = await local.get("/runs")
@@ -347,33 +348,33 @@ async def catalog_status(api: httpx.AsyncClient, eid: str, *wanted: str) -> dict
         await asyncio.sleep(0.05)
 
 
-async def test_a_composition_is_drawn_and_its_remediation_gate_is_resolved_from_the_run_page(tenants: Tenants):
+async def test_a_composition_is_drawn_and_its_remediation_gate_is_resolved_from_the_run_page(tenants: Tenants, names):
     from tests.catalog.app import fix
 
-    url, key = tenants.service.url, tenants.billing_key
+    url, key, locked = tenants.service.url, tenants.billing_key, names("locked")
     async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}, timeout=30) as api:
         saved = await api.post("/catalog/compositions", json=GATED)
         assert saved.status_code == 201, saved.text
-        async with logged_in(url, "ann@example.com") as ann:
+        async with logged_in(url, tenants.ann) as ann:
             drawn = (await ann.get("/catalog", params={"type": "virtual.gated@1"}, headers={"Accept": "text/html"})).text
             assert re.findall(r'role="img" aria-label="([^"]+)"', drawn) == ["create: unknown", "version: unknown", "tag: unknown"]
             assert drawn.count('class="edge"') == 2  # create before version and tag
             started = (await api.post("/catalog/runs", json={"workflow_type": "virtual.gated@1",
-                                                             "inputs": {"bucket": "locked-1"}})).json()
+                                                             "inputs": {"bucket": locked}})).json()
             eid = started["workflow_id"]
             await catalog_status(api, eid, "remediation_pending")
             html = (await ann.get(f"/runs/{eid}")).text
             steps = re.findall(r'role="img" aria-label="([^"]+)"', html)
             assert steps == ["create: completed", "version: completed", "tag: remediation_pending"], steps
             assert "Step <code>tag</code> waits at a remediation gate." in html and ">Resolve as remediated</button>" in html
-            fix("locked-1")
+            fix(locked)
             r = await act(ann, f"/runs/{eid}", html, action="remediated")
             assert r.status_code == 303, r.text
             assert (await catalog_status(api, eid, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
             again = await act(ann, f"/runs/{eid}", html, action="remediated")
             assert again.status_code == 409 and "not remediation_pending" in again.text
             # the resolution is received with its sender: the user
-            assert "&#34;by&#34;: &#34;human:ann@example.com&#34;" in (await ann.get(f"/runs/{eid}")).text
+            assert f"&#34;by&#34;: &#34;human:{tenants.ann}&#34;" in (await ann.get(f"/runs/{eid}")).text
 
 
 async def test_an_open_review_is_answered_from_the_inbox_with_the_users_provenance(tenants: Tenants):
@@ -381,23 +382,23 @@ async def test_an_open_review_is_answered_from_the_inbox_with_the_users_provenan
     async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}, timeout=30) as api:
         eid = (await api.post("/catalog/runs", json={"workflow_type": "ops.expense",
                                                      "inputs": {"claim": {"id": 7, "amount": 120}}})).json()["workflow_id"]
-        async with logged_in(url, "ann@example.com") as ann:
+        async with logged_in(url, tenants.ann) as ann:
             deadline = time.monotonic() + 20
             while "expense 7" not in (inbox := (await ann.get("/inbox")).text):
                 assert time.monotonic() < deadline, "the review never reached the inbox"
                 await asyncio.sleep(0.05)
             assert 'aria-label="Approve expense 7"' in inbox and "&#34;amount&#34;: 120" in inbox
-            async with logged_in(url, "sam@example.com") as sam:  # shipping's operator sees none of it
+            async with logged_in(url, tenants.sam) as sam:  # shipping's operator sees none of it
                 assert "expense 7" not in (await sam.get("/inbox")).text
                 r = await sam.post("/inbox/decide", data={"csrf": csrf_of((await sam.get("/inbox")).text), "eid": eid,
-                                                          "decision": "approve", "application": "billing"})
-                assert r.status_code == 404 and "There is no application billing among yours." in r.text
+                                                          "decision": "approve", "application": tenants.billing})
+                assert r.status_code == 404 and f"There is no application {tenants.billing} among yours." in r.text
             assert (await catalog_status(api, eid, "PENDING", "RUNNING", "SUSPENDED"))
             r = await ann.post("/inbox/decide", data={"csrf": csrf_of(inbox), "eid": eid, "decision": "approve",
-                                                      "reason": "within budget", "application": "billing"})
+                                                      "reason": "within budget", "application": tenants.billing})
             assert r.status_code == 303
             done = await catalog_status(api, eid, "COMPLETED")
-            assert done["output"] == {"paid": True, "by": "ann@example.com", "reason": "within budget"}
+            assert done["output"] == {"paid": True, "by": tenants.ann, "reason": "within budget"}
             assert "No review is open." in (await ann.get("/inbox")).text
 
 
@@ -405,7 +406,7 @@ async def test_a_dag_past_its_cap_asks_for_a_subset_and_draws_it(tenants: Tenant
     url, key = tenants.service.url, tenants.billing_key
     stages = [{"stageName": f"s{i:03}", "stageHandlerName": "H"} for i in range(301)]
     made = await pipeline(url, key, name="wide", stages=stages)
-    async with logged_in(url, "ann@example.com") as ann:
+    async with logged_in(url, tenants.ann) as ann:
         html = (await page_of(ann, made["id"])).text
         assert "301 nodes: the graph draws at most 300; narrow the stages shown" in html
         assert 'role="img"' not in html and "Draw the stages whose name holds" in html
@@ -417,9 +418,10 @@ async def test_a_dag_past_its_cap_asks_for_a_subset_and_draws_it(tenants: Tenant
 async def test_an_expired_session_is_sent_to_the_login_and_its_forms_change_nothing(tenants: Tenants):
     url, key, db = tenants.service.url, tenants.billing_key, tenants.service.db
     made = await pipeline(url, key)
-    async with logged_in(url, "ann@example.com") as ann:
+    async with logged_in(url, tenants.ann) as ann:
         html = (await page_of(ann, made["id"])).text
-        [(item, body)] = await rows(db, "SELECT id, body FROM items WHERE kind = ?", "dashboard-session")
+        [(item, body)] = [(i, b) for i, b in await rows(db, "SELECT id, body FROM items WHERE kind = ?", "dashboard-session")
+                          if json.loads(b)["email"] == tenants.ann]
         expired = {**json.loads(body), "expires": time.time() - 1}
         await rows(db, "UPDATE items SET body = ? WHERE id = ?", json.dumps(expired), item)
         page = await ann.get("/runs")

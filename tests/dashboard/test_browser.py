@@ -71,12 +71,12 @@ async def test_an_operator_logs_in_filters_the_runs_and_opens_a_timeline(tenants
     url = tenants.service.url
     await pipeline(url, tenants.billing_key, name="dispatch-invoice")
     await page.goto(f"{url}/login")
-    await page.get_by_label("Email").fill("ann@example.com")
+    await page.get_by_label("Email").fill(tenants.ann)
     await page.get_by_label("Password").fill("not the password")
     await page.get_by_role("button", name="Log in").click()
     await expect(page.get_by_role("alert")).to_have_text("Wrong email or password.")
-    await log_in(page, url, "ann@example.com")
-    await expect(page.get_by_role("heading", name="Runs of billing")).to_be_visible()
+    await log_in(page, url, tenants.ann)
+    await expect(page.get_by_role("heading", name=f"Runs of {tenants.billing}")).to_be_visible()
     rows = page.get_by_role("table").get_by_role("row")
     await expect(rows).to_have_count(2)  # the header and the pipeline
     await page.get_by_label("Status", exact=True).select_option("completed")
@@ -116,7 +116,7 @@ async def test_markup_in_a_run_never_runs_in_the_browser(tenants: Tenants, page:
                 if (await api.get(f"/pipelines/{made['id']}")).json()["status"] == "Failed":
                     break
                 await asyncio.sleep(0.05)
-    await log_in(page, url, "vic@example.com")
+    await log_in(page, url, tenants.vic)
     await page.get_by_role("table").get_by_role("link").first.click()
     await expect(page.get_by_role("heading", name=f"Pipeline {SCRIPT}")).to_be_visible()
     await expect(page.get_by_text("document.title='pwned'").first).to_be_visible()  # shown as text
@@ -159,7 +159,7 @@ async def test_a_pipeline_page_follows_its_stages_live_while_a_worker_runs_them(
             {"stageName": "review", "stageHandlerName": "Review"},
             {"stageName": "charge", "stageHandlerName": "Charge"}],
             pipelineContextItems=[{"key": "card", "value": "4111-1111-1111-1111", "isSensitive": True}])
-        await log_in(page, url, "ann@example.com")
+        await log_in(page, url, tenants.ann)
         await page.goto(f"{url}/pipelines/{made['id']}")
         reloads: list[str] = []
         page.on("framenavigated", lambda f: reloads.append(f.url) if f == page.main_frame else None)
@@ -195,7 +195,7 @@ async def test_a_pipeline_page_follows_its_stages_live_while_a_worker_runs_them(
 async def test_a_viewer_sees_no_action_and_every_page_passes_axe(tenants: Tenants, page: Any):
     url, key = tenants.service.url, tenants.billing_key
     made = await pipeline(url, key, name="viewed")
-    await log_in(page, url, "vic@example.com")
+    await log_in(page, url, tenants.vic)
     await page.goto(f"{url}/pipelines/{made['id']}")
     await expect(page.get_by_text("You are a viewer: you can look, not act.")).to_be_visible()
     await expect(page.get_by_role("group", name="Actions on the run")).to_have_count(0)
@@ -212,8 +212,8 @@ async def test_a_viewer_sees_no_action_and_every_page_passes_axe(tenants: Tenant
     async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}) as api:
         assert (await api.get(f"/pipelines/{made['id']}")).json()["status"] in ("NotStarted", "Running")
     await accessible(page)
-    for path, heading in [("/inbox", "Inbox of billing"), ("/stuck", "Stuck runs of billing"),
-                          ("/workers", "Workers of billing"), ("/schedules", "Schedules of billing"),
+    for path, heading in [("/inbox", f"Inbox of {tenants.billing}"), ("/stuck", f"Stuck runs of {tenants.billing}"),
+                          ("/workers", f"Workers of {tenants.billing}"), ("/schedules", f"Schedules of {tenants.billing}"),
                           ("/catalog", "Catalog")]:
         await page.goto(f"{url}{path}")
         await expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
@@ -232,7 +232,7 @@ async def test_the_runs_list_shows_new_runs_and_their_changes_live(tenants: Tena
     """A run created after the list was opened appears in it, and its status and the counts
     change, over the application's event stream; another application's run never shows."""
     url = tenants.service.url
-    await log_in(page, url, "ann@example.com")
+    await log_in(page, url, tenants.ann)
     await expect(page.get_by_role("cell", name="No run matches.")).to_be_visible()
     reloads: list[str] = []
     page.on("framenavigated", lambda f: reloads.append(f.url) if f == page.main_frame else None)

@@ -29,10 +29,10 @@ async def test_login_refuses_a_forged_form_and_a_wrong_password_alike_and_sets_a
         assert (r.status_code, r.headers["location"]) == (303, "/login")
         form = await anon.get("/login")
         assert form.status_code == 200 and 'type="password"' in form.text
-        forged = await anon.post("/login", data={"csrf": "made-up", "email": "ann@example.com", "password": PASSWORD})
+        forged = await anon.post("/login", data={"csrf": "made-up", "email": tenants.ann, "password": PASSWORD})
         assert forged.status_code == 403 and "flowli_session" not in forged.headers.get("set-cookie", "")
         answers = []
-        for email, password in (("ann@example.com", "wrong"), ("nobody@example.com", PASSWORD)):
+        for email, password in ((tenants.ann, "wrong"), ("nobody@example.com", PASSWORD)):
             form = await anon.get("/login")
             t0 = time.monotonic()
             r = await anon.post("/login", data={"csrf": csrf_of(form.text), "email": email, "password": password})
@@ -40,14 +40,14 @@ async def test_login_refuses_a_forged_form_and_a_wrong_password_alike_and_sets_a
             assert time.monotonic() - t0 >= 0.5  # a guess costs time
         assert answers == [(401, True, False), (401, True, False)]  # an unknown user reads as a wrong password
         form = await anon.get("/login")
-        r = await anon.post("/login", data={"csrf": csrf_of(form.text), "email": "ANN@example.com", "password": PASSWORD})
+        r = await anon.post("/login", data={"csrf": csrf_of(form.text), "email": tenants.ann.upper(), "password": PASSWORD})
         assert r.status_code == 303
         cookie = [c for c in r.headers.get_list("set-cookie") if c.startswith("flowli_session=")][0].lower()
         assert "httponly" in cookie and "samesite=lax" in cookie
 
 
 async def test_logout_needs_the_sessions_csrf_token_and_ends_the_session(tenants: Tenants):
-    async with logged_in(tenants.service.url, "ann@example.com") as client:
+    async with logged_in(tenants.service.url, tenants.ann) as client:
         page = await client.get("/runs")
         assert page.status_code == 200
         forged = await client.post("/logout", data={"csrf": "guess"})
@@ -65,22 +65,22 @@ async def test_a_user_sees_only_the_runs_of_their_applications(tenants: Tenants)
     url = tenants.service.url
     await pipeline(url, tenants.billing_key, name="billing-run")
     await pipeline(url, tenants.shipping_key, name="shipping-run")
-    async with logged_in(url, "ann@example.com") as ann, logged_in(url, "sam@example.com") as sam:
+    async with logged_in(url, tenants.ann) as ann, logged_in(url, tenants.sam) as sam:
         [billing_eid] = run_links((await ann.get("/runs")).text)
         [shipping_eid] = run_links((await sam.get("/runs")).text)
         assert billing_eid != shipping_eid
         assert "billing-run" in (await ann.get(f"/runs/{billing_eid}")).text
         other = await ann.get(f"/runs/{shipping_eid}")
         assert other.status_code == 404 and "shipping-run" not in other.text
-        asked = await ann.get("/runs", params={"application": "shipping"})  # not hers: her own instead
-        assert run_links(asked.text) == [billing_eid] and "Runs of billing" in asked.text
+        asked = await ann.get("/runs", params={"application": tenants.shipping})  # not hers: her own instead
+        assert run_links(asked.text) == [billing_eid] and f"Runs of {tenants.billing}" in asked.text
 
 
 async def test_the_runs_list_filters_by_status_and_workflow_and_pages(tenants: Tenants):
     url = tenants.service.url
     for i in range(53):
         await pipeline(url, tenants.billing_key, name=f"batch-{i}")
-    async with logged_in(url, "vic@example.com") as vic:
+    async with logged_in(url, tenants.vic) as vic:
         first = await vic.get("/runs")
         assert len(run_links(first.text)) == 50
         older = re.search(r'<a rel="next" href="([^"]+)"', first.text)
@@ -105,7 +105,7 @@ async def test_markup_in_a_runs_names_and_values_is_escaped_in_every_page(tenant
     await pipeline(url, tenants.billing_key, name=SCRIPT, pipelineKeywords=[{"key": "k", "value": SCRIPT}],
                    pipelineContextItems=[{"key": "note", "value": SCRIPT}],
                    stages=[{"stageName": "s<i>1</i>", "stageHandlerName": "LoadHandler", "input": SCRIPT}])
-    async with logged_in(url, "ann@example.com") as ann:
+    async with logged_in(url, tenants.ann) as ann:
         runs = await ann.get("/runs")
         [eid] = run_links(runs.text)
         page = await ann.get(f"/runs/{eid}")
