@@ -24,8 +24,8 @@ from flowli import Registry
 from ..catalog.app import fix
 from ..catalog.test_compositions import error_example, vw_demo
 from ..crash import until
-from ..http.conftest import Service, new_app, new_key
-from ..pg import fresh_schema
+from ..served import Names, Service, application, log_checked
+from ..served import flowli as run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -59,12 +59,12 @@ def effects_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 
-async def clerk_signs(db: str, bucket: Path, pause: float = 0.0) -> None:
-    """A clerk of another engine on ``db`` takes the clerks' task and answers it signed (after
-    ``pause`` seconds: a watch is waiting by then)."""
+async def clerk_signs(db: str, bucket: Path, pause: float = 0.0, application: str | None = None) -> None:
+    """A clerk of another engine on ``db`` takes the clerks' task (of ``application``'s runs, when
+    given) and answers it signed (after ``pause`` seconds: a watch is waiting by then)."""
     engine = await flowli.connect(db, Registry(), bucket=str(bucket))
     async with engine:
-        bot = engine.consumer("clerks", "clerk")
+        bot = engine.consumer("clerks", "clerk", application=application)
         [task] = await until(lambda: bot.dequeue(), 30, "the clerk's task")
         await asyncio.sleep(pause)
         await bot.answer(task, {"signed": True}, by="carol@example.com")
@@ -117,21 +117,15 @@ async def test_the_discovery_sequence_and_a_run_over_stdio(tmp_path, effects_env
         assert '"workflow_kind": "state_machine"' in one.contents[0].text
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def served(request: pytest.FixtureRequest, tmp_path: Path, effects_env: Path) -> AsyncIterator[Any]:
-    async with contextlib.AsyncExitStack() as stack:
-        db = f"sqlite:///{tmp_path / 'flowli.db'}" if request.param == "sqlite" else \
-            await stack.enter_async_context(fresh_schema())
-        _, admin = new_app(db, "acme")
-        viewer = new_key(db, "acme", "viewer", "watcher")
-        _, other = new_app(db, "globex")
-        svc = Service(db, log=tmp_path / "serve.log", extra=["--app", APP])
-        svc.start()
-        try:
-            yield svc, {"admin": admin, "viewer": viewer, "other": other}
-        finally:
-            svc.stop()
-            assert "Traceback" not in svc.logs()
+@pytest.fixture
+async def served(service: Service, names: Names) -> AsyncIterator[Any]:
+    """The shared server, an application of this test (its name is ``acme-…``) with an admin and
+    a viewer key, and another application's key; the test writes no traceback to the log."""
+    acme = names("acme")
+    _, admin, (viewer,) = await service.application(acme, ("viewer", "watcher"))
+    _, other, _ = await service.application(names("globex"))
+    with log_checked(service):
+        yield service, {"admin": admin, "viewer": viewer, "other": other}, acme
 
 
 @contextlib.asynccontextmanager
@@ -142,26 +136,27 @@ async def over_http(url: str, key: str, header: str = "bearer") -> AsyncIterator
             yield client
 
 
-async def test_the_loop_over_streamable_http(served):
-    svc, keys = served
+async def test_the_loop_over_streamable_http(served, names):
+    svc, keys, _ = served
+    up, locked = names("up"), names("locked-m")
     async with over_http(svc.url, keys["admin"]) as client:
         # a failed run diagnosed through the prompt's sequence, then retried
-        wid = (await call(client, "start_workflow", workflow_type="ops.flaky", inputs={"name": "up"}))["workflow_id"]
+        wid = (await call(client, "start_workflow", workflow_type="ops.flaky", inputs={"name": up}))["workflow_id"]
         failed = await call(client, "watch_workflow", workflow_id=wid, timeout_seconds=60)
         assert failed["status"] == "FAILED" and failed["reason"]["step"] == "flaky"
-        assert failed["reason"]["message"] == "up is down"
+        assert failed["reason"]["message"] == f"{up} is down"
         history = (await call(client, "get_workflow_history", workflow_id=wid, include_state_data=True))["history"]
-        assert any(h.get("error", {}).get("message") == "up is down" for h in history)
+        assert any(h.get("error", {}).get("message") == f"{up} is down" for h in history)
         first = await call(client, "get_workflow_history", workflow_id=wid, limit=2)
         assert [h["seq"] for h in first["history"]] == [history[0]["seq"], history[1]["seq"]]
         rest = await call(client, "get_workflow_history", workflow_id=wid, after_seq=first["next_after_seq"], limit=500)
         assert first["history"] + rest["history"] == [{k: v for k, v in h.items() if k not in ("input", "output",
                                                       "error", "state_data")} for h in history]
         assert rest["next_after_seq"] is None
-        fix("up")
+        fix(up)
         assert (await call(client, "retry_workflow", workflow_id=wid))["status"] == "PENDING"
         done = await call(client, "watch_workflow", workflow_id=wid, timeout_seconds=60)
-        assert done["status"] == "COMPLETED" and done["output"] == {"name": "up", "ok": True}
+        assert done["status"] == "COMPLETED" and done["output"] == {"name": up, "ok": True}
         # a composition validated (not saved), then saved and run; a remediation gate resolved
         broken = vw_demo()
         broken["layers"][1]["steps"][0]["workflow_type"] = "aws.s3.put_bucket_taging"
@@ -173,14 +168,14 @@ async def test_the_loop_over_streamable_http(served):
         types = [t["name"] for t in (await call(client, "list_workflow_types", prefix="virtual."))["types"]]
         assert types == []  # saved compositions are not listed as types
         run = await call(client, "start_workflow", workflow_type="virtual.vw_demo@1.0",
-                         inputs={"bucket_name": "locked-m"})
+                         inputs={"bucket_name": locked})
         parked = await call(client, "watch_workflow", workflow_id=run["workflow_id"], timeout_seconds=60)
         assert parked["status"] == "remediation_pending"
-        assert parked["state_data"]["remediation"]["fix"] == {"action": "release_hold", "bucket": "locked-m"}
-        fix("locked-m")
+        assert parked["state_data"]["remediation"]["fix"] == {"action": "release_hold", "bucket": locked}
+        fix(locked)
         await call(client, "resolve_workflow", workflow_id=run["workflow_id"], resolution="remediated")
         finished = await call(client, "watch_workflow", workflow_id=run["workflow_id"], timeout_seconds=60)
-        assert finished["status"] == "COMPLETED" and finished["output"] == {"s2": {"bucket": "locked-m", "tags": 1}}
+        assert finished["status"] == "COMPLETED" and finished["output"] == {"s2": {"bucket": locked, "tags": 1}}
         listed = await call(client, "list_workflows", workflow_type="virtual.vw_demo@1.0")
         assert [r["workflow_id"] for r in listed["runs"]] == [run["workflow_id"]]
     async with over_http(svc.url, keys["viewer"], header="x-api-key") as client:
@@ -201,13 +196,10 @@ async def test_the_loop_over_streamable_http(served):
 
 
 async def test_writes_wait_for_a_persons_approval_when_the_application_requires_it(served):
-
-    from ..http.conftest import flowli
-
-    svc, keys = served
-    done = flowli(svc.db, "apps", "set", "acme", "--mcp-approval", "required")
+    svc, keys, acme = served
+    done = run_cli(svc.db, "apps", "set", acme, "--mcp-approval", "required")
     assert done.returncode == 0 and "mcp approval required" in done.stdout, done.stderr
-    bad = flowli(svc.db, "apps", "set", "acme", "--mcp-approval", "sometimes")
+    bad = run_cli(svc.db, "apps", "set", acme, "--mcp-approval", "sometimes")
     assert bad.returncode == 2 and "mcpApproval must be one of required, none" in bad.stderr
     async with over_http(svc.url, keys["admin"]) as client:
         asked = await call(client, "start_workflow", workflow_type="aws.s3.create_bucket", inputs={"bucket": "ok-1"})
@@ -220,11 +212,11 @@ async def test_writes_wait_for_a_persons_approval_when_the_application_requires_
         assert (await call(client, "list_workflow_types", prefix="aws.s3."))["types"]
 
         async def in_inbox() -> bool:  # (a narrow table folds the eid: its first part is on one line)
-            return approval[:13] in flowli(svc.db, "inbox").stdout
+            return approval[:13] in run_cli(svc.db, "inbox").stdout
 
         await until(in_inbox, 30, "the approval in the review inbox")
-        assert flowli(svc.db, "approvals", "approve", approval).returncode == 2  # who decides is required
-        yes = flowli(svc.db, "approvals", "approve", approval, "--by", "carol@example.com")
+        assert run_cli(svc.db, "approvals", "approve", approval).returncode == 2  # who decides is required
+        yes = run_cli(svc.db, "approvals", "approve", approval, "--by", "carol@example.com")
         assert yes.returncode == 0, yes.stderr
 
         async def decided() -> Any:
@@ -238,8 +230,8 @@ async def test_writes_wait_for_a_persons_approval_when_the_application_requires_
         assert run["status"] == "COMPLETED" and run["output"]["bucket_name"] == "ok-1"
         # a rejected write is not carried out
         asked = await call(client, "start_workflow", workflow_type="aws.s3.create_bucket", inputs={"bucket": "no-1"})
-        await until(lambda: asked["approval_id"][:13] in flowli(svc.db, "inbox").stdout, 30, "the second approval")
-        no = flowli(svc.db, "approvals", "reject", asked["approval_id"], "--by", "carol@example.com",
+        await until(lambda: asked["approval_id"][:13] in run_cli(svc.db, "inbox").stdout, 30, "the second approval")
+        no = run_cli(svc.db, "approvals", "reject", asked["approval_id"], "--by", "carol@example.com",
                     "--reason", "not this quarter")
         assert no.returncode == 0, no.stderr
 
@@ -256,11 +248,8 @@ async def test_writes_wait_for_a_persons_approval_when_the_application_requires_
 
 
 async def test_stdio_with_an_api_key_acts_as_that_key(tmp_path, effects_env):
-    from ..http.conftest import flowli as run_cli
-
     db = f"sqlite:///{tmp_path / 'k.db'}"
-    _, admin = new_app(db, "acme")
-    viewer = new_key(db, "acme", "viewer", "watcher")
+    _, admin, (viewer,) = await application(db, "acme", ("viewer", "watcher"))
 
     def server(key: str) -> StdioServerParameters:
         return StdioServerParameters(command=sys.executable, args=[
@@ -290,7 +279,7 @@ async def test_stdio_with_an_api_key_acts_as_that_key(tmp_path, effects_env):
         assert progress and progress[0].startswith("frame.completed"), progress  # progress while it waited
     # the run belongs to the key's application: a local admin session of no application sees it too,
     # a key of another application does not
-    _, other = new_app(db, "globex")
+    _, other, _ = await application(db, "globex")
     async with Client(server(other)) as client:
         assert "unknown execution" in await refused(client, "get_workflow_status", workflow_id=wid)
     bad = run_cli(db, "--app", APP, "mcp", "--api-key", "flk_nope")

@@ -24,7 +24,7 @@ from mcp.types import CallToolResult, TextContent, TextResourceContents
 from ..catalog.app import effects, fix
 from ..catalog.test_remediation import gated
 from ..crash import until
-from ..http.conftest import flowli, rows
+from ..served import flowli, rows
 from .test_mcp import APP, call, clerk_signs, over_http
 from .test_mcp import effects_env as effects_env  # noqa: F401 - a fixture
 from .test_mcp import served as served  # noqa: F401 - a fixture (both backends)
@@ -73,13 +73,13 @@ async def watch(client: Client, wid: str, timeout: float = 60) -> dict[str, Any]
 
 
 async def test_the_discovery_sequence_over_streamable_http(served: Any) -> None:
-    svc, keys = served
+    svc, keys, _ = served
     async with over_http(svc.url, keys["admin"]) as client:
         spaces = (await call(client, "list_workflow_namespaces"))["namespaces"]
         assert {"namespace": "aws.s3", "types": 6} in spaces
-        assert {"namespace": "ops", "types": 3} in spaces
+        assert {"namespace": "ops", "types": 4} in spaces  # the catalog's test types and the expense review
         ops = (await call(client, "list_workflow_types", prefix="ops."))["types"]
-        assert {t["name"] for t in ops} == {"ops.slow_touch", "ops.flaky", "ops.await_clerk"}
+        assert {t["name"] for t in ops} == {"ops.slow_touch", "ops.flaky", "ops.await_clerk", "ops.expense"}
         assert {t["namespace"] for t in ops} == {"ops"}
         s3 = (await call(client, "list_workflow_types", prefix="aws.s3."))["types"]
         [create] = [t for t in s3 if t["name"] == "aws.s3.create_bucket"]
@@ -200,12 +200,13 @@ async def test_a_failed_run_diagnosed_through_the_prompt_over_stdio(tmp_path: Pa
 # ---- 4. a remediation gate denied -----------------------------------------------------------
 
 
-async def test_a_remediation_gate_denied_over_mcp_compensates_and_fails(served: Any) -> None:
-    svc, keys = served
+async def test_a_remediation_gate_denied_over_mcp_compensates_and_fails(served: Any, names: Any) -> None:
+    svc, keys, _ = served
+    locked = names("locked-d")
     async with over_http(svc.url, keys["admin"]) as client:
         assert (await call(client, "save_composition", definition=gated()))["workflow_type"] == "virtual.gated@1"
         wid = (await call(client, "start_workflow", workflow_type="virtual.gated@1",
-                          inputs={"bucket": "locked-d"}))["workflow_id"]
+                          inputs={"bucket": locked}))["workflow_id"]
         parked = await watch(client, wid)
         assert parked["status"] == "remediation_pending"
         assert parked["state_data"]["remediation"]["step"] == "tag"
@@ -215,9 +216,9 @@ async def test_a_remediation_gate_denied_over_mcp_compensates_and_fails(served: 
         assert failed["status"] == "FAILED", failed
         assert failed["reason"]["code"] == "REMEDIATION_DENIED" and failed["reason"]["step"] == "tag"
         # the compensations of the completed steps, the last completed first; the gated step never ran
-        assert [e for e in effects() if e.startswith(("unversion:", "delete:"))] == [
-            "unversion:locked-d", "delete:locked-d"]
-        assert "tag:locked-d" not in effects()
+        assert [e for e in effects() if e.startswith(("unversion:", "delete:")) and e.endswith(locked)] == [
+            f"unversion:{locked}", f"delete:{locked}"]
+        assert f"tag:{locked}" not in effects()
         again = await client.call_tool("resolve_workflow", {"workflow_id": wid, "resolution": "denied"})
         assert "not remediation_pending" in error_text(again)
 
@@ -260,7 +261,7 @@ async def test_a_start_answers_a_one_line_sentence_and_the_contracts_content(tmp
 
 
 async def test_lists_page_with_a_cursor_and_refuse_a_made_up_one(served: Any) -> None:
-    svc, keys = served
+    svc, keys, _ = served
     async with over_http(svc.url, keys["admin"]) as client:
         started = [(await call(client, "start_workflow", workflow_type="aws.s3.create_bucket",
                                inputs={"bucket": f"page-{i}"}))["workflow_id"] for i in range(5)]
@@ -304,7 +305,7 @@ async def test_lists_page_with_a_cursor_and_refuse_a_made_up_one(served: Any) ->
 
 
 async def test_the_type_resource_over_http_with_and_without_a_valid_key(served: Any) -> None:
-    svc, keys = served
+    svc, keys, _ = served
     async with over_http(svc.url, keys["admin"]) as client:
         read = await client.read_resource("catalog://types/aws.s3.create_bucket")
         shown = json.loads(text_of(read.contents[0]))
@@ -325,25 +326,27 @@ async def test_the_type_resource_over_http_with_and_without_a_valid_key(served: 
 # ---- 9. reads and refusals under write approval ---------------------------------------------
 
 
-async def approvals_opened(db: str) -> int:
-    [(n,)] = await rows(db, "SELECT count(*) FROM executions WHERE workflow = ?", "flowli.mcp_approval")
+async def approvals_opened(db: str, application: str) -> int:
+    [(n,)] = await rows(db, "SELECT count(*) FROM executions WHERE workflow = ? AND application = ?",
+                        "flowli.mcp_approval", application)
     return int(n)
 
 
-async def test_under_write_approval_a_viewers_read_runs_and_its_retry_is_refused(served: Any) -> None:
-    svc, keys = served
-    done = flowli(svc.db, "apps", "set", "acme", "--mcp-approval", "required")
+async def test_under_write_approval_a_viewers_read_runs_and_its_retry_is_refused(served: Any, names: Any) -> None:
+    svc, keys, acme = served
+    gone = names("gone")
+    done = flowli(svc.db, "apps", "set", acme, "--mcp-approval", "required")
     assert done.returncode == 0, done.stderr
     # a failed run, started over the HTTP API (which asks no approval)
     async with httpx2.AsyncClient(base_url=svc.url, headers={"X-API-Key": keys["admin"]}, timeout=30) as http:
-        made = await http.post("/catalog/runs", json={"workflow_type": "ops.flaky", "inputs": {"name": "gone"}})
+        made = await http.post("/catalog/runs", json={"workflow_type": "ops.flaky", "inputs": {"name": gone}})
         assert made.status_code == 201, made.text
         failed_wid = made.json()["workflow_id"]
     async with over_http(svc.url, keys["admin"]) as client:
         assert (await watch(client, failed_wid))["status"] == "FAILED"
         asked = await call(client, "start_workflow", workflow_type="aws.s3.create_bucket", inputs={"bucket": "ask"})
         assert asked["status"] == "approval_required"  # the admin's write waits for a person
-    assert await approvals_opened(svc.db) == 1
+    assert await approvals_opened(svc.db, acme) == 1
     async with over_http(svc.url, keys["viewer"], header="x-api-key") as client:
         data = await call(client, "start_workflow", workflow_type="aws.s3.list_buckets", inputs={})
         assert data["status"] == "PENDING" and "approval_id" not in data, data
@@ -351,15 +354,15 @@ async def test_under_write_approval_a_viewers_read_runs_and_its_retry_is_refused
         denied = error_text(await client.call_tool("retry_workflow", {"workflow_id": failed_wid}))
         assert "runs:operate" in denied and "runs:start" not in denied, denied
         assert (await call(client, "get_workflow_status", workflow_id=failed_wid))["status"] == "FAILED"
-    assert await approvals_opened(svc.db) == 1  # the refused retry opened no approval
-    assert effects().count("flaky:gone") == 1
+    assert await approvals_opened(svc.db, acme) == 1  # the refused retry opened no approval
+    assert effects().count(f"flaky:{gone}") == 1
 
 
 # ---- 10. force-terminate, guarded -----------------------------------------------------------
 
 
 async def test_force_terminate_is_refused_while_the_run_progresses_and_then_ends_it(served: Any) -> None:
-    svc, keys = served
+    svc, keys, _ = served
     async with over_http(svc.url, keys["admin"]) as client:
         wid = (await call(client, "start_workflow", workflow_type="ops.await_clerk",
                           inputs={"note": "sign"}))["workflow_id"]
@@ -387,7 +390,7 @@ async def test_watch_sends_progress_over_streamable_http_while_a_clerk_answers(s
     import asyncio
 
 
-    svc, keys = served
+    svc, keys, acme = served
     async with over_http(svc.url, keys["admin"]) as client:
         wid = (await call(client, "start_workflow", workflow_type="ops.await_clerk", inputs={"note": "x"}))["workflow_id"]
         progress: list[str] = []
@@ -396,7 +399,7 @@ async def test_watch_sends_progress_over_streamable_http_while_a_clerk_answers(s
             progress.append(message or "")
 
         # a clerk answers from this process while the watch waits in serve's
-        answering = asyncio.create_task(clerk_signs(svc.db, tmp_path / "clerk-bucket", pause=0.5))
+        answering = asyncio.create_task(clerk_signs(svc.db, tmp_path / "clerk-bucket", pause=0.5, application=acme))
         watched = await client.call_tool("watch_workflow", {"workflow_id": wid, "timeout_seconds": 60},
                                          progress_callback=on_progress)
         await answering
