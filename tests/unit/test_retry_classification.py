@@ -26,6 +26,27 @@ def test_the_terminal_codes_are_the_four_business_classifications():
     assert TERMINAL_CODES == {"BUSINESS_REJECTED", "VALIDATION_ERROR", "INVALID_STATE", "MISSING_REQUIRED_DATA"}
 
 
+def test_exponential_linear_capped_and_jittered_delays():
+    """Every check of the HTTP suite's test of this name, pure, with exact values (the tests below
+    go into each rule further)."""
+    expo = stage_plan(maxRetries=5, retryInterval=10, backoff="exponential", maxRetryInterval=50)
+    assert delays(expo) == [10, 20, 40, 50, 50]
+    assert [decide(expo, "TIMEOUT", True, n, "s") for n in range(6)] == [10, 20, 40, 50, 50, None]
+    linear = stage_plan(maxRetries=3, retryInterval=10, backoff="linear")
+    assert delays(linear) == [10, 20, 30]
+    assert stage_plan(maxRetries=3, retryInterval=0)["source"] == "none"  # both must be positive
+    jitter = stage_plan(maxRetries=3, retryInterval=10, jitter=True)
+    spread = [decide(jitter, "TIMEOUT", True, 0, f"seed-{i}") for i in range(50)]
+    assert all(d is not None and 8 <= d <= 12 for d in spread) and len(set(spread)) > 10
+    first = decide(jitter, "TIMEOUT", True, 0, "seed-1")
+    assert decide(jitter, "TIMEOUT", True, 0, "seed-1") == first == 8.229501354615858
+    for code in ("BUSINESS_REJECTED", "VALIDATION_ERROR", "INVALID_STATE", "MISSING_REQUIRED_DATA"):
+        listed = stage_plan(maxRetries=3, retryInterval=1, retryOnErrorCodes=[code])
+        assert decide(listed, code, True, 0, "s") is None
+    assert decide(linear, "TIMEOUT", False, 0, "s") is None and decide(linear, "TIMEOUT", True, 3, "s") is None
+    assert decide(linear, "TIMEOUT", True, 2, "s") == 30  # the last retry left
+
+
 # ---- the plan of the stage options -------------------------------------------------------
 
 

@@ -18,13 +18,13 @@ def s(name: str, **options: Any) -> dict[str, Any]:
     return {"stageName": name, "stageHandlerName": "H", **({"options": options} if options else {})}
 
 
-def deps(stages: list[dict[str, Any]], existing: list[dict[str, Any]] = ()) -> dict[str, list[str]]:  # type: ignore[assignment]
-    return {spec["stageName"]: spec["dependsOn"] for spec in stage_list(stages, existing)}
+def deps(stages: list[dict[str, Any]], existing: list[dict[str, Any]] | None = None) -> dict[str, list[str]]:
+    return {spec["stageName"]: spec["dependsOn"] for spec in stage_list(stages, existing or [])}
 
 
-def refusal(stages: Any, existing: list[dict[str, Any]] = ()) -> str:  # type: ignore[assignment]
+def refusal(stages: Any, existing: list[dict[str, Any]] | None = None) -> str:
     with pytest.raises(PipelineInputError) as refused:
-        stage_list(stages, existing)
+        stage_list(stages, existing or [])
     return str(refused.value)
 
 
