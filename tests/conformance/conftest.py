@@ -2,7 +2,7 @@
 
 A backend joins the suite by adding one :class:`Backend` to :data:`BACKENDS`: an async context
 manager that, given the test's ``tmp_path``, yields the URL of a fresh, empty database (and drops
-it on exit). Every store of a test is opened through :func:`flowli._connect.open_store`, so the
+it on exit). Every store of a test is opened through :func:`flowli.testing.open_store`, so the
 tests know no backend module.
 
 The helpers below build records with explicit instants: a store never reads the clock, every
@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from flowli._connect import open_store
 from flowli.domain import (
     Actor,
     Code,
@@ -37,6 +36,7 @@ from flowli.domain import (
     task_id,
 )
 from flowli.store import Fence, Intent, NewExecution, Store, Write, fits
+from flowli.testing import open_store
 
 from ..pg import fresh_schema
 
@@ -98,15 +98,15 @@ class Intended:
     path). Everything else goes to the store as it is."""
 
     def __init__(self, store: Store, generic: bool):
-        self._store = store
-        self._generic = generic
+        self.wrapped = store
+        self.generic = generic
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+        return getattr(self.wrapped, name)
 
     async def write(self, w: Write, now: datetime) -> Any:
-        intent = None if self._generic else (w.intent or intent_of(w))
-        return await self._store.write(dataclasses.replace(w, intent=intent), now)
+        intent = None if self.generic else (w.intent or intent_of(w))
+        return await self.wrapped.write(dataclasses.replace(w, intent=intent), now)
 
 
 @pytest.fixture(params=[b for b in BACKENDS if b.shared and not b.generic], ids=lambda b: b.name)
@@ -144,6 +144,12 @@ _ids = itertools.count(1)
 
 def new_id(prefix: str = "e") -> str:
     return f"{prefix}-{next(_ids):06d}"
+
+
+def reset_ids() -> None:
+    """Number the ids from 1 again: two runs of one test then write the same eids."""
+    global _ids
+    _ids = itertools.count(1)
 
 
 def prov(

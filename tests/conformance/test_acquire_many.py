@@ -10,9 +10,9 @@ from datetime import timedelta
 
 import pytest
 
-from flowli._connect import open_store
 from flowli.domain import EntryKind, LeaseLost, Status, TaskKind, task_id
 from flowli.store import Acquired, Fence, StatusChange, Write
+from flowli.testing import open_store
 
 from .conftest import TTL, at, create, entry, started, task
 

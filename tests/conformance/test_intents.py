@@ -9,14 +9,13 @@ one test write the same values: any difference is a difference of the paths."""
 from __future__ import annotations
 
 import inspect
-import itertools
 from typing import Any
 
 import asyncpg
 import pytest
 
-from flowli._connect import open_store
 from flowli.store import Intent, Write
+from flowli.testing import open_store
 
 from ..pg import fresh_schema
 from ..rows import dump
@@ -81,16 +80,16 @@ class _Counting(conftest.Intended):
 
     def __init__(self, store: Any, generic: bool, seen: dict[Intent | None, int]):
         super().__init__(store, generic)
-        self._seen = seen
+        self.seen = seen
 
     async def write(self, w: Write, now: Any) -> Any:
-        intent = None if self._generic else (w.intent or conftest.intent_of(w))
-        self._seen[intent] = self._seen.get(intent, 0) + 1
+        intent = None if self.generic else (w.intent or conftest.intent_of(w))
+        self.seen[intent] = self.seen.get(intent, 0) + 1
         return await super().write(w, now)
 
 
 async def _run(case: Any, generic: bool, seen: dict[Intent | None, int]) -> dict[str, list[tuple[Any, ...]]]:
-    conftest._ids = itertools.count(1)  # the same eids in both runs
+    conftest.reset_ids()  # the same eids in both runs
     async with fresh_schema() as url:
         store = open_store(url)
         await store.open()

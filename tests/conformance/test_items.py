@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from flowli._connect import open_store
+from flowli.testing import open_store
 
 from .conftest import T0, at
 

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from flowli._connect import open_store
 from flowli.domain import Timer
 from flowli.store import Write
+from flowli.testing import open_store
 
 from .conftest import started, task
 

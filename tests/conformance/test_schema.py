@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 
-from flowli._connect import open_store
 from flowli.domain import EntryKind
 from flowli.store import NewMessage, Write
+from flowli.testing import open_store
 
 from .conftest import T0, create, prov
 
@@ -69,7 +69,7 @@ _CHILD = textwrap.dedent(
     """
     import asyncio, json, sys
     from datetime import datetime
-    from flowli._connect import open_store
+    from flowli.testing import open_store
     from flowli.domain import Actor, Code, Provenance, Site
     from flowli.store import NewMessage, Write
 

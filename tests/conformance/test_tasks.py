@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from flowli._connect import open_store
 from flowli.domain import EntryKind, TaskKind
 from flowli.store import Withdrawal, Write
+from flowli.testing import open_store
 
 from .conftest import T0, TTL, at, create, entry, task
 

@@ -47,7 +47,7 @@ from ._transitions import Middleware, Observer, Transition, commit
 from ._verify import Verification, verify
 from ._views import RunView, run_view
 from ._waits import new_execution
-from ._watch import await_end, await_suspended, watch
+from ._watch import await_end, await_suspended, read_log, watch
 from ._worker import Worker
 
 log = logging.getLogger("flowli.schedules")
@@ -108,6 +108,13 @@ class Engine:
     def running(self) -> builtins.list[str]:
         """The eids whose activation runs in this engine's workers now."""
         return [eid for worker in self._running for eid in worker.held]
+
+    @property
+    def owner(self) -> str:
+        """The name this process holds leases under (``host:pid:…``): the ``lease_owner`` of a
+        record (and the ``owner`` in ``explain``) when one of its workers runs the execution; the
+        ids of its workers (``workers``) begin with it. Whether a lease is this process's own."""
+        return self._rt.owner
 
     def _held(self, eid: str) -> Any:
         """The activation of ``eid`` running in this engine's workers, if any."""
@@ -256,6 +263,19 @@ class Engine:
         caller stops iterating."""
         async for entry in watch(self._rt, self._archive, eid, after, application):
             yield entry
+
+    async def control_log(
+        self, after: int = 0, limit: int = 1000, *, application: str | None = None
+    ) -> builtins.list[Entry]:
+        """The control log past seq ``after``, oldest first, ``limit`` entries at most: the
+        lifecycle entries of all executions (of ``application`` only, when given) and what
+        workflows announced; the next page is past the last seq of this one. What ``watch()``
+        follows, read once: an audit of what happened lately, a feed that polls. A lifecycle
+        entry reaches it with the second append, a moment after its commit (``list`` waits for
+        this process's own appends first; this read, like ``watch``, does not)."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        return await read_log(self._rt, self._archive, after, limit, application)
 
     async def signal(self, eid: str, channel: str, payload: Any, by: By = None, *,
                      application: str | None = None) -> int:

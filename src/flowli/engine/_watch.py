@@ -61,6 +61,27 @@ async def watch(
                 await _wake(event, _fallback(rt))
 
 
+async def read_log(
+    rt: Runtime, archive: Archive, after: int, limit: int, application: str | None
+) -> list[Entry]:
+    """The first ``limit`` entries of the control log past seq ``after`` (of ``application``
+    only, when given: the pages are read on until ``limit`` of its entries or the log's end)."""
+    if application is None:
+        return await rt.store.read_control_log(after, limit)
+    found: list[Entry] = []
+    apps: dict[str, str | None] = {}
+    while True:
+        entries = await rt.store.read_control_log(after, _PAGE)
+        for e in entries:
+            after = e.seq or after
+            if await _application_of(rt, archive, e, apps) == application:
+                found.append(e)
+                if len(found) == limit:
+                    return found
+        if len(entries) < _PAGE:
+            return found
+
+
 async def _application_of(rt: Runtime, archive: Archive, e: Entry, known: dict[str, str | None]) -> str | None:
     if e.eid not in known:
         if e.kind is EntryKind.EXECUTION_STARTED and isinstance(e.value, dict):
