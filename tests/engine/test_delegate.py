@@ -191,11 +191,11 @@ async def test_engine_answer_reads_the_task_and_refuses_an_unknown_or_ended_one(
     async with open_engine(app()) as engine:
         eid = await engine.start("score_once", "fay")
         await open_attempt(engine, eid, 1)
-        task = await engine._store.read_task(attempt(eid, 1))
+        task = await engine.task(attempt(eid, 1))
         assert (task.state, task.kind, task.attempt, task.application) == ("ready", TaskKind.DELEGATE, 1, None)
         await engine.answer(attempt(eid, 1), {"score": 0.5}, by="ops@example.com")
         assert await engine.result(eid, timeout=30) == {"score": 0.5}
-        assert (await engine._store.read_task(attempt(eid, 1))).state == "acked"
+        assert (await engine.task(attempt(eid, 1))).state == "acked"
         for tid in (attempt(eid, 1), "DELEGATE:nope:root/delegate#0@1", "not a task id"):
             with pytest.raises(UnknownTaskError, match="no open task"):
                 await engine.answer(tid, 1)

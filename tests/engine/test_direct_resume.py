@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from flowli import Context, Registry
-from flowli.domain import Status, TaskKind, task_id
+from flowli.domain import Actor, Code, Provenance, Site, Status, TaskKind, task_id
 from flowli.store import Acquisition, Resume, Write
+from flowli.testing import store_of
 
 from ..crash import until
 from .conftest import wait_status
@@ -75,7 +76,7 @@ async def test_an_answer_beside_a_free_worker_slot_resumes_there_without_the_que
             await bot.answer(task, "approved", by="ann@example.com")
             assert await engine.result(eid, timeout=30) == {"doc": "q3.pdf", "verdict": "approved"}
             assert worker.reserved == 0
-        [resume] = [t for t in await engine._store.read_tasks(eid=eid, include_acked=True) if t.kind is TaskKind.RESUME]
+        [resume] = [t for t in await engine.tasks(eid=eid, include_acked=True) if t.kind is TaskKind.RESUME]
         assert resume.id == resume_of(task)
         assert (resume.state, resume.deliveries) == ("acked", 0)  # never dequeued
         final = await engine.status(eid)
@@ -89,12 +90,12 @@ async def test_an_answer_without_a_worker_here_enqueues_its_resume(open_engine):
             eid = await engine.start("review", "q4.pdf")
             bot, task = await delegated(engine, eid)
         await bot.answer(task, "rejected")  # this process runs no worker now
-        [resume] = [t for t in await engine._store.read_tasks(eid=eid, include_acked=True) if t.kind is TaskKind.RESUME]
+        [resume] = [t for t in await engine.tasks(eid=eid, include_acked=True) if t.kind is TaskKind.RESUME]
         assert (resume.id, resume.state, resume.lease_owner) == (resume_of(task), "ready", None)
         assert (await engine.status(eid)).status is Status.SUSPENDED
         async with engine.worker(concurrency=4):
             assert await engine.result(eid, timeout=30) == {"doc": "q4.pdf", "verdict": "rejected"}
-        [resume] = [t for t in await engine._store.read_tasks(eid=eid, include_acked=True) if t.kind is TaskKind.RESUME]
+        [resume] = [t for t in await engine.tasks(eid=eid, include_acked=True) if t.kind is TaskKind.RESUME]
         assert resume.state == "acked" and resume.deliveries == 1  # through the queue
 
 
@@ -107,7 +108,7 @@ async def test_a_worker_on_another_queue_or_without_a_free_slot_leaves_the_resum
             await accepting(other)
             await bot.answer(task, "approved")
             assert other.reserved == 0 and other.running == {}
-        [resume] = [t for t in await engine._store.read_tasks(eid=eid, include_acked=True) if t.kind is TaskKind.RESUME]
+        [resume] = [t for t in await engine.tasks(eid=eid, include_acked=True) if t.kind is TaskKind.RESUME]
         assert resume.state == "ready"
 
         release = RELEASE["occupy"] = asyncio.Event()
@@ -117,10 +118,10 @@ async def test_a_worker_on_another_queue_or_without_a_free_slot_leaves_the_resum
             bot2, task2 = await delegated(engine, second)
             assert await engine.result(eid, timeout=30) == {"doc": "q5.pdf", "verdict": "approved"}
             blocker = await engine.start("occupy")  # takes the one slot
-            await until(lambda: full._free() <= 0, 30, "the worker's one slot taken")
+            await until(lambda: len(full.running) + full.reserved >= full.concurrency, 30, "the worker's one slot taken")
             await bot2.answer(task2, "approved")
             assert full.reserved == 0
-            [resume2] = [t for t in await engine._store.read_tasks(eid=second, include_acked=True)
+            [resume2] = [t for t in await engine.tasks(eid=second, include_acked=True)
                          if t.kind is TaskKind.RESUME]
             assert (resume2.id, resume2.state) == (resume_of(task2), "ready")
             release.set()
@@ -133,12 +134,12 @@ async def test_a_take_leases_only_a_suspended_execution_of_its_queues_with_a_fre
         async with engine.worker(concurrency=4):
             eid = await engine.start("review", "q7.pdf")
             await wait_status(engine, eid, "suspended", timeout=30)
-        store, now, owner = engine._store, engine.clock.now(), "elsewhere:1"
+        store, now, owner = store_of(engine), engine.clock.now(), "elsewhere:1"
         until_ = now + LEASE
 
         def resume(n: int) -> Resume:
             return Resume(id=task_id(TaskKind.RESUME, eid, f"probe:{n}"), eid=eid, payload=None,
-                          provenance=engine._rt.provenance(), visible_at=now)
+                          provenance=Provenance(Actor("worker", owner), Site(worker=owner), Code(), now), visible_at=now)
 
         wrong_queue = await store.write(Write(resumes=[resume(1)], acquire=Acquisition(eid, resume(1).id, owner, until_, ("other",))), now)
         assert wrong_queue.acquired is None

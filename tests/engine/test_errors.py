@@ -6,13 +6,14 @@ flowli import a module."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import pytest
 
 from flowli import Context, Registry
 from flowli.domain import ExecutionFailed, Status, UnknownWorkflowError
-from flowli.engine._errors import rebuild_error
 from flowli.store import StatusChange, Write
+from flowli.testing import store_of
 
 
 class LedgerClosed(Exception):
@@ -65,18 +66,39 @@ async def test_stored_error_data_naming_a_module_imports_nothing(open_engine, mo
     async with open_engine(app(), worker=False) as engine:
         eid = await engine.start("waits")
         error = {"type": name, "module": module, "message": "rm -rf /"}
-        await engine._store.write(Write(status=StatusChange(eid, Status.FAILED, error=error)), engine.clock.now())
+        await store_of(engine).write(Write(status=StatusChange(eid, Status.FAILED, error=error)), engine.clock.now())
         before = set(sys.modules)
         with pytest.raises(ExecutionFailed, match=f"{name}: rm -rf /"):
             await engine.result(eid, timeout=5)
         assert set(sys.modules) == before, "nothing was imported"
 
 
-@pytest.mark.unit
-def test_rebuild_error_without_a_registry_and_of_flowli_errors():
-    unknown = rebuild_error("e", {"type": "UnknownWorkflowError", "module": "flowli.domain._errors", "message": "x"})
-    assert isinstance(unknown, UnknownWorkflowError)  # flowli's own, rebuilt even when its constructor differs
-    assert isinstance(rebuild_error("e", {"type": "ValueError", "module": "builtins", "message": "v"}), ValueError)
-    assert isinstance(rebuild_error("e", {"type": "LedgerClosed", "module": __name__, "message": "m"}), ExecutionFailed)
+def declares_nothing() -> Registry:
+    registry = Registry()
+
+    @registry.workflow("waits")
+    async def waits(ctx: Context) -> None:
+        await ctx.receive("never")
+
+    return registry
+
+
+async def failed_with(engine: Any, error: dict[str, str]) -> BaseException:
+    """The exception ``engine.result`` raises for a new execution failed with ``error`` (its data)."""
+    eid = await engine.start("waits")
+    await store_of(engine).write(Write(status=StatusChange(eid, Status.FAILED, error=error)), engine.clock.now())
+    with pytest.raises(Exception) as raised:
+        await engine.result(eid, timeout=5)
+    return raised.value
+
+
+@pytest.mark.integration
+async def test_rebuild_error_without_a_declaration_and_of_flowli_errors(open_engine):
+    async with open_engine(declares_nothing(), worker=False) as engine:
+        unknown = await failed_with(engine, {"type": "UnknownWorkflowError", "module": UnknownWorkflowError.__module__, "message": "x"})
+        assert isinstance(unknown, UnknownWorkflowError)  # flowli's own, rebuilt even when its constructor differs
+        assert isinstance(await failed_with(engine, {"type": "ValueError", "module": "builtins", "message": "v"}), ValueError)
+        assert isinstance(await failed_with(engine, {"type": "LedgerClosed", "module": __name__, "message": "m"}),
+                          ExecutionFailed)
     with pytest.raises(Exception, match="Exception subclass"):
         Registry().error(int)  # type: ignore[arg-type]

@@ -134,6 +134,7 @@ async def test_first_completed_entry_wins(open_engine, db_url):
     """A later frame.completed for one fid (a second worker ran it too) is ignored on replay."""
     from flowli.domain import Actor, Code, Entry, Provenance, Site
     from flowli.store import Write
+    from flowli.testing import store_of
 
     registry = Registry()
 
@@ -150,7 +151,7 @@ async def test_first_completed_entry_wins(open_engine, db_url):
             eid=eid, kind=EntryKind.FRAME_COMPLETED, fid="root/afetch#0", attempt=1, value=999,
             provenance=Provenance(Actor("worker", "other"), Site(), Code("first", "1", "step", "afetch"), engine.clock.now()),
         )
-        await engine._store.write(Write(entries=[late]), engine.clock.now())
+        await store_of(engine).write(Write(entries=[late]), engine.clock.now())  # what the second worker wrote
         await engine.signal(eid, "go", None)
         assert await engine.result(eid, timeout=30) == 10
 

@@ -13,6 +13,7 @@ import pytest
 
 from flowli import Context, Registry
 from flowli.domain import TaskKind, task_id
+from flowli.testing import store_of
 
 from ..crash import until
 
@@ -36,8 +37,13 @@ def attempt_of(eid: str) -> str:
     return task_id(TaskKind.DELEGATE, eid, "root/delegate:decision@1")
 
 
+def waiting_polls(engine: Any) -> list[Any]:
+    """The long polls of the engine's consumers that wait for a task now, oldest first."""
+    return engine._rt.polls._waiting  # private: the hand-off's poll registry, the mechanism under test; not a read a user needs
+
+
 async def polling(engine: Any, n: int = 1) -> None:
-    await until(lambda: len(engine._rt.polls._waiting) >= n, 30, f"{n} long poll(s) waiting")
+    await until(lambda: len(waiting_polls(engine)) >= n, 30, f"{n} long poll(s) waiting")
 
 
 async def test_a_waiting_long_poll_is_handed_the_delegation_leased_to_it(open_engine):
@@ -46,7 +52,8 @@ async def test_a_waiting_long_poll_is_handed_the_delegation_leased_to_it(open_en
         poll = asyncio.ensure_future(clerk.dequeue(1, wait=20))
         await polling(engine)
         dequeued = 0
-        real = engine._store.dequeue
+        store = store_of(engine)
+        real = store.dequeue
 
         async def counting(*args: Any, **kwargs: Any) -> Any:
             nonlocal dequeued
@@ -54,7 +61,7 @@ async def test_a_waiting_long_poll_is_handed_the_delegation_leased_to_it(open_en
                 dequeued += 1
             return await real(*args, **kwargs)
 
-        engine._store.dequeue = counting  # type: ignore[method-assign]
+        store.dequeue = counting  # type: ignore[method-assign]
         eid = await engine.start("approve", "invoice 7")
         [task] = await asyncio.wait_for(poll, 20)
         assert dequeued == 0  # handed, not dequeued
@@ -62,7 +69,7 @@ async def test_a_waiting_long_poll_is_handed_the_delegation_leased_to_it(open_en
         stored = await engine.task(task.id)
         assert (stored.lease_owner, stored.deliveries, stored.state) == ("clerk", 1, "ready")
         assert stored.visible_at > engine.clock.now() + LEASE / 2  # leased for the consumer's lease
-        assert engine._rt.polls._waiting == []
+        assert waiting_polls(engine) == []
         await clerk.answer(task, "approved")
         assert await engine.result(eid, timeout=30) == "approved"
 
@@ -86,8 +93,9 @@ async def test_a_poll_that_went_away_before_the_hand_off_gives_the_task_back(ope
         clerk = engine.consumer(QUEUE, "clerk", lease=LEASE)
         poll = asyncio.ensure_future(clerk.dequeue(1, wait=20))
         await polling(engine)
-        [waiting] = engine._rt.polls._waiting
-        real = engine._store.write
+        [waiting] = waiting_polls(engine)
+        store = store_of(engine)
+        real = store.write
 
         async def poll_leaves_first(write: Any, now: Any) -> Any:
             if any(t.kind is TaskKind.DELEGATE for t in write.tasks):
@@ -95,7 +103,7 @@ async def test_a_poll_that_went_away_before_the_hand_off_gives_the_task_back(ope
                 await asyncio.sleep(0)
             return await real(write, now)
 
-        engine._store.write = poll_leaves_first  # type: ignore[method-assign]
+        store.write = poll_leaves_first  # type: ignore[method-assign]
         eid = await engine.start("approve", "invoice 9")
 
         async def given_back() -> bool:
@@ -104,7 +112,7 @@ async def test_a_poll_that_went_away_before_the_hand_off_gives_the_task_back(ope
 
         await until(given_back, 30, "the task given back to the queue")
         assert waiting.matched and poll.cancelled()
-        engine._store.write = real  # type: ignore[method-assign]
+        store.write = real  # type: ignore[method-assign]
         [task] = await engine.consumer(QUEUE, "second", lease=LEASE).dequeue(1, wait=5)
         assert task.id == attempt_of(eid)  # at once, not after the first lease ran out
         await engine.consumer(QUEUE, "second", lease=LEASE).answer(task, "approved")

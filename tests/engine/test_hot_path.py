@@ -13,16 +13,17 @@ import pytest
 import flowli
 from flowli import Context, Registry
 from flowli.domain import EntryKind, RetryPolicy, Status, TaskKind
-from flowli.engine._steps import STARTED_AFTER
-from flowli.engine._worker import Worker
-from flowli.store import Write
 
 from .conftest import kinds
 
 pytestmark = pytest.mark.integration
 
+SLOW = 1.0
+"""Seconds of a slow step: well past the 50 ms after which a running step's frame.started is
+written on its own (before that, it waits to share the write of the step's outcome)."""
 
-async def accepting(worker: Worker) -> None:
+
+async def accepting(worker: Any) -> None:
     """Wait (bounded) until the worker's run has begun: only then may a start hand it an execution."""
     for _ in range(1000):
         if worker.accepting:
@@ -70,13 +71,13 @@ async def test_a_start_with_a_free_worker_slot_is_created_leased_and_writes_no_s
             eid = await engine.start("direct", "a")
             record = await engine.status(eid)
             assert record.status is Status.RUNNING
-            assert record.lease_owner == engine._rt.owner
+            assert record.lease_owner == engine.owner
             assert record.lease_epoch == 1
-            assert await engine._store.read_tasks(eid=eid, include_acked=True) == []
+            assert await engine.tasks(eid=eid, include_acked=True) == []
             release.set()
             assert await engine.result(eid, timeout=30) == "a"
             assert worker.reserved == 0
-        assert await engine._store.read_tasks(eid=eid, include_acked=True) == []
+        assert await engine.tasks(eid=eid, include_acked=True) == []
         final = await engine.status(eid)
         assert final.status is Status.COMPLETED and final.lease_epoch == 1  # never acquired again
         journal = await engine.journal(eid)
@@ -93,7 +94,7 @@ async def test_a_start_without_a_running_worker_writes_a_start_task(open_engine)
 
     async with open_engine(registry, worker=False) as engine:
         eid = await engine.start("queued", 1)
-        [task] = await engine._store.read_tasks(eid=eid, include_acked=True)
+        [task] = await engine.tasks(eid=eid, include_acked=True)
         assert task.kind is TaskKind.START and task.queue == "default"
         record = await engine.status(eid)
         assert record.status is Status.PENDING and record.lease_owner is None and record.lease_epoch == 0
@@ -114,7 +115,7 @@ async def test_a_worker_on_another_queue_does_not_take_a_start_directly(open_eng
             await accepting(other)
             eid = await engine.start("elsewhere")
             assert other.reserved == 0 and other.running == {}
-            [task] = await engine._store.read_tasks(eid=eid, include_acked=True)
+            [task] = await engine.tasks(eid=eid, include_acked=True)
             assert task.kind is TaskKind.START and task.queue == "default"
             record = await engine.status(eid)
             assert record.status is Status.PENDING and record.lease_owner is None
@@ -131,11 +132,11 @@ async def test_a_full_worker_sends_further_starts_through_start_tasks(open_engin
             first = await engine.start("busy", "1")
             second = await engine.start("busy", "2")
             third = await engine.start("busy", "3")
-            assert await engine._store.read_tasks(eid=first, include_acked=True) == []
+            assert await engine.tasks(eid=first, include_acked=True) == []
             record = await engine.status(first)
-            assert record.lease_owner == engine._rt.owner and record.lease_epoch == 1
+            assert record.lease_owner == engine.owner and record.lease_epoch == 1
             for eid in (second, third):
-                [task] = await engine._store.read_tasks(eid=eid, include_acked=True)
+                [task] = await engine.tasks(eid=eid, include_acked=True)
                 assert task.kind is TaskKind.START
                 assert (await engine.status(eid)).status is Status.PENDING
             release.set()
@@ -179,7 +180,7 @@ async def test_a_keyed_start_twice_runs_once_and_gives_the_slot_back(open_engine
             await until(lambda: not worker.running, "idle")
             assert worker.reserved == 0
         assert ran == [1, 3]
-        assert await engine._store.read_tasks(eid=first, include_acked=True) == []
+        assert await engine.tasks(eid=first, include_acked=True) == []
         assert len(await engine.list(workflow="keyed")) == 2
 
 
@@ -209,15 +210,14 @@ Writes = list[list[tuple[str, str, str | None, int | None]]]
 
 
 def record_writes(engine: flowli.Engine) -> Writes:
-    """Wrap the store's write (the real one still runs): each write's entries as (eid, kind, fid, attempt)."""
+    """Observe every commit of the engine (its frame appends included): each write's entries as
+    (eid, kind, fid, attempt)."""
     writes: Writes = []
-    orig = engine._store.write
 
-    async def recorder(write: Write, now: Any) -> Any:
-        writes.append([(e.eid, str(e.kind), e.fid, e.attempt) for e in write.entries])
-        return await orig(write, now)
+    def recorder(transition: Any, result: Any) -> None:
+        writes.append([(e.eid, str(e.kind), e.fid, e.attempt) for e in transition.write.entries])
 
-    engine._store.write = recorder  # type: ignore[method-assign]
+    engine.observe(recorder)
     return writes
 
 
@@ -262,7 +262,7 @@ async def test_a_slow_step_writes_started_on_its_own_before_its_outcome(open_eng
     registry = Registry()
 
     async def slow(x: int) -> int:
-        await asyncio.sleep(STARTED_AFTER * 20)
+        await asyncio.sleep(SLOW)
         return x + 1
 
     @registry.workflow("slow")
@@ -320,18 +320,19 @@ async def test_a_direct_start_whose_worker_stops_meanwhile_is_handed_back(open_e
         return x + 1
 
     async with open_engine(registry, worker=False) as engine:
-        write = engine._store.write
         async with engine.worker(concurrency=4) as worker:
             await accepting(worker)
+            stopped: list[str] = []
 
-            async def stop_first(w, now):  # wraps the real write: the worker stops, then the start lands
-                if w.executions:
+            async def stop_first(t, call_next):  # before the start's write: the worker stops, then the start lands
+                if t.kind == "start" and not stopped:
+                    stopped.append(t.eid)
                     await worker.retire()
-                return await write(w, now)
+                return await call_next()
 
-            engine._store.write = stop_first  # type: ignore[method-assign]
+            engine.use(stop_first)
             eid = await engine.start("handed", 41)
-            engine._store.write = write  # type: ignore[method-assign]
+            assert stopped == [eid]
         async with engine.worker(concurrency=4):
             assert await engine.result(eid, timeout=10) == 42
         # not run by the stopped worker under the lease of its start: handed back, then acquired again

@@ -11,6 +11,7 @@ import pytest
 
 from flowli import Context, Registry
 from flowli.domain import EntryKind, Status, TaskKind
+from flowli.testing import store_of
 
 from .conftest import wait_idle, wait_status
 
@@ -31,7 +32,7 @@ async def no_ready_tasks(engine, timeout: float = 5.0) -> list:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while True:
-        left = await engine._store.read_tasks()
+        left = await engine.tasks()
         if not left or loop.time() > end:
             return left
         await asyncio.sleep(0.05)
@@ -50,7 +51,7 @@ async def test_fifty_executions_that_sleep_then_step_all_complete_and_leave_noth
         results = await asyncio.gather(*(engine.result(eid, timeout=30) for eid in eids))
         assert results == [2 * n for n in range(50)]
         await wait_idle(engine)
-        assert await engine._store.read_timers() == []
+        assert await engine.timers() == []
         assert await no_ready_tasks(engine) == []
         for eid in eids:
             journal = await engine.journal(eid)
@@ -87,18 +88,18 @@ async def test_executions_waiting_in_a_receive_across_a_worker_stop_all_complete
                 await engine.signal(eid, "go", 100)
                 if n % 3 == 0:
                     await engine.signal(eid, "go", 1000)
-        waiting = [t for t in await engine._store.read_tasks() if t.kind is TaskKind.RESUME]
+        waiting = [t for t in await engine.tasks() if t.kind is TaskKind.RESUME]
         assert len(waiting) == sum(1 + (n % 3 == 0) for n in range(0, 30, 2))
         # the eids the worker asks for in each acquire_many (a recorder: the real store answers)
         asked: list[list[str]] = []
-        acquire_many = engine._store.acquire_many
+        store = store_of(engine)
+        acquire_many = store.acquire_many
 
         async def recorded(wanted, *args, **kwargs):
             asked.append([eid for eid, _ in wanted])
             return await acquire_many(wanted, *args, **kwargs)
 
-        engine._store.acquire_many = recorded  # type: ignore[method-assign]
-        assert engine._rt.store is engine._store
+        store.acquire_many = recorded  # type: ignore[method-assign]
         async with engine.worker(concurrency=16):
             # the others while the new worker runs
             for n, eid in enumerate(eids):
@@ -116,7 +117,7 @@ async def test_executions_waiting_in_a_receive_across_a_worker_stop_all_complete
         for eid in eids:
             record = await engine.status(eid)
             assert (record.status, record.lease_owner) == (Status.COMPLETED, None)
-            assert await engine._store.waiters(f"{eid}.go") == []
+            assert await store.waiters(f"{eid}.go") == []
 
 
 async def test_a_worker_stopped_while_it_dequeues_gives_the_tasks_back(open_engine):
@@ -138,7 +139,7 @@ async def test_a_worker_stopped_while_it_dequeues_gives_the_tasks_back(open_engi
             await engine.signal(eid, "go", 100)
         async with engine.worker(concurrency=16):
             await asyncio.sleep(0)  # the worker's first dequeue is in flight as its block ends
-        leased = [t.id for t in await engine._store.read_tasks() if t.lease_owner is not None]
+        leased = [t.id for t in await engine.tasks() if t.lease_owner is not None]
         assert leased == [], f"tasks left leased to a stopped worker: {leased}"
         async with engine.worker(concurrency=16):
             results = await asyncio.gather(*(engine.result(eid, timeout=20) for eid in eids))

@@ -20,7 +20,7 @@ from flowli.domain import (
     StepFailed,
 )
 from flowli.store import Fence, Write
-from flowli.testing import Clock
+from flowli.testing import Clock, store_of
 
 from ..crash import until
 from .conftest import wait_status
@@ -193,7 +193,7 @@ async def test_explain_names_a_queue_that_no_live_worker_serves_and_an_expired_l
         assert [w["kind"] for w in why.waits] == ["task", "queue"]
         assert why.waits[1]["message"] == "no live worker serves queue 'nobody'"
         dead = await engine.start("listens", queue="nobody")
-        await engine._store.acquire(dead, "dead-worker", timedelta(seconds=5), clock.now(), ack=f"START:{dead}")
+        await store_of(engine).acquire(dead, "dead-worker", timedelta(seconds=5), clock.now(), ack=f"START:{dead}")
         assert (await engine.explain(dead)).waits[0]["kind"] == "running"
         await clock.advance(timedelta(seconds=6))
         lease = (await engine.explain(dead)).waits[0]
@@ -226,7 +226,7 @@ async def test_terminate_is_refused_while_the_run_progressed_lately_or_its_journ
         assert record.status.value == "failed"
         assert (record.error["type"], record.error["code"], record.error["message"], record.error["by"]) == (
             "Terminated", "TERMINATED", "stuck for good", "human:ops@example.com")
-        assert await engine.timers(eid) == [] and await engine._store.waiters(f"{eid}.go") == []
+        assert await engine.timers(eid) == [] and await store_of(engine).waiters(f"{eid}.go") == []
         with pytest.raises(ExecutionTerminalError):
             await engine.terminate(eid, "again", min_idle=timedelta(0))
 
@@ -235,13 +235,13 @@ async def test_terminate_is_refused_while_a_live_worker_holds_the_lease_and_fenc
     clock = Clock()
     async with open_engine(app(), clock=clock, worker=False) as engine:
         eid = await engine.start("listens")
-        held = await engine._store.acquire(eid, "paused-worker", timedelta(minutes=30), clock.now(), ack=f"START:{eid}")
+        held = await store_of(engine).acquire(eid, "paused-worker", timedelta(minutes=30), clock.now(), ack=f"START:{eid}")
         with pytest.raises(OperationRefused, match=r"a live worker holds its lease \(paused-worker\)"):
             await engine.terminate(eid, "stuck", min_idle=timedelta(0))
         await clock.advance(timedelta(minutes=31))  # its lease expired: it is presumed dead
         await engine.terminate(eid, "its worker died", min_idle=timedelta(0))
         with pytest.raises(LeaseLost):  # the worker was only paused: it writes nothing more
-            await engine._store.write(Write(fence=Fence(eid, "paused-worker", held.epoch), release=True), clock.now())
+            await store_of(engine).write(Write(fence=Fence(eid, "paused-worker", held.epoch), release=True), clock.now())
         assert (await engine.status(eid)).status.value == "failed"
 
 

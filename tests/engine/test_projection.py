@@ -13,6 +13,7 @@ import flowli
 from flowli import Context, Registry
 from flowli.domain import EntryKind, RegistrationError
 from flowli.engine import Projector
+from flowli.testing import drain, store_of
 
 from ..crash import until
 from .conftest import FAST, wait_status
@@ -132,17 +133,18 @@ async def test_a_new_engine_on_the_database_does_not_replay_the_control_log(db_u
         # every completion on the control log (and in the projection) first: its announcement
         # follows the result, and a repair by the sweeper may still be under way
         await until(lambda: _all_completed(engine, 20), 30, "20 completions in the projection")
-        last = (await engine._store.read_control_log(0, 10_000))[-1].seq
+        last = (await engine.control_log(0, 10_000))[-1].seq
     fresh = await flowli.connect(db_url, app(), bucket=str(tmp_path / "b"), **FAST)
     async with fresh:
         reads: list[int] = []
-        real = fresh._store.read_control_log
+        store = store_of(fresh)
+        real = store.read_control_log
 
         async def counted(after: int = 0, limit: int = 1000) -> Any:
             reads.append(after)
             return await real(after, limit)
 
-        fresh._store.read_control_log = counted  # type: ignore[method-assign]
+        store.read_control_log = counted  # type: ignore[method-assign]
         page = await fresh.list(limit=100)
         assert len(page) == 20 and page.counts["completed"] == 20
         assert reads == [last], "the new engine read the control log from the cursor left by the first"
@@ -155,7 +157,7 @@ async def test_engines_catching_up_at_once_apply_each_entry_once(db_url, tmp_pat
             eids = [await writer.start("tells", n) for n in range(30)]
             for eid in eids:
                 await writer.result(eid, timeout=30)
-        await writer._rt.drain()
+        await drain(writer)
         readers = [await flowli.connect(db_url, app(), bucket=str(tmp_path / "b"), **FAST) for _ in range(3)]
         try:
             for r in readers:
@@ -172,7 +174,7 @@ def test_the_executions_view_keeps_a_change_announced_before_the_start():
     start): the view ends at the execution's latest state, with what its start says."""
     import sqlite3
 
-    from flowli.engine._projection import EXECUTIONS
+    from flowli.engine import EXECUTIONS
     from tests.conformance.conftest import prov
 
     def entry(kind: EntryKind, journal_seq: int, value: Any = None) -> Any:

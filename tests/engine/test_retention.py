@@ -8,7 +8,7 @@ import pytest
 
 from flowli import Context, Registry
 from flowli.domain import ExecutionTerminalError, Status, UnknownExecutionError
-from flowli.testing import Clock
+from flowli.testing import Clock, store_of
 
 pytestmark = pytest.mark.integration
 
@@ -37,8 +37,8 @@ async def test_an_archived_execution_reads_back_identical_to_its_live_journal(op
         assert await engine.retain() == 0  # not yet 30 days
         await clock.advance(timedelta(days=30, seconds=1))
         assert await engine.retain() == 1
-        assert await engine._store.read_execution(eid) is None  # the live state is gone
-        assert await engine._store.read_journal(eid) == []
+        assert await engine.statuses([eid]) == []  # the live state is gone
+        assert await store_of(engine).read_journal(eid) == []
         assert await engine.messages(eid, "in") == []
         assert await engine.journal(eid) == live_journal
         assert await engine.status(eid) == live_record

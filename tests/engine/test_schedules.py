@@ -12,8 +12,7 @@ import pytest
 import flowli
 from flowli import Context, Registry
 from flowli.domain import keyed_eid
-from flowli.engine import ScheduleError, firing_key
-from flowli.engine._schedules import next_fire, trigger
+from flowli.engine import ScheduleError, firing_key, next_fire, trigger
 from flowli.testing import Clock
 
 from .conftest import FAST

@@ -11,7 +11,7 @@ import pytest
 from flowli import Context, Registry
 from flowli.domain import EntryKind, LeaseLost, Status, TaskKind
 from flowli.store import Write
-from flowli.testing import Clock
+from flowli.testing import Clock, store_of
 
 from .conftest import kinds, wait_status
 
@@ -97,7 +97,7 @@ async def test_a_stolen_lease_stops_the_worker_which_writes_nothing_more(open_en
         await asyncio.wait_for(began.wait(), 10)
         epoch = (await engine.status(eid)).lease_epoch
         await clock.advance(timedelta(seconds=31))  # the lease expired: another worker may acquire it
-        thief = await engine._store.acquire(eid, "thief", timedelta(seconds=30), clock.now())
+        thief = await store_of(engine).acquire(eid, "thief", timedelta(seconds=30), clock.now())
         assert thief.epoch == epoch + 1
         before = await engine.journal(eid)
         release.set()
@@ -123,12 +123,12 @@ async def test_a_write_with_an_old_epoch_is_refused_in_the_store(open_engine):
 
     async with open_engine(registry, worker=False) as engine:
         eid = await engine.start("idle")
-        now = engine.clock.now()
-        first = await engine._store.acquire(eid, "a", timedelta(seconds=-1), now)  # acquired, already expired
-        second = await engine._store.acquire(eid, "b", timedelta(seconds=30), now)
+        now, store = engine.clock.now(), store_of(engine)
+        first = await store.acquire(eid, "a", timedelta(seconds=-1), now)  # acquired, already expired
+        second = await store.acquire(eid, "b", timedelta(seconds=30), now)
         assert (first.epoch, second.epoch) == (1, 2)
         try:
-            await engine._store.write(Write(fence=Fence(eid, "a", 1), release=True), now)
+            await store.write(Write(fence=Fence(eid, "a", 1), release=True), now)
         except LeaseLost as exc:
             assert exc.epoch == 1
         else:
@@ -154,7 +154,7 @@ async def test_sweeper_repairs_the_control_log_after_a_crash_between_the_two_app
         # what a worker that died after its journal append leaves behind
         entry = Entry(eid=eid, kind=EntryKind.EXECUTION_SUSPENDED, fid="root",
                       provenance=Provenance(Actor("worker", "dead"), Site(), Code("r", "1"), now), value={"waits": []})
-        await engine._store.write(Write(entries=[entry], status=StatusChange(eid, Status.SUSPENDED)), now)
+        await store_of(engine).write(Write(entries=[entry], status=StatusChange(eid, Status.SUSPENDED)), now)
         [listed] = await engine.list()
         assert listed.status is Status.PENDING  # the control log does not know yet
         assert await engine.sweep() >= 1
@@ -174,7 +174,7 @@ async def test_the_sweeper_recovers_an_execution_whose_worker_died(open_engine):
     async with open_engine(registry, clock=clock, worker=False) as engine:
         eid = await engine.start("rec")
         # a worker acquires the lease, then dies without a trace
-        got = await engine._store.acquire(eid, "dead-worker", timedelta(seconds=10), clock.now(), ack=f"START:{eid}")
+        got = await store_of(engine).acquire(eid, "dead-worker", timedelta(seconds=10), clock.now(), ack=f"START:{eid}")
         assert got.epoch == 1
         async with engine.worker():
             await asyncio.sleep(0.1)
@@ -197,7 +197,8 @@ async def test_an_engine_error_hands_the_execution_back_instead_of_holding_the_l
         return "done"
 
     async with open_engine(registry, worker=False) as engine:
-        real_write = engine._store.write
+        store = store_of(engine)
+        real_write = store.write
         failed: list[int] = []
 
         async def failing_once(write, now):
@@ -206,7 +207,7 @@ async def test_an_engine_error_hands_the_execution_back_instead_of_holding_the_l
                 raise OSError("disk I/O error")
             return await real_write(write, now)
 
-        engine._store.write = failing_once  # type: ignore[method-assign]
+        store.write = failing_once  # type: ignore[method-assign]
         eid = await engine.start("hb")
         async with engine.worker():
             assert await engine.result(eid, timeout=30) == "done"
@@ -230,7 +231,8 @@ async def test_a_store_failure_under_a_frame_is_not_the_workflows_failure(open_e
             return "the workflow swallowed a store error"
 
     async with open_engine(registry, worker=False) as engine:
-        real = engine._store.read_messages
+        store = store_of(engine)
+        real = store.read_messages
         failed: list[int] = []
 
         async def failing_once(channel, after=0, limit=100):
@@ -239,7 +241,7 @@ async def test_a_store_failure_under_a_frame_is_not_the_workflows_failure(open_e
                 raise ConnectionResetError("the connection to the store was lost")
             return await real(channel, after, limit)
 
-        engine._store.read_messages = failing_once  # type: ignore[method-assign]
+        store.read_messages = failing_once  # type: ignore[method-assign]
         eid = await engine.start("robust")
         await engine.signal(eid, "in", "delivered")
         async with engine.worker():
@@ -265,21 +267,23 @@ async def test_the_sweeper_wakes_the_workers_when_a_task_held_by_a_dead_worker_i
     store_calls: list[str] = []
     async with open_engine(registry, clock=clock, worker=False, poll_interval=3600.0, sweep_interval=3600.0) as engine:
         eid = await engine.start("late", 1)
-        [held] = await engine._store.dequeue(["default"], [TaskKind.START], "gone", 1, timedelta(seconds=10), clock.now())
+        store = store_of(engine)
+        [held] = await store.dequeue(["default"], [TaskKind.START], "gone", 1, timedelta(seconds=10), clock.now())
         waiting = await engine.start("late", 2)  # visible now
-        due_timers = engine._store.due_timers
+        due_timers = store.due_timers
 
         async def counted(now, limit):  # a spy: the real store answers
             store_calls.append("due_timers")
             return await due_timers(now, limit)
 
-        engine._store.due_timers = counted  # type: ignore[method-assign]
+        store.due_timers = counted  # type: ignore[method-assign]
+        work = engine._rt.work  # private: the wake-up that sends the workers to dequeue; nothing public shows who set it
         # a worker on another queue: this test's own wait sees the sweeper's wake, not a dequeue
         async with engine.worker(queues=["elsewhere"], concurrency=1):
             await asyncio.sleep(0.3)
             assert len(store_calls) <= 2, f"the sweeper swept {len(store_calls)} times before anything was due"
-            assert not engine._rt.work.is_set()
-            woken = asyncio.ensure_future(engine._rt.work.wait())
+            assert not work.is_set()
+            woken = asyncio.ensure_future(work.wait())
             await clock.advance(timedelta(seconds=10))
             await asyncio.wait_for(woken, 10)  # bounded: without the sweeper's wake it never comes
         async with engine.worker(concurrency=4):

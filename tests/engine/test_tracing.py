@@ -18,7 +18,7 @@ from opentelemetry.trace import StatusCode
 
 from flowli import Context, Registry
 from flowli.domain import EntryKind, RetryPolicy
-from flowli.engine._tracing import span_id_of
+from flowli.engine._tracing import span_id_of  # private: the span ids' derivation, which the spans must match
 
 from .conftest import wait_status
 
@@ -156,7 +156,14 @@ async def test_the_execution_joins_the_callers_trace_and_a_child_its_parents(ope
 async def test_without_a_tracer_provider_nothing_is_traced(open_engine):
     SEEN.clear()
     async with open_engine(registry()) as engine:
-        assert engine._rt.tracing is None  # OpenTelemetry's global provider is not set in the tests
+        # OpenTelemetry's global provider is not set in the tests: tracing is off, and a caller's
+        # span, which an engine that traces records in the started entry, is not recorded
+        caller = trace.NonRecordingSpan(trace.SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331,
+                                                          is_remote=False, trace_flags=trace.TraceFlags(1)))
+        with trace.use_span(caller):
+            probe = await engine.start("traced.order", 1)
+        assert await engine.result(probe, timeout=10) == 3
+        assert "trace" not in (await engine.journal(probe))[0].value
         eid = await engine.start("traced.order", 5)
         assert await engine.result(eid, timeout=10) == 11
         started = (await engine.journal(eid))[0]
@@ -259,7 +266,7 @@ async def test_many_engines_on_one_provider_and_a_malformed_stored_trace(open_en
 
 
 def test_a_stored_trace_that_is_not_one_falls_back_to_the_eid():
-    from flowli.engine._tracing import execution_context
+    from flowli.engine._tracing import execution_context  # private: the fallback for stored data no engine writes
 
     eid = "01a2341e-b948-7353-9dd2-98d4497b1650"
     for bad in ({"trace": {"trace_id": "xyz", "parent_id": 7}}, {"trace": "00-bad"}, {"trace": None}, None, []):

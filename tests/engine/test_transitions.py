@@ -14,7 +14,7 @@ import pytest
 from flowli import Context, Registry
 from flowli.domain import Principal, RetryPolicy, Status
 from flowli.store import fits
-from flowli.testing import Clock
+from flowli.testing import Clock, drain, store_of
 
 from ..rows import dump
 from .conftest import wait_status
@@ -149,7 +149,7 @@ async def test_the_sweepers_transitions_fire_and_recover_and_fold_pass_with_its_
     async with open_engine(app(), clock=clock, worker=False, retention=timedelta(days=1)) as engine:
         engine.use(recorder)
         eid = await engine.start("nap")
-        leased = await engine._store.acquire(eid, "dead-worker", timedelta(seconds=5), clock.now(), ack=f"START:{eid}")
+        leased = await store_of(engine).acquire(eid, "dead-worker", timedelta(seconds=5), clock.now(), ack=f"START:{eid}")
         assert leased.epoch == 1
         async with engine.worker():
             await clock.advance(timedelta(seconds=6))  # the lease expires: the sweeper recovers it
@@ -220,7 +220,7 @@ async def test_a_refusing_middleware_leaves_the_store_unchanged_row_for_row(open
     async with open_engine(app()) as engine:
         eid = await engine.start("versions", version="1")
         await wait_status(engine, eid, "suspended")
-        await engine._rt.drain()
+        await drain(engine)
 
         async def refuse(transition: Any, call_next: Any) -> Any:
             if transition.kind == refused:
@@ -239,39 +239,19 @@ async def test_a_refusing_middleware_leaves_the_store_unchanged_row_for_row(open
         with pytest.raises(PermissionError, match=f"no {refused} for mallory@example.com"):
             await action()
         await asyncio.sleep(0.2)  # nothing goes on behind the refusal either
-        await engine._rt.drain()
+        await drain(engine)
         assert await dump(db_url) == before
 
 
-async def test_call_next_twice_is_refused():
-    from flowli.engine._transitions import Transition, commit
-
-    class Rt:
-        middleware: list[Any] = []
-        middleware_kinds: dict[Any, Any] = {}
-        observers: list[Any] = []
-
+async def test_call_next_twice_is_refused(open_engine):
     async def twice(transition: Any, call_next: Any) -> Any:
         await call_next()
         return await call_next()
 
-    rt: Any = Rt()
-    rt.middleware = [twice]
-
-    async def apply(_: Any) -> Any:
-        return "written"
-
-    import flowli.engine._transitions as transitions
-
-    real = transitions._apply
-    transitions._apply = lambda rt_, t: apply(t)  # type: ignore[assignment]
-    try:
+    async with open_engine(app(), worker=False) as engine:
+        engine.use(twice)
         with pytest.raises(RuntimeError, match="called call_next twice for one start transition"):
-            from flowli.store import Write
-
-            await commit(rt, Transition("start", Write()))
-    finally:
-        transitions._apply = real
+            await engine.start("greet", "x")
 
 
 async def test_observers_see_the_fast_lane_and_every_intent_fits_its_write(open_engine):

@@ -193,7 +193,7 @@ async def test_send_announce_enqueue_withdraw_memoize_their_effect(open_engine):
         assert seq == 1 and isinstance(ann, int) and tid == f"DELEGATE:{eid}:approve"
         assert (gone, again) == (True, False)
         assert len(await engine.messages(eid, "notes")) == 1
-        log = await engine._store.read_control_log(0, 1000)
+        log = await engine.control_log(0, 1000)
         assert [e.value for e in log if e.kind is EntryKind.ANNOUNCED] == [
             {"kind": "review.opened", "data": {"who": "carol@example.com"}}
         ]

@@ -14,6 +14,7 @@ import pytest
 import flowli
 from flowli import Context, Principal, Registry
 from flowli.domain import EntryKind, UnknownExecutionError
+from flowli.testing import drain, store_of
 
 from ..crash import Workers, until
 from ..crash.app import registry as crash_registry
@@ -63,7 +64,7 @@ async def test_watch_of_a_journal_delivers_every_entry_once_in_order_without_pol
     async with open_engine(app(), poll_interval=30.0) as engine:
         eid = await engine.start("talks")
         await wait_status(engine, eid, "suspended")
-        reads = Counted(engine._store, "read_journal")
+        reads = Counted(store_of(engine), "read_journal")
         seen: list[Any] = []
         watcher = asyncio.ensure_future(collect(engine.watch(eid), EntryKind.EXECUTION_COMPLETED, seen))
         await until(lambda: any(e.kind is EntryKind.EXECUTION_SUSPENDED for e in seen), 10, "the entries so far")
@@ -106,7 +107,7 @@ async def test_watch_of_the_control_log_delivers_the_lifecycle_of_every_executio
             await wait_status(engine, eid, "suspended")
             await engine.signal(eid, "go", "x")
         await asyncio.wait_for(watcher, 30)
-        log = await engine._store.read_control_log(0, 1000)
+        log = await engine.control_log(0, 1000)
         assert [e.seq for e in seen] == [e.seq for e in log][:len(seen)]
         assert len({e.seq for e in seen}) == len(seen)
         for eid in eids:
@@ -128,6 +129,27 @@ async def test_watch_scoped_to_an_application_sees_its_own_only(open_engine):
                 pass
 
 
+@pytest.mark.integration
+async def test_the_control_log_is_read_a_page_at_a_time_and_of_one_application(open_engine):
+    acme = Principal("ann@acme.example", application="acme")
+    async with open_engine(app()) as engine:
+        theirs = await engine.start("talks", application="globex")
+        mine = await engine.start("talks", by=acme)
+        for eid in (theirs, mine):
+            await wait_status(engine, eid, "suspended")
+        await drain(engine)  # this process's control-log appends are in
+        everything = await engine.control_log()
+        assert [e.seq for e in everything] == sorted(e.seq for e in everything)
+        assert {e.eid for e in everything} == {theirs, mine}
+        first, second = await engine.control_log(limit=2), await engine.control_log(after=everything[1].seq)
+        assert first + second == everything
+        own = await engine.control_log(application="acme")
+        assert own == [e for e in everything if e.eid == mine] and own
+        assert await engine.control_log(after=own[0].seq, limit=1, application="acme") == own[1:2]
+        with pytest.raises(ValueError, match="limit"):
+            await engine.control_log(limit=0)
+
+
 @pytest.mark.e2e
 async def test_watch_across_two_processes_on_postgresql(tmp_path: Path) -> None:
     """A worker process runs the execution; this process watches its journal, and waits for its
@@ -144,7 +166,7 @@ async def test_watch_across_two_processes_on_postgresql(tmp_path: Path) -> None:
                 watcher = asyncio.ensure_future(collect(engine.watch(eid), EntryKind.EXECUTION_COMPLETED, seen))
                 await until(lambda: any(e.kind is EntryKind.EXECUTION_SUSPENDED for e in seen), 20,
                             "the worker process's entries")
-                reads = Counted(engine._store, "read_journal")
+                reads = Counted(store_of(engine), "read_journal")
                 await engine.signal(eid, "go", True)
                 await asyncio.wait_for(watcher, 20)
                 assert (await asyncio.wait_for(engine.result(eid), 20)).startswith("after")
@@ -167,7 +189,7 @@ async def test_result_across_processes_on_postgresql_is_woken_by_the_end(tmp_pat
                 workers.spawn("w")
                 await workers.ready("w")
                 eid = await engine.start("crash.nap", str(tmp_path), 0.5)
-                reads = Counted(engine._store, "read_execution")
+                reads = Counted(store_of(engine), "read_execution")
                 assert (await asyncio.wait_for(engine.result(eid), 20)).startswith("after")
                 assert reads.calls <= 4, "woken by the end's notification, not by polling"
         finally:
@@ -182,4 +204,4 @@ async def test_the_hub_leaves_nothing_behind(open_engine):
             await engine.result(eid, timeout=0.2)
         await engine.signal(eid, "go", "z")
         await engine.result(eid, timeout=30)
-        assert not engine._rt.hub.active, "every wait unsubscribed"
+        assert not engine._rt.hub.active, "every wait unsubscribed"  # private: the in-process wake-ups; no public read shows them
