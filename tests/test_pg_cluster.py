@@ -143,7 +143,7 @@ async def test_sweepers_in_every_worker_fire_each_timer_once(tmp_path: Path, pg_
     async with engine:
         eids = await asyncio.gather(*(engine.start("crash.nap", str(tmp_path), 1.0) for _ in range(30)))
         await all_completed(engine, eids, 60)
-        tasks = await engine._store.read_tasks(include_acked=True)
+        tasks = await engine.tasks(include_acked=True)
         journals = {eid: await engine.journal(eid) for eid in eids}
 
     for eid in eids:
@@ -175,7 +175,7 @@ async def test_each_dead_execution_is_recovered_once(tmp_path: Path, pg_url: str
         (tmp_path / RELEASE).touch()  # the held steps of the next workers return at once
         await spawn_ready(workers, ["b", "c", "d"])
         await all_completed(engine, eids, 60)
-        tasks = await engine._store.read_tasks(include_acked=True)
+        tasks = await engine.tasks(include_acked=True)
         journals = {eid: await engine.journal(eid) for eid in eids}
 
     for eid in eids:

@@ -12,6 +12,7 @@ import pytest
 import flowli
 from flowli import Context, Registry
 from flowli.store import postgres
+from flowli.testing import drain
 
 from .pg import fresh_schema
 
@@ -46,8 +47,8 @@ async def test_a_run_of_plain_executions_takes_no_generic_write(monkeypatch: pyt
             eids = [await engine.start("ten") for _ in range(60)]
             for eid in eids:
                 assert await engine.result(eid, timeout=60) == 10
-            await engine._rt.drain()
-            announced = await engine._store.read_control_log(0, 10_000)
+            await drain(engine)
+            announced = await engine.control_log(0, 10_000)
     assert {e.eid for e in announced} >= set(eids)  # their lifecycle reached the control log, and no
     # write of them went the generic way
     assert [sorted(f for f in ("entries", "announcements", "executions", "tasks") if getattr(w, f)) for w in generic] == []

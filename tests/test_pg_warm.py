@@ -7,7 +7,9 @@ statement runs; after the warm-up, the first executions make none."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import asyncpg
 import pytest
 
 import flowli
@@ -30,19 +32,28 @@ async def one_step(ctx: Context, x: int) -> int:
     return await ctx.step(one, x)
 
 
-async def test_the_first_executions_after_open_prepare_nothing_and_look_up_no_type() -> None:
+async def test_the_first_executions_after_open_prepare_nothing_and_look_up_no_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    queries: list[str] = []
+    opened = asyncio.Event()
+
+    async def log_queries(conn: Any) -> None:
+        """Each connection the store's pool makes while it opens logs its queries once it is open
+        (not those of the open, whose warm-up is what looks the types up)."""
+        if not opened.is_set():
+            conn.add_query_logger(lambda record: queries.append(record.query) if opened.is_set() else None)
+
+    real_create_pool = asyncpg.create_pool
+
+    def create_pool(*args: Any, **kwargs: Any) -> Any:  # the store's pool, with the hook on its new connections
+        return real_create_pool(*args, init=log_queries, **kwargs)
+
+    monkeypatch.setattr(asyncpg, "create_pool", create_pool)
     async with fresh_schema() as url:
         engine = await flowli.connect(url, registry)
-        queries: list[str] = []
+        opened.set()
         async with engine:
-            store = engine._store
-            pool = store._pool  # type: ignore[attr-defined]
-            conns = [*store._wconns.values()]  # type: ignore[attr-defined]
-            held = [await pool.acquire() for _ in range(pool.get_size() - len(conns))]
-            for conn in conns + held:
-                conn.add_query_logger(lambda record: queries.append(record.query))
-            for conn in held:
-                await pool.release(conn)
             async with engine.worker(concurrency=4):
                 eids = [await engine.start(one_step, i) for i in range(3)]
                 assert [await engine.result(eid, timeout=30) for eid in eids] == [1, 2, 3]

@@ -51,8 +51,8 @@ async def run(args: argparse.Namespace) -> None:
     )
     async with engine:
         worker = asyncio.create_task(engine.run_worker(concurrency=8), name="start-and-work-worker")
-        # the worker registers itself with the runtime when it starts running: then a start is direct
-        while not any(w.accepting for w in engine._running):
+        # the worker writes its row as it begins to run, when it takes direct starts already
+        while not [w for w in await engine.workers() if w["id"].startswith(engine.owner)]:
             if worker.done():
                 await worker  # it failed: raise its error
             await asyncio.sleep(0.01)

@@ -50,8 +50,8 @@ async def stranded(engine: flowli.Engine, eids: list[str]) -> str:
     left = [r for r in await engine.statuses(eids) if not r.terminal]
     told = [f"{len(left)} executions did not end"]
     for r in left[:3]:
-        ready = {t.id for t in await engine._store.read_tasks(eid=r.eid)}
-        tasks = await engine._store.read_tasks(eid=r.eid, include_acked=True)
+        ready = {t.id for t in await engine.tasks(eid=r.eid)}
+        tasks = await engine.tasks(eid=r.eid, include_acked=True)
         told += [
             f"-- {r.eid}: {r.status.value}, lease {r.lease_owner} epoch {r.lease_epoch} until {r.lease_expires_at}",
             summary(await engine.journal(r.eid)),

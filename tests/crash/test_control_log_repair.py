@@ -14,6 +14,7 @@ import pytest
 import flowli
 from flowli.domain import Actor, Code, Entry, EntryKind, Provenance, Site, Status
 from flowli.store import Fence, StatusChange, Write
+from flowli.testing import store_of
 
 from . import Workers, lines, until
 from .app import EFFECTS, registry
@@ -49,7 +50,7 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
             await until(lambda b=batch, k=kill_after: sum(line[0] in b for line in lines(tmp_path / EFFECTS)) >= k,
                         20, f"{kill_after} steps in worker a{burst}")
             workers.kill(f"a{burst}")
-            missing = await engine._store.unannounced(datetime.now(UTC), 10 * len(eids))
+            missing = await store_of(engine).unannounced(datetime.now(UTC), 10 * len(eids))
             if any(e.kind is EntryKind.EXECUTION_COMPLETED for e in missing):
                 break
         pids.add(workers.spawn("b", *NO_REPAIR).pid)
@@ -63,7 +64,7 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
         assert set(records.values()) == {Status.COMPLETED}
         listed = {s.eid: s.status for s in await fresh.list(limit=2 * len(eids))}
         stale = {eid for eid in eids if listed.get(eid) != records[eid]}
-        unannounced = await fresh._store.unannounced(datetime.now(UTC), 10 * len(eids))
+        unannounced = await store_of(fresh).unannounced(datetime.now(UTC), 10 * len(eids))
         ends = sum(e.kind is EntryKind.EXECUTION_COMPLETED for e in unannounced)
         report = (f"seed {seed}, {burst + 1} burst(s): {len(unannounced)} lifecycle entries missing from the control"
                   f" log ({ends} execution.completed), {len(stale)} executions listed with a stale status before"
@@ -78,7 +79,7 @@ async def test_sweep_repairs_the_control_log_after_a_sigkill_in_a_burst(
                 break
         listed = {s.eid: s.status for s in await fresh.list(limit=2 * len(eids))}
         assert listed == records, report
-        assert await fresh._store.unannounced(datetime.now(UTC), 10 * len(eids)) == []
+        assert await store_of(fresh).unannounced(datetime.now(UTC), 10 * len(eids)) == []
 
 
 async def test_sweep_appends_a_lifecycle_entry_that_a_worker_did_not_announce(tmp_path: Path, db_url: str) -> None:
@@ -89,12 +90,12 @@ async def test_sweep_appends_a_lifecycle_entry_that_a_worker_did_not_announce(tm
     async with engine:
         eid = await engine.start("crash.steps", str(tmp_path), ["only"])
         owner, now = "crash-test:worker", datetime.now(UTC)
-        acquired = await engine._store.acquire(eid, owner, timedelta(seconds=30), now)
+        acquired = await store_of(engine).acquire(eid, owner, timedelta(seconds=30), now)
         assert acquired.epoch is not None
         prov = Provenance(Actor("worker", owner), Site(worker=owner, epoch=acquired.epoch),
                           Code("crash.steps", "1", "root", "root"), now)
         entry = Entry(eid=eid, kind=EntryKind.EXECUTION_COMPLETED, provenance=prov, fid="root", value=["done"])
-        written = await engine._store.write(
+        written = await store_of(engine).write(
             Write(fence=Fence(eid, owner, acquired.epoch), entries=[entry],
                   status=StatusChange(eid, Status.COMPLETED, result=["done"]), release=True),
             now,
@@ -108,7 +109,7 @@ async def test_sweep_appends_a_lifecycle_entry_that_a_worker_did_not_announce(tm
     async with fresh:
         assert await fresh.sweep() == 1
         assert [(s.eid, s.status) for s in await fresh.list()] == [(eid, Status.COMPLETED)]
-        control = [(e.kind, e.journal_seq) for e in await fresh._store.read_control_log() if e.eid == eid]
+        control = [(e.kind, e.journal_seq) for e in await fresh.control_log() if e.eid == eid]
         assert control == [(EntryKind.EXECUTION_STARTED, 1), (EntryKind.EXECUTION_COMPLETED, written.entry_seqs[0])]
         assert await fresh.sweep() == 0  # repaired once
 
@@ -125,17 +126,17 @@ async def test_a_worker_that_does_not_crash_makes_both_appends(tmp_path: Path, d
             assert await engine.result(eid, timeout=10) == f"after:{os.getpid()}"
 
             async def announced_end() -> bool:  # the second append follows the last write
-                control = await engine._store.read_control_log()
+                control = await engine.control_log()
                 return any(e.eid == eid and e.kind is EntryKind.EXECUTION_COMPLETED for e in control)
 
             await until(announced_end, 10, "the end of the execution on the control log")
         journal = await engine.journal(eid)
         lifecycle = [(e.kind, e.seq) for e in journal if e.kind.lifecycle]
-        control = [(e.kind, e.journal_seq) for e in await engine._store.read_control_log() if e.eid == eid]
+        control = [(e.kind, e.journal_seq) for e in await engine.control_log() if e.eid == eid]
         assert [k for k, _ in lifecycle] == [EntryKind.EXECUTION_STARTED, EntryKind.EXECUTION_SUSPENDED,
                                              EntryKind.EXECUTION_RESUMED, EntryKind.EXECUTION_COMPLETED]
         assert control == lifecycle
-        assert await engine._store.unannounced(datetime.now(UTC), 100) == []
+        assert await store_of(engine).unannounced(datetime.now(UTC), 100) == []
 
 
 async def _status_is(engine: flowli.Engine, eid: str, status: Status) -> bool:

@@ -54,7 +54,7 @@ async def test_a_consumer_killed_holding_its_task_gives_the_work_to_the_next_att
         await survivor.answer(task, {"approved": True}, by="carol@example.com")
         assert await engine.result(eid, timeout=30) == {"approved": True}
 
-        dead = await engine._store.read_task(first_id)
+        dead = await engine.task(first_id)
         assert dead is not None and dead.state == "withdrawn"
         with pytest.raises(StaleAnswer):
             await survivor.answer(dead, {"approved": False})

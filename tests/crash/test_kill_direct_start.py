@@ -52,7 +52,7 @@ async def test_sigkill_of_the_process_that_started_and_ran_an_execution(tmp_path
         assert record.status is Status.RUNNING, record
         assert record.lease_owner is not None and f":{a.pid}:" in record.lease_owner, record
         assert record.lease_epoch == 1, record
-        assert await engine._store.read_tasks(eid=eid, include_acked=True) == []
+        assert await engine.tasks(eid=eid, include_acked=True) == []
         before = await engine.journal(eid)
         assert before[0].kind is EntryKind.EXECUTION_STARTED and pid_of(before[0]) == a.pid
         assert not [e for e in before if e.kind is EntryKind.EXECUTION_RESUMED], summary(before)
@@ -62,7 +62,7 @@ async def test_sigkill_of_the_process_that_started_and_ran_an_execution(tmp_path
         b = workers.spawn("b")
         value = await engine.result(eid, timeout=30)
         journal = await engine.journal(eid)
-        tasks = await engine._store.read_tasks(eid=eid, include_acked=True)
+        tasks = await engine.tasks(eid=eid, include_acked=True)
 
     told = summary(journal)
     assert value == [f"s0:{a.pid}", f"s1:{a.pid}", f"s2:{b.pid}", f"s3:{b.pid}", f"s4:{b.pid}"], told

@@ -17,7 +17,7 @@ import pytest
 
 import flowli
 from flowli.domain import TaskKind
-from flowli.testing import Clock
+from flowli.testing import Clock, drain, store_of
 
 from . import until
 from .app import registry
@@ -31,9 +31,9 @@ async def test_a_late_renewal_then_death_leaves_the_execution_recoverable(tmp_pa
     clock = Clock()
     engine = await flowli.connect(db_url, registry, clock=clock, lease_ttl=LEASE, poll_interval=0.02)
     async with engine:
-        store = engine._store
+        store = store_of(engine)
         eid = await engine.start("crash.steps", str(tmp_path), ["s0"])
-        await engine._rt.drain()  # the second append is done: the sweep below repairs nothing
+        await drain(engine)  # the second append is done: the sweep below repairs nothing
         (start,) = await store.read_tasks(eid=eid)
         x = "crash-test:stalled-worker"
         acquired = await store.acquire(eid, x, LEASE, clock.now(), ack=start.id)
@@ -60,4 +60,4 @@ async def test_a_late_renewal_then_death_leaves_the_execution_recoverable(tmp_pa
 
 
 async def _not_ready(engine: flowli.Engine, task_id: str) -> bool:
-    return task_id not in {t.id for t in await engine._store.read_tasks()}
+    return task_id not in {t.id for t in await engine.tasks()}

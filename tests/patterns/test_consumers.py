@@ -121,7 +121,7 @@ async def test_an_ack_of_an_attempt_still_open_is_refused_an_ack_of_an_answered_
         await anna.answer(task, "hej")
         await anna.ack(task)  # after its answer: nothing to do
         assert await engine.result(eid, timeout=30) == "hej"
-        assert (await engine._store.read_task(tid)).state == "acked"
+        assert (await engine.task(tid)).state == "acked"
 
 
 async def test_a_late_answer_is_refused_and_the_first_one_stands(open_engine):

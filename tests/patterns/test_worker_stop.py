@@ -21,9 +21,10 @@ ATTEMPTS = 30
 
 
 async def force_stop(engine: Engine, block: asyncio.Future[None]) -> None:
-    """Stop the workers that ignored their stop (so that the test ends), then the block."""
+    """Stop the workers that ignored their stop (so that the test ends), then the block: the
+    tasks that run them, by the name ``engine.worker`` gives them."""
     for _ in range(500):
-        running = [t for t in engine._workers if not t.done()]
+        running = [t for t in asyncio.all_tasks() if t.get_name() == "flowli-worker" and not t.done()]
         if not running:
             break
         for t in running:
