@@ -460,27 +460,6 @@ async def test_retry_policies_take_precedence_and_effective_policy_says_which(se
         assert (await http.get(f"/policies/{pid}")).status_code == 404
 
 
-def test_exponential_linear_capped_and_jittered_delays():
-    from flowli.pipelines._retry import decide, delays, plan
-
-    def stage(**options: Any) -> dict[str, Any]:
-        return {"stageName": "s", "stageHandlerName": "H", "options": options}
-
-    expo = plan(stage(maxRetries=5, retryInterval=10, backoff="exponential", maxRetryInterval=50), "p", [], [])
-    assert delays(expo) == [10, 20, 40, 50, 50]
-    linear = plan(stage(maxRetries=3, retryInterval=10, backoff="linear"), "p", [], [])
-    assert delays(linear) == [10, 20, 30]
-    assert plan(stage(maxRetries=3, retryInterval=0), "p", [], [])["source"] == "none"  # both must be positive
-    jitter = plan(stage(maxRetries=3, retryInterval=10, jitter=True), "p", [], [])
-    spread = [decide(jitter, "TIMEOUT", True, 0, f"seed-{i}") for i in range(50)]
-    assert all(8 <= d <= 12 for d in spread) and len(set(spread)) > 10
-    assert decide(jitter, "TIMEOUT", True, 0, "seed-1") == decide(jitter, "TIMEOUT", True, 0, "seed-1")
-    for code in ("BUSINESS_REJECTED", "VALIDATION_ERROR", "INVALID_STATE", "MISSING_REQUIRED_DATA"):
-        listed = plan(stage(maxRetries=3, retryInterval=1, retryOnErrorCodes=[code]), "p", [], [])
-        assert decide(listed, code, True, 0, "s") is None
-    assert decide(linear, "TIMEOUT", False, 0, "s") is None and decide(linear, "TIMEOUT", True, 3, "s") is None
-
-
 async def test_schedules_create_ordinary_pipelines_one_per_firing(service, billing):
     _, key = billing
     async with PipelinesClient(service.url, key) as client:
