@@ -42,7 +42,8 @@ from psycopg_pool import AsyncConnectionPool
 
 import flowli
 from flowli.domain import InvalidDatabaseURL
-from flowli.store.postgres import _CHANNEL, SESSION_SETTINGS, PostgresStore
+from flowli.store._pg_sql import channel
+from flowli.store.postgres import SESSION_SETTINGS, PostgresStore
 
 DRIVERS = ("asyncpg", "psycopg")
 log = logging.getLogger("bench.drivers")
@@ -239,7 +240,7 @@ class PsycopgPostgresStore(PostgresStore):
     async def _listen(self) -> None:
         try:
             listener = await Listener.connect(self.dsn)
-            await listener.add_listener(_CHANNEL, self._on_notify)
+            await listener.add_listener(channel(self.schema), self._on_notify)
         except (OSError, psycopg.Error) as exc:
             log.warning("LISTEN failed (%s); workers poll", exc)
             return

@@ -61,3 +61,32 @@ async def test_the_first_executions_after_open_prepare_nothing_and_look_up_no_ty
         assert queries, "the query logger saw nothing: the test watches the wrong connections"
         lookups = [q for q in queries if "typeinfo_tree" in q]
         assert lookups == [], f"{len(lookups)} type lookups during the first executions"
+
+
+async def test_the_stores_connections_price_out_seq_scans_and_never_compile_a_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With sequential scans priced out, a plan that still scans costs more than any JIT threshold:
+    the store's connections keep JIT off, or each such statement compiled itself first (25-120 ms
+    for a query of a millisecond: the schema check of every open was one)."""
+    made: list[Any] = []
+
+    async def keep(conn: Any) -> None:
+        made.append(conn)
+
+    real_create_pool = asyncpg.create_pool
+
+    def create_pool(*args: Any, **kwargs: Any) -> Any:  # the store's pool, its connections kept to ask
+        return real_create_pool(*args, init=keep, **kwargs)
+
+    monkeypatch.setattr(asyncpg, "create_pool", create_pool)
+    async with fresh_schema() as url:
+        engine = await flowli.connect(url, registry)
+        async with engine:
+            assert made, "the store made no pooled connection"
+            for conn in made:
+                settings = await conn.fetchrow("SELECT current_setting('jit') AS jit,"
+                                               " current_setting('enable_seqscan') AS seqscan")
+                assert (settings["jit"], settings["seqscan"]) == ("off", "off")
+                plan = await conn.fetchval("EXPLAIN (FORMAT JSON) SELECT max(version) FROM schema_version")
+                assert "JIT" not in str(plan)

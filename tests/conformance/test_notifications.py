@@ -14,6 +14,7 @@ from flowli.domain import Timer
 from flowli.store import Write
 from flowli.testing import open_store
 
+from ..pg import fresh_schema
 from .conftest import started, task
 
 pytestmark = pytest.mark.integration
@@ -45,3 +46,30 @@ async def test_a_notification_says_work_or_timer_and_never_reaches_its_writer(sh
     finally:
         await a.close()
         await b.close()
+
+
+async def test_stores_in_other_schemas_of_one_database_never_wake_each_other() -> None:
+    """Each schema has a channel of its own: a second deployment in another schema of the same
+    PostgreSQL database (or another test's) hears none of this one's writes, and this one's
+    stores still hear each other."""
+    async with fresh_schema() as here, fresh_schema() as there:
+        a, b, other = open_store(here), open_store(here), open_store(there)
+        for s in (a, b, other):
+            await s.open()
+        heard_b: list[str] = []
+        heard_other: list[str] = []
+        b.subscribe(heard_b.append)
+        other.subscribe(heard_other.append)
+        try:
+            now = datetime.now(UTC)
+            await a.write(Write(tasks=[task("now", visible_at=now)]), now)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while not heard_b and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)  # room for a notification that should not come
+            assert heard_b == ["work"]
+            assert heard_other == []
+        finally:
+            for s in (a, b, other):
+                await s.close()

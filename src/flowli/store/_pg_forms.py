@@ -15,10 +15,9 @@ import asyncpg
 from flowli.domain import EntryKind, ExecutionStateError, LeaseLost, UnknownExecutionError
 
 from . import _codec as c
-from ._pg_sql import CHANNEL, journal_notes, log_notes, notify, payload
+from ._pg_sql import CHANNEL_SQL, journal_notes, log_notes, notify, payload
 from ._protocol import Intent, Write, WriteResult
 
-_CHANNEL = CHANNEL
 _payload = payload
 
 
@@ -207,7 +206,7 @@ _START_QUEUED = (
     _START_HEAD[:-1] + "),"
     f" t AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT"
     f" {', '.join(f'${_E + 9 + i}::{ty}' for i, ty in enumerate(_TASK_TYPES))} FROM e ON CONFLICT (id) DO NOTHING)"
-    f" SELECT count(*) FROM (SELECT pg_notify('{_CHANNEL}', ${_E + 9 + len(_TASK_TYPES)}) FROM e) n"
+    f" SELECT count(*) FROM (SELECT pg_notify({CHANNEL_SQL}, ${_E + 9 + len(_TASK_TYPES)}) FROM e) n"
 )
 
 
@@ -238,7 +237,7 @@ _SIGNAL = (
     " s.application, NULL, NULL FROM s ON CONFLICT (id) DO NOTHING)"
     " SELECT (SELECT seq FROM ch), (SELECT status FROM executions WHERE eid = $1"
     " AND ($11::text IS NULL OR application = $11::text)),"
-    f" (SELECT count(pg_notify('{_CHANNEL}', $10)) FROM ch)"
+    f" (SELECT count(pg_notify({CHANNEL_SQL}, $10)) FROM ch)"
 )
 
 
@@ -267,7 +266,7 @@ _FIRE = (
     f" i AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT x.id, 'RESUME', e.queue, e.eid, x.payload, x.provenance,"
     " x.visible_at, 0, NULL, e.application, NULL, NULL FROM x JOIN executions e ON e.eid = x.eid"
     " ON CONFLICT (id) DO NOTHING)"
-    f" SELECT pg_notify('{_CHANNEL}', $8)"
+    f" SELECT pg_notify({CHANNEL_SQL}, $8)"
 )
 
 
@@ -346,7 +345,7 @@ async def _fenced(conn: asyncpg.Connection, w: Write, now: datetime, origin: str
         woke = f"({cancel} OR {p(due)}::bool)"  # the condition held (its task may exist already)
         ctes.append(f"wk AS (INSERT INTO tasks ({c.TASK_COLUMNS}) SELECT {values} FROM f WHERE {woke}"
                     " ON CONFLICT (id) DO NOTHING)")
-    wakes = f", pg_notify('{_CHANNEL}', {p(_payload(origin, bool(w.timers)))}::text)" if (w.timers or w.wake is not None) else ""
+    wakes = f", pg_notify({CHANNEL_SQL}, {p(_payload(origin, bool(w.timers)))}::text)" if (w.timers or w.wake is not None) else ""
     row = await conn.fetchrow(f"WITH {', '.join(ctes)} SELECT f.base, {woke}, f.watched{wakes} FROM f", *params)
     if row is None:
         raise LeaseLost(f.eid, f.epoch)

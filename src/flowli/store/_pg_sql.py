@@ -4,6 +4,7 @@ driver of a plan on an asyncpg connection, and the payload of a notification."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -14,8 +15,17 @@ from flowli.domain import EntryKind
 
 from ._protocol import Announcement, Plan
 
-CHANNEL = "flowli"
-"""The channel of every notification of flowli's stores."""
+CHANNEL = "flowli."
+"""The prefix of the channels of flowli's notifications. Each schema has a channel of its own,
+``flowli.`` and the MD5 digest of the schema's name (a channel name fits in 63 bytes; a schema's
+name may not), so that stores in other schemas of one database never wake each other."""
+CHANNEL_SQL = f"('{CHANNEL}' || md5(current_schema()))"
+"""The channel of the schema a statement runs in (the first of the search path: the store's)."""
+
+
+def channel(schema: str) -> str:
+    """The channel of the stores of ``schema``, as :data:`CHANNEL_SQL` makes it in the database."""
+    return CHANNEL + hashlib.md5(schema.encode()).hexdigest()
 
 _ENDS = frozenset({EntryKind.EXECUTION_COMPLETED, EntryKind.EXECUTION_FAILED, EntryKind.EXECUTION_CANCELLED})
 _PER_NOTE = 100  # eids in one "end:" note: a payload stays well under PostgreSQL's 8000 bytes
@@ -70,7 +80,7 @@ def payload(origin: str, timers: bool) -> str:
 async def notify(conn: asyncpg.Connection, origin: str, notes: Sequence[str]) -> None:
     """Send ``{origin}:{note}`` for each note (inside a transaction: at its commit)."""
     if notes:
-        await conn.execute(f"SELECT pg_notify('{CHANNEL}', $1 || ':' || x) FROM unnest($2::text[]) x", origin,
+        await conn.execute(f"SELECT pg_notify({CHANNEL_SQL}, $1 || ':' || x) FROM unnest($2::text[]) x", origin,
                            list(notes))
 
 

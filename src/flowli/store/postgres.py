@@ -57,14 +57,13 @@ from ._pg_forms import (
 from ._pg_items import PostgresItems
 from ._pg_leases import ACQUIRE_MANY, DEQUEUE, READ_JOURNALS, RETRYABLE, PostgresLeases
 from ._pg_reads import READ_MESSAGES
-from ._pg_sql import CHANNEL, drive, journal_notes, log_notes, payload
+from ._pg_sql import CHANNEL_SQL, channel, drive, journal_notes, log_notes, payload
 from ._pg_sql import notify as notify_notes
 from ._pg_views import PostgresViews
 from ._protocol import Intent, Write, WriteResult
 
 log = logging.getLogger("flowli.store.postgres")
 _BATCH = 256
-_CHANNEL = CHANNEL
 _LOCK_KEY = 0x666C6F776C69  # "flowli": the advisory lock of schema migrations
 
 
@@ -157,6 +156,12 @@ SESSION_SETTINGS = {
     # priced out, the plans use the indexes whatever the statistics said when they were made; a
     # query that has no index to use still scans.
     "enable_seqscan": "off",
+    # ... and pricing them out adds 1e10 to the cost of every plan that still scans, far past
+    # jit_above_cost: each execution of such a statement (the migrations' check of
+    # schema_version, a read with no index to use) compiled itself with LLVM first, 25-120 ms
+    # where the query takes a millisecond. The store's statements are short lookups that JIT
+    # never pays for.
+    "jit": "off",
 }
 
 
@@ -263,7 +268,7 @@ class PostgresStore(PostgresLeases):
         fall back to their slow poll, and a reconnection wakes them once in case they missed work)."""
         try:
             self._listener = await asyncpg.connect(self.dsn)
-            await self._listener.add_listener(_CHANNEL, self._on_notify)
+            await self._listener.add_listener(channel(self.schema), self._on_notify)
             self._listener.add_termination_listener(self._on_listener_lost)
         except (OSError, asyncpg.PostgresError) as exc:
             log.warning("LISTEN failed (%s); workers poll until it is back", exc)
@@ -281,7 +286,7 @@ class PostgresStore(PostgresLeases):
             await asyncio.sleep(1.0)
             if not self._closing and self._listener is None:
                 await self._listen()
-                self._on_notify(None, 0, _CHANNEL, ":timer")  # what it may have missed: anything
+                self._on_notify(None, 0, channel(self.schema), ":timer")  # what it may have missed: anything
 
         self._relisten = asyncio.ensure_future(again())
 
@@ -506,7 +511,7 @@ class PostgresStore(PostgresLeases):
                         appended.update(e.eid for e in w.entries)
                         announced += w.announcements
                 if notify:
-                    await conn.execute(f"SELECT pg_notify('{_CHANNEL}', $1)", payload(self.origin, timers))
+                    await conn.execute(f"SELECT pg_notify({CHANNEL_SQL}, $1)", payload(self.origin, timers))
                 notes = log_notes(announced)
                 if appended:
                     watched = await conn.fetch("SELECT eid, watched_until FROM executions WHERE eid = ANY($1::text[])"
