@@ -13,10 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from . import pg
 from .served import Names, Servers, Service
 from .tiers import _unit_tests_stay_pure as _unit_tests_stay_pure
 from .tiers import pytest_collection_modifyitems as pytest_collection_modifyitems
 from .tiers import pytest_terminal_summary as pytest_terminal_summary
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _emptied_schemas_dropped() -> Iterator[None]:
+    """The PostgreSQL schemas kept for reuse (``tests/pg.py``) are dropped when the session ends."""
+    yield
+    pg.drop_clean()
 
 
 @pytest.fixture(scope="session")

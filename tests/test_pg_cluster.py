@@ -31,7 +31,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 async def pg_url() -> AsyncIterator[str]:
-    async with fresh_schema() as url:
+    async with fresh_schema(empty=True) as url:  # new: the processes migrate it themselves
         yield url
 
 

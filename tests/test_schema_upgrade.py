@@ -68,7 +68,7 @@ async def test_a_sqlite_database_of_schema_version_2_upgrades(tmp_path: Path) ->
 
 
 async def test_a_postgresql_database_of_schema_version_3_upgrades() -> None:
-    async with fresh_schema() as url:
+    async with fresh_schema(empty=True) as url:
         base, _, schema = url.partition("?schema=")
         conn = await asyncpg.connect(base, server_settings={"search_path": schema})
         try:
