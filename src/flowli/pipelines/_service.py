@@ -184,13 +184,14 @@ class Pipelines:
             items = [i for i in items if needle in i.body["name"].lower() or needle in str(i.id)
                      or needle in (i.body.get("idempotencyKey") or "").lower()]
         if not statuses and not wanted_keywords:
-            total = len(items)
             chosen = items[(page - 1) * size: page * size]
-            views = [await self._view(access, i.id, i.key) for i in chosen]
+            views = [v for i in chosen if (v := await self._listed(access, i)) is not None]
+            total = len(items) - (len(chosen) - len(views))
         else:
             views = []
             for i in items:
-                v = await self._view(access, i.id, i.key)
+                if (v := await self._listed(access, i)) is None:
+                    continue
                 have = {(k["key"], k["value"]) for k in v["pipelineKeywords"]}
                 if statuses and v["status"] not in statuses:
                     continue
@@ -200,6 +201,15 @@ class Pipelines:
             total = len(views)
             views = views[(page - 1) * size: page * size]
         return {"items": views, "totalCount": total, "pageNumber": page, "pageSize": size}
+
+    async def _listed(self, access: Access, item: Any) -> dict[str, Any] | None:
+        """The view of a pipeline of a list, or None while its execution does not exist: its ids are
+        stored before the execution starts, so a list made in between (or after a crash there)
+        leaves it out instead of failing whole."""
+        try:
+            return await self._view(access, item.id, item.key)
+        except NotFound:
+            return None
 
     async def history(self, access: Access, pid: Any) -> builtins.list[dict[str, Any]]:
         item = await self._item(access, pid)
