@@ -69,10 +69,13 @@ def attempt(eid: str, n: int) -> str:
 
 
 async def open_attempt(engine: Any, eid: str, n: int) -> None:
+    """Attempt ``n`` is on the queue, and the execution suspended behind it (its own lease released:
+    a test may move the clock now without the sweeper recovering it, however slow the machine)."""
     async def there() -> bool:
         return attempt(eid, n) in {t.id for t in await engine.tasks(eid=eid)}
 
     await until(there, 40, f"attempt {n} of {eid} on the queue")
+    await engine.wait_suspended(eid)
 
 
 def frame_entries(journal: list[Any]) -> list[tuple[str, int | None, Any]]:
