@@ -32,10 +32,11 @@ PINNED = {
         "Actor", "ArgumentsInvalid", "Cancelled", "Code", "DatabaseUnavailable", "DuplicateFrameError", "ENTRY_STATUS", "Entry", "EntryKind", "ExecutionFailed",
         "ExecutionRecord", "ExecutionStateError", "ExecutionTerminalError", "FlowliError", "FrameKind",
         "InvalidDatabaseURL", "LeaseLost", "Message", "NO_RETRY", "NoOpenReviewError", "NonRetryableError",
-        "NondeterminismError", "NotJSONCompatibleError", "OperationRefused", "OutputInvalid", "Prerequisite", "Principal", "Provenance", "RegistrationError", "RetryPolicy",
+        "NondeterminismError", "NotJSONCompatibleError", "OperationRefused", "OutputInvalid", "Prerequisite", "Principal", "Provenance", "REDACTED", "RegistrationError", "RetryPolicy",
         "Site", "StaleAnswer", "Status", "StepFailed", "TERMINAL", "Task", "TaskKind", "Timer", "TypeMetadata", "UnknownExecutionError",
         "UnknownTaskError", "UnknownWorkflowError", "WorkflowArgumentsError", "actor_for", "canonical", "check_json",
-        "child_eid", "digest", "dumps", "keyed_eid", "new_eid", "principal_for", "task_id", "type_metadata",
+        "child_eid", "digest", "dumps", "is_sensitive", "keyed_eid", "mask", "new_eid", "principal_for", "redact",
+        "sensitive_keys", "task_id", "type_metadata",
     ],
     flowli.engine: [
         "AttemptView", "CallNext", "Checked", "Clock", "Consumer", "Context", "Difference", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",

@@ -43,6 +43,11 @@ from ._records import ExecutionRecord as ExecutionRecord
 from ._records import Message as Message
 from ._records import Task as Task
 from ._records import Timer as Timer
+from ._redact import REDACTED as REDACTED
+from ._redact import is_sensitive as is_sensitive
+from ._redact import mask as mask
+from ._redact import redact as redact
+from ._redact import sensitive_keys as sensitive_keys
 from ._retry import NO_RETRY as NO_RETRY
 from ._retry import RetryPolicy as RetryPolicy
 from ._status import ENTRY_STATUS as ENTRY_STATUS
@@ -84,6 +89,7 @@ __all__ = [
     "Prerequisite",
     "Principal",
     "Provenance",
+    "REDACTED",
     "RegistrationError",
     "RetryPolicy",
     "Site",
@@ -105,9 +111,13 @@ __all__ = [
     "child_eid",
     "digest",
     "dumps",
+    "is_sensitive",
     "keyed_eid",
+    "mask",
     "new_eid",
     "principal_for",
+    "redact",
+    "sensitive_keys",
     "task_id",
     "type_metadata",
 ]

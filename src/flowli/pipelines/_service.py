@@ -12,11 +12,14 @@ import uuid
 from typing import Any
 
 from flowli.domain import (
+    REDACTED,
     ExecutionStateError,
     ExecutionTerminalError,
     Status,
     UnknownExecutionError,
     keyed_eid,
+    mask,
+    redact,
 )
 from flowli.engine import Engine
 
@@ -24,7 +27,7 @@ from . import _retry
 from ._access import Access, owned
 from ._errors import Conflict, NotFound, PipelineInputError
 from ._spec import declaration, intent_digest, labels, stage_list
-from ._view import REDACTED, build, declared, iso
+from ._view import build, declared, iso
 from ._workflow import CHANNEL, REOPEN, WORKFLOW, Pipeline, install
 
 PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
@@ -75,7 +78,7 @@ class Pipelines:
         # the pipeline's id and its stages' ids in one write
         pipeline_item, stages = await self._number(access, eid, decl["stages"], decl["name"], decl["keywords"],
                                                    {"name": decl["name"], "idempotencyKey": key})
-        context = await self._keep_secrets(access, eid, decl["context"])
+        context = await self._keep_secrets(access, eid, decl["context"], new=created)
         spec = {"pipelineId": pipeline_item.id, "name": decl["name"], "idempotencyKey": key, "traceId": decl["traceId"],
                 "application": access.application, "stages": stages, "keywords": decl["keywords"], "context": context}
         await self.engine.start(WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines",
@@ -105,18 +108,32 @@ class Pipelines:
                          keywords: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
         return (await self._number(access, eid, stages, name, keywords))[1]
 
-    async def _keep_secrets(self, access: Access, eid: str, items: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
-        """Sensitive values go to store items (workers read them there); the journal gets "***"."""
+    async def _keep_secrets(self, access: Access, eid: str, items: builtins.list[dict[str, Any]], *,
+                            new: bool = False) -> builtins.list[dict[str, Any]]:
+        """Context items as the journal gets them. Sensitive values go to store items (workers read
+        them there) and the journal gets "***". Redaction follows the key: an item of a key that
+        was ever sensitive in the pipeline (it has a store item) is sensitive, whether or not it
+        says so. A deletion marker carries no value. ``new``: the pipeline has no items yet."""
+        known = set() if new else await self.sensitive_keys(access, eid)
+        known |= {i["key"] for i in items if i.get("isSensitive")}  # an item before its flagged twin too
         out = []
         for i in items:
-            if i.get("isSensitive") and not i.get("isDeleted"):
+            deleted = bool(i.get("isDeleted"))
+            if i["key"] in known:
+                value = None if deleted else i.get("value")
                 stored, created = await self.items.put(SECRET, access.application, f"{eid}/{i['key']}",
-                                                       {"value": i.get("value")}, self.engine.clock.now())
+                                                       {"value": value}, self.engine.clock.now())
                 if not created:
-                    await self.items.update(SECRET, stored.id, {"value": i.get("value")}, self.engine.clock.now())
-                i = {**i, "value": REDACTED}
+                    await self.items.update(SECRET, stored.id, {"value": value}, self.engine.clock.now())
+                i = {**i, "isSensitive": True, "value": None if deleted else REDACTED}
+            elif deleted:
+                i = {**i, "value": None}
             out.append(i)
         return out
+
+    async def sensitive_keys(self, access: Access, eid: str) -> set[str]:
+        """The context keys of a pipeline that were ever sensitive (each has a store item)."""
+        return {i.key.removeprefix(f"{eid}/") for i in await self.items.list(SECRET, access.application, prefix=f"{eid}/")}
 
     async def policies_of(self, application: str) -> builtins.list[tuple[int, dict[str, Any]]]:
         return [(i.id, i.body) for i in await self.items.list(POLICY, application)]
@@ -214,14 +231,15 @@ class Pipelines:
     async def history(self, access: Access, pid: Any) -> builtins.list[dict[str, Any]]:
         item = await self._item(access, pid)
         journal = await self.engine.journal(item.key, application=access.application)
+        keys = await self.sensitive_keys(access, item.key)
         out = []
         for e in journal:
             out.append({"seq": e.seq, "kind": e.kind.value, "frame": e.fid, "attempt": e.attempt,
                         "at": e.at.isoformat(), "actor": str(e.provenance.actor),
-                        "value": redact(e.value), "error": redact(e.error)})
+                        "value": redact(e.value, keys), "error": redact(e.error, keys)})
         for r in await self.items.list(REFUSED, access.application, prefix=f"{item.key}/"):
             out.append({"seq": None, "kind": "result.refused", "frame": None, "attempt": r.body.get("attempt"),
-                        "at": r.at.isoformat(), "actor": r.body.get("actor"), "value": redact(r.body), "error": None})
+                        "at": r.at.isoformat(), "actor": r.body.get("actor"), "value": redact(r.body, keys), "error": None})
         out.sort(key=lambda x: x["at"])
         return out
 
@@ -347,6 +365,9 @@ class Pipelines:
         if not approved and not (reason or "").strip():
             raise PipelineInputError("rejectionReason is required when approved is false")
         stage, pitem = await self.stage(access, stage_id)
+        if not approved:  # free text: a sensitive value of the pipeline in it is never journaled
+            secrets = await self.items.list(SECRET, access.application, prefix=f"{pitem.key}/")
+            reason = mask(reason, [i.body.get("value") for i in secrets])
         decision = {"approved": approved, "rejectionReason": None if approved else reason}
         record, p = await self.state(access, pitem.key)
         s = p.stages[stage.body["name"]]
@@ -375,18 +396,6 @@ def stage_json(sid: int, pid: int, g: dict[str, Any], status: str, created: str 
             "input": g.get("input"), "output": None, "attempt": 0, "executionId": None, "errorCode": None,
             "errorMessage": None, "options": g.get("options") or {}, "dependsOn": g["dependsOn"],
             "createdAt": created, "startedAt": None, "finishedAt": None}
-
-
-def redact(value: Any) -> Any:
-    """A journal value with every sensitive context item's value "***" (they are stored so already;
-    this is the second fence, for values a worker sent marked sensitive)."""
-    if isinstance(value, dict):
-        if value.get("isSensitive") and "value" in value:
-            return {**value, "value": REDACTED}
-        return {k: redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
 
 
 __all__ = ["Pipelines", "labels", "redact"]
