@@ -170,3 +170,31 @@ def test_each_bad_policy_is_refused_naming_the_policy_and_the_field(body, messag
     with pytest.raises(PipelineInputError) as refused:
         policy_body(body)
     assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(("rules", "message"), [
+    ({"maxRetries": 101, "intervalSeconds": 1}, "policy 'p': rules.maxRetries must be a number from 0 to 100, got 101"),
+    ({"maxRetries": 1, "intervalSeconds": 1e20},
+     "policy 'p': rules.intervalSeconds must be a number from 0 to 604800, got 1e+20"),
+    ({"maxRetries": 1, "intervalSeconds": float("nan")},
+     "policy 'p': rules.intervalSeconds must be a number from 0 to 604800, got nan"),
+    ({"maxRetries": 1, "intervalSeconds": 1, "backoffMultiplier": 1e20},
+     "policy 'p': rules.backoffMultiplier must be a number from 0 to 10, got 1e+20"),
+    ({"maxRetries": 1, "intervalSeconds": 1, "backoffMultiplier": float("inf")},
+     "policy 'p': rules.backoffMultiplier must be a number from 0 to 10, got inf"),
+], ids=["retries", "interval", "interval-nan", "multiplier", "multiplier-inf"])
+def test_each_rule_past_its_range_is_refused_naming_the_policy_and_the_rule(rules, message):
+    with pytest.raises(PipelineInputError) as refused:
+        policy_body({"name": "p", "rules": rules})
+    assert str(refused.value) == message
+
+
+def test_a_delay_never_passes_a_week_whatever_the_backoff_grows_to():
+    # the largest rules there are: 100 retries, each delay ten times the one before
+    steep = policy_body({"name": "p", "rules": {"maxRetries": 100, "intervalSeconds": 604800, "backoffMultiplier": 10}})
+    made = plan({"stageName": "a", "stageHandlerName": "H"}, "p", [], [(1, steep)])
+    assert max(effective_policy(made)["retry"]["delays"]) == 604800
+    assert decide(made, "TIMEOUT", True, 99, "seed") == 604800
+    options = {"maxRetries": 100, "retryInterval": 604800, "backoff": "exponential"}
+    staged = plan({"stageName": "a", "stageHandlerName": "H", "options": options}, "p", [], [])
+    assert decide(staged, "TIMEOUT", True, 99, "seed") == 604800

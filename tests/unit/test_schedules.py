@@ -138,3 +138,31 @@ def test_a_pipeline_schedule_validates_its_pipeline_before_anything_is_stored():
         with pytest.raises(PipelineInputError) as refused:
             scheduled_pipeline(body)
         assert str(refused.value) == message, body
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ({"interval": 1e-7}, "intervalSeconds must be from 0.5 to 31622400 seconds (366 days), got 1e-07"),
+    ({"interval": 1e20}, "intervalSeconds must be from 0.5 to 31622400 seconds (366 days), got 1e+20"),
+    ({"interval": float("inf")}, "intervalSeconds must be from 0.5 to 31622400 seconds (366 days), got inf"),
+    ({"interval": float("nan")}, "intervalSeconds must be from 0.5 to 31622400 seconds (366 days), got nan"),
+    ({"run_at": "0001-01-01T00:00:00+01:00"}, "runAt must be from 1970-01-01 to 9000-01-01, got"
+                                              " '0001-01-01T00:00:00+01:00'"),
+    ({"run_at": "9999-12-31T23:59:59-01:00"}, "runAt must be from 1970-01-01 to 9000-01-01, got"
+                                              " '9999-12-31T23:59:59-01:00'"),
+    ({"run_at": "9999-12-31T00:00:00Z"}, "runAt must be from 1970-01-01 to 9000-01-01, got '9999-12-31T00:00:00Z'"),
+    ({"cron": "0 0 31 2 *"}, "cron '0 0 31 2 *' never fires (no such day)"),
+    ({"cron": "0 0 30 2 *", "tz": "Europe/Berlin"}, "cron '0 0 30 2 *' never fires (no such day)"),
+], ids=["interval-tiny", "interval-huge", "interval-inf", "interval-nan", "year-1", "year-9999-offset", "year-9999",
+        "february-31", "february-30"])
+def test_each_trigger_past_its_range_is_refused_naming_the_field(given, message):
+    with pytest.raises(ScheduleError) as refused:
+        trigger(**given)
+    assert str(refused.value) == message
+
+
+def test_the_ends_of_each_range_are_accepted():
+    assert trigger(interval=0.5) == {"intervalSeconds": 0.5}
+    assert trigger(interval=31_622_400) == {"intervalSeconds": 31_622_400}
+    assert trigger(cron="0 0 29 2 *") == {"cron": "0 0 29 2 *", "timezone": "UTC"}  # every leap year
+    assert trigger(run_at="8999-12-31T23:59:59Z") == {"runAt": "8999-12-31T23:59:59+00:00"}
+    assert trigger(run_at="1970-01-01T00:00:00Z") == {"runAt": "1970-01-01T00:00:00+00:00"}

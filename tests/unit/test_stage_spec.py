@@ -191,3 +191,41 @@ def test_each_bad_declaration_is_refused_naming_the_field(body, message):
     with pytest.raises(PipelineInputError) as refused:
         declaration(body)
     assert str(refused.value) == message
+
+
+# ---- ranges and caps ------------------------------------------------------------------------
+
+
+def test_a_chain_as_long_as_a_pipeline_may_be_is_checked_without_recursion():
+    # each stage waits for the one declared after it, the last for the first (which waits for
+    # none): the walk for a cycle from s0 goes down the whole chain
+    chain = [s("root")] + [s(f"s{i}", dependsOn=[f"s{i + 1}"]) for i in range(998)] + [s("s998", dependsOn=["root"])]
+    assert len(stage_list(chain)) == 1000
+    assert refusal([*chain[:-1], s("s998", dependsOn=["s0"])]).startswith(
+        "stage 's0': options.dependsOn makes a cycle: s0 -> s1 -> s2 -> ")
+    assert refusal([*chain, s("extra")]) == "stages: a pipeline has at most 1000 stages, got 1001"
+    existing = stage_list([s(f"e{i}") for i in range(990)])
+    assert refusal([s(f"n{i}") for i in range(11)], existing) == (
+        "stages: a pipeline has at most 1000 stages, got 1001")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"maxRetries": 101}, "options.maxRetries must be from 0 to 100, got 101"),
+    ({"retryInterval": 1e20}, "options.retryInterval must be from 0 to 604800 seconds, got 1e+20"),
+    ({"maxRetryInterval": 604801}, "options.maxRetryInterval must be from 0 to 604800 seconds, got 604801"),
+    ({"timeOut": 1e20}, "options.timeOut must be from 0 to 604800 seconds, got 1e+20"),
+    ({"timeOut": float("inf")}, "options.timeOut must be from 0 to 604800 seconds, got inf"),
+    ({"retryInterval": float("nan")}, "options.retryInterval must be from 0 to 604800 seconds, got nan"),
+], ids=["retries", "interval", "max-interval", "timeout", "timeout-inf", "interval-nan"])
+def test_each_number_past_its_range_is_refused_naming_the_stage_and_the_option(options, message):
+    assert refusal([s("validate", **options)]) == f"stage 'validate': {message}"
+
+
+def test_names_are_capped_in_length():
+    assert refusal([s("a" * 201)]) == f"stage '{'a' * 201}': stageName is longer than 200 characters"
+    assert refusal([{"stageName": "a", "stageHandlerName": "h" * 201}]) == (
+        "stage 'a': stageHandlerName is longer than 200 characters")
+    with pytest.raises(PipelineInputError) as refused:
+        declaration({"name": "n" * 201, "stages": [s("a")]})
+    assert str(refused.value) == "name is longer than 200 characters"
+    assert len(stage_list([s("a" * 200, maxRetries=100, retryInterval=604800, timeOut=604800)])) == 1

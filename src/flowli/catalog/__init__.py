@@ -4,6 +4,7 @@ compiled, saved as ``virtual.<name>@<version>``), remediation gates, operations 
 from flowli.domain import Prerequisite as Prerequisite
 
 from ._catalog import AUDIT as AUDIT
+from ._catalog import MAX_IDLE_SECONDS as MAX_IDLE_SECONDS
 from ._catalog import Catalog as Catalog
 from ._catalog import catalog_of as catalog_of
 from ._compose import COMPILED_FORMAT_VERSION as COMPILED_FORMAT_VERSION
@@ -38,6 +39,7 @@ __all__ = [
     "CompositionInvalid",
     "DAG",
     "InputsInvalid",
+    "MAX_IDLE_SECONDS",
     "PermissionDenied",
     "Prerequisite",
     "ROLES",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 import weakref
 from datetime import timedelta
 from typing import Any
@@ -34,6 +35,18 @@ from ._types import CatalogType, lookup, namespace_of, types_of
 By = str | Principal | None
 _CATALOGS: weakref.WeakKeyDictionary[Registry, Catalog] = weakref.WeakKeyDictionary()
 AUDIT = "audit.workflow-run.query"
+MAX_IDLE_SECONDS = 3_153_600_000
+"""The largest ``older_than_seconds`` and ``min_idle_seconds``: 100 years (365-day ones)."""
+
+
+def seconds(value: Any, field: str) -> timedelta:
+    """A number of seconds an operation takes (``older_than_seconds``, ``min_idle_seconds``):
+    finite, from 0 to MAX_IDLE_SECONDS; CatalogError naming ``field`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise CatalogError(f"{field} must be a number of seconds >= 0, got {value!r}")
+    if not math.isfinite(value) or value > MAX_IDLE_SECONDS:
+        raise CatalogError(f"{field} must be a number of seconds up to {MAX_IDLE_SECONDS} (100 years), got {value!r}")
+    return timedelta(seconds=value)
 _ENGINE_STATUS = {runs.COMPLETED: ("completed",), runs.FAILED: ("failed", "cancelled"),
                   runs.PENDING: ("pending", "running", "suspended"), runs.PARKED: ("suspended",)}
 
@@ -330,11 +343,10 @@ class Catalog:
         """Runs not terminal, with no journal progress for ``older_than_seconds``, that do not wait
         on a future timer; each with ``waiting_on`` (what ``engine.explain`` finds)."""
         self._read(by, "list stuck runs")
-        if not isinstance(older_than_seconds, (int, float)) or older_than_seconds < 0:
-            raise CatalogError(f"older_than_seconds must be a number of seconds >= 0, got {older_than_seconds!r}")
+        older = seconds(older_than_seconds, "older_than_seconds")
         app = _scope(by, application)
         now = self.engine.clock.now()
-        horizon = now - timedelta(seconds=older_than_seconds)
+        horizon = now - older
         out = []
         for st in ("pending", "running", "suspended"):
             cursor = None
@@ -370,11 +382,10 @@ class Catalog:
         self.roles.require(by, rbac.OPERATE, f"terminate run {workflow_id}")
         if not isinstance(reason, str) or not reason.strip():
             raise CatalogError("reason must say why the run is terminated: it is recorded with the terminal state")
-        if not isinstance(min_idle_seconds, (int, float)) or min_idle_seconds < 0:
-            raise CatalogError(f"min_idle_seconds must be a number of seconds >= 0, got {min_idle_seconds!r}")
+        min_idle = seconds(min_idle_seconds, "min_idle_seconds")
         if expected_last_seq is not None and (not isinstance(expected_last_seq, int) or expected_last_seq < 0):
             raise CatalogError(f"expected_last_seq must be a journal seq (an integer), got {expected_last_seq!r}")
-        await self.engine.terminate(workflow_id, reason, by=by, min_idle=timedelta(seconds=min_idle_seconds),
+        await self.engine.terminate(workflow_id, reason, by=by, min_idle=min_idle,
                                     expected_last_seq=expected_last_seq, application=application)
         return {"workflow_id": workflow_id, "status": runs.FAILED}
 

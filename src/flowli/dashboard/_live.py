@@ -39,7 +39,7 @@ def routes(d: Dashboard) -> list[Route]:
         user = await d.user(request)
         application, record = await _run.find(d, user, request.path_params["eid"])
         q = request.query_params
-        after = int(q["after"]) if (q.get("after") or "").isdigit() else 0
+        after = _run.number((q.get("after") or "").strip(), "after") or 0
         want = {k: q.get(k) or "" for k in ("frame", "kind", "attempt")}
         subset = (q.get("stages") or "").strip()
 
@@ -71,7 +71,8 @@ def routes(d: Dashboard) -> list[Route]:
         if application is None:
             raise Refused(404, "You are not assigned to any application.")
         f, since, until = _runs.filters(request)
-        after = int(q) if (q := request.query_params.get("after") or "").isdigit() else await d.engine.log_position()
+        given = _run.number((request.query_params.get("after") or "").strip(), "after")
+        after = given if given is not None else await d.engine.log_position()
         workflow = WORKFLOW if f["pipeline"] else f["workflow"] or None
 
         async def stream() -> AsyncIterator[dict[str, str]]:

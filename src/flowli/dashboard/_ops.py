@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from flowli.catalog import CatalogError
 from flowli.domain import FlowliError
 from flowli.patterns import answer_review, inbox
 from flowli.pipelines import WORKFLOW, Access
@@ -94,7 +95,12 @@ def routes(d: Dashboard) -> list[Route]:
         runs: list[dict[str, Any]] = []
         if application is not None:
             access = await d.access(user, application)
-            runs = await d.catalog.stuck(float(older), by=access.principal, application=application)
+            try:  # the catalog checks its range
+                runs = await d.catalog.stuck(float(older), by=access.principal, application=application)
+            except CatalogError as exc:
+                if type(exc) is not CatalogError:
+                    raise
+                raise Refused(400, f"older_than: {exc}") from None
         return d.page(request, "stuck.html", user, application=application, runs=runs, older_than=older,
                       done=request.query_params.get("done") == "terminated")
 
@@ -111,6 +117,8 @@ def routes(d: Dashboard) -> list[Route]:
         except ValueError:
             raise Refused(400, "min_idle must be a number of seconds") from None
         except FlowliError as exc:
+            if type(exc) is CatalogError:  # bad input (a number out of its range), not a run's state
+                raise Refused(400, f"Cannot force-terminate: {exc}") from None
             raise refusal(exc, "force-terminate") from None
         return RedirectResponse(f"/stuck?application={application}&done=terminated", status_code=303)
 

@@ -34,6 +34,8 @@ ENTRIES_SHOWN = 200
 """The timeline shows this many entries a page, the newest first."""
 VALUE_CHARS = 400
 """A journal entry's value shows this many characters at most in the timeline."""
+MAX_NUMBER = 2**63 - 1
+"""The largest number a page's query may give (a seq, an attempt): the store's are 64-bit."""
 RERUN_WARNING = ("A rerun queues the stage again and clears its stored output and retry state; it does not "
                  "rewind later stages. Treat it as replaying side effects, not as automatic compensation.")
 DONE = {"cancel": "Cancellation requested.", "pause": "Pause requested.", "resume": "Resume requested.",
@@ -155,13 +157,9 @@ async def _show(d: Dashboard, request: Request, user: User, application: str, re
     s = await state(d, user, application, record, (request.query_params.get("stages") or "").strip())
     q = request.query_params
     filters = {k: (q.get(k) or "").strip() for k in ("frame", "kind", "attempt", "before")}
-    for field in ("attempt", "before"):
-        if filters[field] and not filters[field].isdigit():
-            raise Refused(400, f"{field} must be a number, not {filters[field]!r}")
+    attempt, before = number(filters["attempt"], "attempt"), number(filters["before"], "before")
     if filters["kind"] and filters["kind"] not in KINDS:
         raise Refused(400, f"kind must be one of {', '.join(KINDS)}, not {filters['kind']!r}")
-    attempt = int(filters["attempt"]) if filters["attempt"] else None
-    before = int(filters["before"]) if filters["before"] else None
     kind = filters["kind"] or None
     entries: list[dict[str, Any]] = []
     matched = 0
@@ -190,6 +188,16 @@ async def _show(d: Dashboard, request: Request, user: User, application: str, re
                   filters=filters, kinds=KINDS, evidence=evidence, older=oldest if more else None,
                   context=_context(record, s["view"]), rerun_warning=RERUN_WARNING, done=done,
                   last_seq=last_seq, **s)
+
+
+def number(text: str, field: str) -> int | None:
+    """A query's number (a seq, an attempt): None when not given; Refused 400 naming ``field``
+    when it is not one from 0 to MAX_NUMBER."""
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_NUMBER:
+        raise Refused(400, f"{field} must be a number from 0 to {MAX_NUMBER}, not {text!r}")
+    return int(text)
 
 
 def _context(record: ExecutionRecord, view: dict[str, Any] | None) -> dict[str, Any]:

@@ -21,6 +21,8 @@ from ._projection import Projector as Projector
 from ._registry import Registry as Registry
 from ._registry import WorkflowDef as WorkflowDef
 from ._runtime import Options as Options
+from ._schedules import MAX_INTERVAL as MAX_INTERVAL
+from ._schedules import MIN_INTERVAL as MIN_INTERVAL
 from ._schedules import SCHEDULE as SCHEDULE
 from ._schedules import ScheduleError as ScheduleError
 from ._schedules import firing_key as firing_key
@@ -49,6 +51,8 @@ __all__ = [
     "CallNext",
     "Clock",
     "Consumer",
+    "MAX_INTERVAL",
+    "MIN_INTERVAL",
     "SCHEDULE",
     "ScheduleError",
     "firing_key",

@@ -476,6 +476,8 @@ class Engine:
         kind a layer above registered with ``on_fire``)."""
         if not isinstance(name, str) or not name.strip():
             raise sched.ScheduleError("a schedule needs a name")
+        if len(name) > sched.MAX_NAME:
+            raise sched.ScheduleError(f"name is longer than {sched.MAX_NAME} characters")
         t = sched.trigger(cron, timezone, interval, at.isoformat() if isinstance(at, datetime) else at)
         now = self.clock.now()
         body = {"name": name, "trigger": t, "target": target, "state": "enabled", "createdAt": now.isoformat(),

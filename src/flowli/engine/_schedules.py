@@ -8,17 +8,24 @@ registered for its kind (``engine.on_fire``: the pipelines layer creates a pipel
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from flowli.domain import FlowliError
 
 SCHEDULE = "schedule"
 Firer = Callable[[Any, datetime], Awaitable[Any]]
 """``fire(item, instant)``: start what the schedule item says, for the firing at ``instant``."""
+MIN_INTERVAL, MAX_INTERVAL = 0.5, 31_622_400
+"""The range of ``intervalSeconds``: half a second to 366 days."""
+EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=timezone.utc), datetime(9000, 1, 1, tzinfo=timezone.utc)
+"""The range of an instant (``runAt``): from 1970 to before the year 9000."""
+MAX_NAME = 200
+"""The longest name of a schedule (characters)."""
 
 
 class ScheduleError(FlowliError):
@@ -37,7 +44,13 @@ def parse_instant(value: Any, field: str = "runAt") -> datetime:
         raise ScheduleError(f"{field} must be an ISO 8601 instant, got {value!r}")
     if at.tzinfo is None:
         raise ScheduleError(f"{field} must carry its offset (Z or +01:00), got {value!r}")
-    return at.astimezone(timezone.utc)
+    try:
+        in_utc = at.astimezone(timezone.utc)
+    except OverflowError:  # an offset that takes it past year 1 or 9999
+        in_utc = None
+    if in_utc is None or not EARLIEST <= in_utc < LATEST:
+        raise ScheduleError(f"{field} must be from {EARLIEST:%Y-%m-%d} to {LATEST:%Y-%m-%d}, got {value!r}")
+    return in_utc
 
 
 def trigger(cron: Any = None, tz: Any = None, interval: Any = None, run_at: Any = None) -> dict[str, Any]:
@@ -53,15 +66,22 @@ def trigger(cron: Any = None, tz: Any = None, interval: Any = None, run_at: Any 
         if not isinstance(zone, str):
             raise ScheduleError(f"timezone must be a time zone name such as Europe/Berlin, got {tz!r}")
         try:
-            ZoneInfo(zone)
+            where = ZoneInfo(zone)
         except (ZoneInfoNotFoundError, ValueError):
             raise ScheduleError(f"timezone {zone!r} is not a time zone name such as Europe/Berlin") from None
+        try:  # from the start of a leap year: a day that exists at all comes within eight years
+            croniter(cron, datetime(2000, 1, 1, tzinfo=where), max_years_between_matches=8).get_next(datetime)
+        except CroniterBadDateError:
+            raise ScheduleError(f"cron {cron!r} never fires (no such day)") from None
         return {"cron": cron, "timezone": zone}
     if tz is not None:
         raise ScheduleError("timezone goes with cron only")
     if interval is not None:
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
             raise ScheduleError(f"intervalSeconds must be a positive number, got {interval!r}")
+        if not math.isfinite(interval) or not MIN_INTERVAL <= interval <= MAX_INTERVAL:
+            raise ScheduleError(f"intervalSeconds must be from {MIN_INTERVAL} to {MAX_INTERVAL} seconds (366 days),"
+                                f" got {interval!r}")
         return {"intervalSeconds": interval}
     return {"runAt": parse_instant(run_at).isoformat()}
 

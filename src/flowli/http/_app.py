@@ -4,7 +4,6 @@ input, never a stack trace in a body."""
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -13,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -36,11 +36,12 @@ from flowli.pipelines import (
 )
 
 from . import _models as m
+from ._body import BODIES, MAX_BODY, BodyLimit, BodyRefused, json_body, raw, takes
 from ._catalog_routes import add_catalog_routes
+from ._schedule_routes import add_schedule_routes
 
 log = logging.getLogger("flowli.http")
-MAX_BODY = 1 << 20
-"""The largest request body (1 MiB): a larger one is refused with 413."""
+__all__ = ["MAX_BODY", "BodyLimit", "create_app"]
 
 
 def error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -69,41 +70,6 @@ def _validation_sentence(exc: RequestValidationError, body: Any = None) -> str:
     if kind == "extra_forbidden":
         return f"{where} is not a known field"
     return f"{where}: {msg}"
-
-
-class BodyLimit:
-    """Refuse a body larger than MAX_BODY with 413 before the app reads it."""
-
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-            await error(413, f"the body is larger than {MAX_BODY} bytes")(scope, receive, send)
-            return
-        seen = 0
-
-        async def limited() -> Any:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > MAX_BODY:
-                    raise _TooLarge()
-            return message
-
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await error(413, f"the body is larger than {MAX_BODY} bytes")(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
 
 
 class WithMcp:
@@ -141,12 +107,12 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     app.state.catalog, app.state.schedules = catalog, schedules
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        try:
-            body = json.loads(await request.body() or b"null")
-        except ValueError:
-            body = None
-        return error(400, _validation_sentence(exc, body))
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error(400, _validation_sentence(exc, exc.body))
+
+    @app.exception_handler(BodyRefused)
+    async def unreadable(_: Request, exc: BodyRefused) -> JSONResponse:
+        return error(exc.status, exc.message)
 
     @app.exception_handler(ServiceError)
     async def refused(_: Request, exc: ServiceError) -> JSONResponse:
@@ -183,9 +149,6 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
             token = auth[7:].strip()
         return await workers.session(token)
 
-    async def raw(request: Request) -> Any:
-        return await request.json()
-
     metrics = Metrics(engine)
 
     @app.get("/metrics", include_in_schema=False)
@@ -195,175 +158,127 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
                               " relayed): scrape it with an agent beside the service")
         return Response(await metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/healthz", response_class=PlainTextResponse)
+    @app.get("/healthz", response_class=PlainTextResponse,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string", "const": "ok"}}}}})
     async def healthz() -> str:
         return "ok"
 
     # ---- pipelines ------------------------------------------------------------------------
+    # Each route's credential is a dependency declared before its body (FastAPI solves them in
+    # order): a request without a valid credential gets 401 before its body is read.
 
-    @app.post("/pipelines", responses={400: {"model": m.Error}})
-    async def create_legacy(body: m.PipelineIn, request: Request, who: Access = Depends(access)) -> Any:
-        view, _ = await pipelines.create(who, await raw(request), idempotent=False,
+    @app.post("/pipelines", openapi_extra=takes(m.PipelineIn), responses={200: {"model": m.PipelineOut}})
+    async def create_legacy(request: Request, who: Access = Depends(access), _body: Any = json_body(m.PipelineIn)) -> Any:
+        view, _ = await pipelines.create(who, raw(request), idempotent=False,
                                          traceparent=request.headers.get("traceparent"))
         return view
 
-    @app.post("/pipelines/idempotent", status_code=201, responses={200: {}, 409: {"model": m.Error}})
-    async def create_idempotent(body: m.IdempotentPipelineIn, request: Request, who: Access = Depends(access)) -> Any:
-        view, created = await pipelines.create(who, await raw(request), idempotent=True,
+    @app.post("/pipelines/idempotent", status_code=201, openapi_extra=takes(m.IdempotentPipelineIn),
+              responses={201: {"model": m.CreatedOut}, 200: {"model": m.CreatedOut,
+                                                              "description": "an equivalent request created it"},
+                         409: {"model": m.Error, "description": "the key was used for another intent"}})
+    async def create_idempotent(request: Request, who: Access = Depends(access),
+                                _body: Any = json_body(m.IdempotentPipelineIn)) -> Any:
+        view, created = await pipelines.create(who, raw(request), idempotent=True,
                                                traceparent=request.headers.get("traceparent"))
         return JSONResponse({"pipeline": view, "created": created, "wasExisting": not created},
                             status_code=201 if created else 200)
 
-    @app.post("/pipelines/by-idempotency-key")
-    async def by_key(body: m.IdempotencyKeyIn, who: Access = Depends(access)) -> Any:
+    @app.post("/pipelines/by-idempotency-key", openapi_extra=takes(m.IdempotencyKeyIn),
+              responses={200: {"model": m.PipelineOut}})
+    async def by_key(who: Access = Depends(access), body: m.IdempotencyKeyIn = json_body(m.IdempotencyKeyIn)) -> Any:
         return await pipelines.by_idempotency_key(who, body.idempotencyKey)
 
-    @app.post("/pipelines/rerunStage")
-    async def rerun(body: m.RerunIn, who: Access = Depends(access)) -> Any:
+    @app.post("/pipelines/rerunStage", openapi_extra=takes(m.RerunIn), responses={200: {"model": m.PipelineOut}})
+    async def rerun(who: Access = Depends(access), body: m.RerunIn = json_body(m.RerunIn)) -> Any:
         return await pipelines.rerun(who, body.stageId, body.rerunAllNextStages)
 
-    @app.post("/pipelines/skipStage")
-    async def skip(body: m.SkipIn, who: Access = Depends(access)) -> Any:
+    @app.post("/pipelines/skipStage", openapi_extra=takes(m.SkipIn), responses={200: {"model": m.PipelineOut}})
+    async def skip(who: Access = Depends(access), body: m.SkipIn = json_body(m.SkipIn)) -> Any:
         return await pipelines.skip(who, body.stageId)
 
-    @app.get("/pipelines")
+    @app.get("/pipelines", responses={200: {"model": m.PipelinePage}})
     async def list_(request: Request, pageNumber: int = 1, pageSize: int = 20, search: str | None = None,  # noqa: N803
                     name: str | None = None, who: Access = Depends(access)) -> Any:
         q = request.query_params
         return await pipelines.list(who, page=pageNumber, size=pageSize, search=search, name=name,
                                     statuses=q.getlist("statuses"), keywords=q.getlist("keywords"))
 
-    @app.get("/pipelines/{pipeline_id}")
+    @app.get("/pipelines/{pipeline_id}", responses={200: {"model": m.PipelineOut}})
     async def get(pipeline_id: str, who: Access = Depends(access)) -> Any:
         return await pipelines.get(who, pipeline_id)
 
-    @app.get("/pipelines/{pipeline_id}/history")
+    @app.get("/pipelines/{pipeline_id}/history", responses={200: {"model": list[m.HistoryEntry]}})
     async def history(pipeline_id: str, who: Access = Depends(access)) -> Any:
         return await pipelines.history(who, pipeline_id)
 
-    @app.post("/pipelines/{pipeline_id}/stages")
-    async def append(pipeline_id: str, body: m.StagesIn, request: Request, who: Access = Depends(access)) -> Any:
-        return {"stages": await pipelines.append(who, pipeline_id, await raw(request))}
+    @app.post("/pipelines/{pipeline_id}/stages", openapi_extra=takes(m.StagesIn),
+              responses={200: {"model": m.StagesOut}})
+    async def append(pipeline_id: str, request: Request, who: Access = Depends(access),
+                     _body: Any = json_body(m.StagesIn)) -> Any:
+        return {"stages": await pipelines.append(who, pipeline_id, raw(request))}
 
-    @app.post("/pipelines/{pipeline_id}/pause")
+    @app.post("/pipelines/{pipeline_id}/pause", responses={200: {"model": m.PipelineOut}})
     async def pause(pipeline_id: str, who: Access = Depends(access)) -> Any:
         return await pipelines.pause(who, pipeline_id)
 
-    @app.post("/pipelines/{pipeline_id}/resume")
+    @app.post("/pipelines/{pipeline_id}/resume", responses={200: {"model": m.PipelineOut}})
     async def resume(pipeline_id: str, who: Access = Depends(access)) -> Any:
         return await pipelines.resume(who, pipeline_id)
 
-    @app.post("/pipelines/{pipeline_id}/cancel")
+    @app.post("/pipelines/{pipeline_id}/cancel", responses={200: {"model": m.PipelineOut}})
     async def cancel(pipeline_id: str, who: Access = Depends(access)) -> Any:
         return await pipelines.cancel(who, pipeline_id)
 
-    @app.post("/stages/{stage_id}/resume", status_code=204, response_class=Response)
-    async def decide(stage_id: str, body: m.DecisionIn, who: Access = Depends(access)) -> Response:
+    @app.post("/stages/{stage_id}/resume", status_code=204, response_class=Response, openapi_extra=takes(m.DecisionIn))
+    async def decide(stage_id: str, who: Access = Depends(access), body: m.DecisionIn = json_body(m.DecisionIn)) -> Response:
         await pipelines.decide(who, stage_id, body.approved, body.rejectionReason)
         return Response(status_code=204)
 
     # ---- workers --------------------------------------------------------------------------
 
-    @app.post("/workers/bootstrap")
-    async def bootstrap(body: m.BootstrapIn, request: Request, who: Access = Depends(access)) -> Any:
-        return await workers.bootstrap(who, await raw(request))
+    @app.post("/workers/bootstrap", openapi_extra=takes(m.BootstrapIn), responses={200: {"model": m.BootstrapOut}})
+    async def bootstrap(request: Request, who: Access = Depends(access), _body: Any = json_body(m.BootstrapIn)) -> Any:
+        return await workers.bootstrap(who, raw(request))
 
-    @app.post("/jobs/pull", responses={204: {"description": "no job within waitSeconds"}})
-    async def pull(body: m.PullIn, request: Request, s: Session = Depends(session)) -> Any:
-        job = await workers.pull(s, await raw(request))
+    @app.post("/jobs/pull", openapi_extra=takes(m.PullIn),
+              responses={200: {"model": m.JobOut}, 204: {"description": "no job within waitSeconds"}})
+    async def pull(request: Request, s: Session = Depends(session), _body: Any = json_body(m.PullIn)) -> Any:
+        job = await workers.pull(s, raw(request))
         return Response(status_code=204) if job is None else job
 
-    @app.post("/stages/{stage_id}/lease/acquire")
-    async def acquire(stage_id: str, body: m.LeaseIn, request: Request, s: Session = Depends(session)) -> Any:
-        return await workers.acquire(s, stage_id, await raw(request))
+    @app.post("/stages/{stage_id}/lease/acquire", openapi_extra=takes(m.LeaseIn), responses={200: {"model": m.LeaseOut}})
+    async def acquire(stage_id: str, request: Request, s: Session = Depends(session), _body: Any = json_body(m.LeaseIn)) -> Any:
+        return await workers.acquire(s, stage_id, raw(request))
 
-    @app.post("/stages/{stage_id}/lease/renew")
-    async def renew(stage_id: str, body: m.LeaseIn, request: Request, s: Session = Depends(session)) -> Any:
-        return await workers.acquire(s, stage_id, await raw(request), renew=True)
+    @app.post("/stages/{stage_id}/lease/renew", openapi_extra=takes(m.LeaseIn), responses={200: {"model": m.LeaseOut}})
+    async def renew(stage_id: str, request: Request, s: Session = Depends(session), _body: Any = json_body(m.LeaseIn)) -> Any:
+        return await workers.acquire(s, stage_id, raw(request), renew=True)
 
-    @app.post("/stages/{stage_id}/result", status_code=202, responses={409: {}, 503: {"model": m.Error}})
-    async def result(stage_id: str, body: m.ResultIn, request: Request, s: Session = Depends(session)) -> Any:
-        status, answer = await workers.result(s, stage_id, await raw(request))
+    @app.post("/stages/{stage_id}/result", status_code=202, openapi_extra=takes(m.ResultIn),
+              responses={202: {"model": m.ResultOut},
+                         409: {"model": m.ResultOut | m.Error, "description": "a stale result (accepted: false)"}})
+    async def result(stage_id: str, request: Request, s: Session = Depends(session), _body: Any = json_body(m.ResultIn)) -> Any:
+        status, answer = await workers.result(s, stage_id, raw(request))
         return JSONResponse(answer, status_code=status)
 
-    @app.post("/jobs/ack")
-    async def ack(body: m.AckIn, request: Request, s: Session = Depends(session)) -> Any:
-        return await workers.ack(s, await raw(request))
+    @app.post("/jobs/ack", openapi_extra=takes(m.AckIn), responses={200: {"model": m.AckOut}})
+    async def ack(request: Request, s: Session = Depends(session), _body: Any = json_body(m.AckIn)) -> Any:
+        return await workers.ack(s, raw(request))
 
-    @app.post("/workers/heartbeat")
-    async def heartbeat(body: m.HeartbeatIn, request: Request, s: Session = Depends(session)) -> Any:
-        return await workers.heartbeat(s, await raw(request))
+    @app.post("/workers/heartbeat", openapi_extra=takes(m.HeartbeatIn), responses={200: {"model": m.OkOut}})
+    async def heartbeat(request: Request, s: Session = Depends(session), _body: Any = json_body(m.HeartbeatIn)) -> Any:
+        return await workers.heartbeat(s, raw(request))
 
-    @app.post("/workers/shutdown")
+    @app.post("/workers/shutdown", responses={200: {"model": m.OkOut}})
     async def shutdown(s: Session = Depends(session)) -> Any:
         return await workers.shutdown(s)
 
-    @app.get("/workers")
+    @app.get("/workers", responses={200: {"model": list[m.WorkerOut]}})
     async def list_workers(who: Access = Depends(access)) -> Any:
         return await workers.list(who)
 
-    # ---- schedules ------------------------------------------------------------------------
-
-    @app.post("/schedules", status_code=201)
-    async def create_schedule(body: m.ScheduleIn, request: Request, who: Access = Depends(access)) -> Any:
-        return await schedules.create(who, await raw(request))
-
-    @app.get("/schedules")
-    async def list_schedules(who: Access = Depends(access)) -> Any:
-        return await schedules.list(who)
-
-    @app.get("/schedules/{schedule_id}")
-    async def get_schedule(schedule_id: str, who: Access = Depends(access)) -> Any:
-        return await schedules.get(who, schedule_id)
-
-    @app.delete("/schedules/{schedule_id}", status_code=204, response_class=Response)
-    async def delete_schedule(schedule_id: str, who: Access = Depends(access)) -> Response:
-        await schedules.delete(who, schedule_id)
-        return Response(status_code=204)
-
-    @app.post("/schedules/{schedule_id}/pause")
-    async def pause_schedule(schedule_id: str, who: Access = Depends(access)) -> Any:
-        return await schedules.set_state(who, schedule_id, "paused")
-
-    @app.post("/schedules/{schedule_id}/resume")
-    async def resume_schedule(schedule_id: str, who: Access = Depends(access)) -> Any:
-        return await schedules.set_state(who, schedule_id, "enabled")
-
-    # ---- policies -------------------------------------------------------------------------
-
-    @app.get("/policies")
-    async def list_policies(who: Access = Depends(access)) -> Any:
-        return await policies.list(who)
-
-    @app.post("/policies", status_code=201)
-    async def create_policy(body: m.PolicyIn, request: Request, who: Access = Depends(access)) -> Any:
-        return await policies.create(who, await raw(request))
-
-    @app.get("/policies/{policy_id}")
-    async def get_policy(policy_id: str, who: Access = Depends(access)) -> Any:
-        return await policies.get(who, policy_id)
-
-    @app.put("/policies/{policy_id}")
-    async def replace_policy(policy_id: str, body: m.PolicyIn, request: Request, who: Access = Depends(access)) -> Any:
-        return await policies.replace(who, policy_id, await raw(request))
-
-    @app.delete("/policies/{policy_id}", status_code=204, response_class=Response)
-    async def delete_policy(policy_id: str, who: Access = Depends(access)) -> Response:
-        await policies.delete(who, policy_id)
-        return Response(status_code=204)
-
-    @app.post("/policies/{policy_id}/enable")
-    async def enable_policy(policy_id: str, who: Access = Depends(access)) -> Any:
-        return await policies.set_state(who, policy_id, "enabled")
-
-    @app.post("/policies/{policy_id}/disable")
-    async def disable_policy(policy_id: str, who: Access = Depends(access)) -> Any:
-        return await policies.set_state(who, policy_id, "disabled")
-
-    @app.get("/stages/{stage_id}/effective-policy")
-    async def effective_policy(stage_id: str, who: Access = Depends(access)) -> Any:
-        return await policies.effective(who, stage_id)
-
+    add_schedule_routes(app, schedules, policies, access)
     add_catalog_routes(app, catalog, access, error)
 
     def openapi() -> dict[str, Any]:
@@ -372,7 +287,12 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
         if app.openapi_schema is None:
             doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
             error_ref = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-            doc.setdefault("components", {}).setdefault("schemas", {})["Error"] = m.Error.model_json_schema()
+            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+            schemas["Error"] = m.Error.model_json_schema()
+            # the bodies the routes read themselves (after the credential): see ``json_body``
+            _, bodies = models_json_schema([(model, "validation") for model in BODIES.values()],
+                                           ref_template="#/components/schemas/{model}")
+            schemas.update(bodies.get("$defs", {}))
             for path, methods in doc["paths"].items():
                 for op in methods.values():
                     responses = op.setdefault("responses", {})

@@ -1,12 +1,26 @@
-"""The bodies of the HTTP service as pydantic models: the OpenAPI document is generated from
-them. Types are strict ("3" is not a number, "yes" not a boolean); the pipeline service checks
-the rest (names, dependencies, cycles) and says which stage and field."""
+"""The bodies of the HTTP service as pydantic models, and the answers of its routes: the OpenAPI
+document is generated from them. Body types are strict ("3" is not a number, "yes" not a
+boolean); the pipeline service checks the rest (names, dependencies, cycles, the ranges of
+numbers) and says which stage and field, so a range here only documents the service's
+(``documented``): each check is made in one place. The answers list what every answer carries;
+an answer may carry more."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from flowli.engine import MAX_INTERVAL, MIN_INTERVAL
+from flowli.pipelines import MAX_ID, MAX_NAME, MAX_RETRIES, MAX_SECONDS, MAX_STAGES, RULE_RANGES
+
+MAX_HANDLERS = 100
+"""The most handler names one worker serves (``supportedHandlers``, a pull's ``handlers``)."""
+
+
+def documented(low: float, high: float, default: Any = None, **more: Any) -> Any:
+    """A number field whose range the service checks (the document says it; pydantic does not)."""
+    return Field(default, json_schema_extra={"minimum": low, "maximum": high, **more})
 
 
 class Body(BaseModel):
@@ -16,13 +30,13 @@ class Body(BaseModel):
 class StageOptions(Body):
     model_config = ConfigDict(strict=True, extra="forbid")
     dependsOn: list[str] | None = None
-    maxRetries: float | None = Field(None, ge=0)
-    retryInterval: float | None = Field(None, ge=0)
+    maxRetries: float | None = documented(0, MAX_RETRIES)
+    retryInterval: float | None = documented(0, MAX_SECONDS)
     retryOnErrorCodes: list[str] | None = None
     backoff: Literal["fixed", "linear", "exponential"] | None = None
-    maxRetryInterval: float | None = Field(None, ge=0)
+    maxRetryInterval: float | None = documented(0, MAX_SECONDS)
     jitter: bool | None = None
-    timeOut: float | None = Field(None, ge=0)
+    timeOut: float | None = documented(0, MAX_SECONDS)
     runInParallelWith: list[str] | None = None
     failIfOutputEmpty: bool | None = None
     notifyOnFailure: bool | None = None
@@ -30,8 +44,8 @@ class StageOptions(Body):
 
 
 class StageIn(Body):
-    stageName: str
-    stageHandlerName: str
+    stageName: str = Field(json_schema_extra={"maxLength": MAX_NAME})
+    stageHandlerName: str = Field(json_schema_extra={"maxLength": MAX_NAME})
     input: str | None = None
     description: str | None = None
     isEvent: bool = False
@@ -52,15 +66,15 @@ class ContextItem(Body):
 
 
 class PipelineIn(Body):
-    name: str
+    name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
     traceId: str | None = None
-    stages: list[StageIn]
+    stages: list[StageIn] = Field(json_schema_extra={"maxItems": MAX_STAGES})
     pipelineKeywords: list[Keyword] | None = None
     pipelineContextItems: list[ContextItem] | None = None
 
 
 class IdempotentPipelineIn(PipelineIn):
-    idempotencyKey: str
+    idempotencyKey: str = Field(json_schema_extra={"maxLength": MAX_NAME})
 
 
 class IdempotencyKeyIn(Body):
@@ -68,16 +82,16 @@ class IdempotencyKeyIn(Body):
 
 
 class StagesIn(Body):
-    stages: list[StageIn]
+    stages: list[StageIn] = Field(json_schema_extra={"maxItems": MAX_STAGES})
 
 
 class RerunIn(Body):
-    stageId: int
+    stageId: int = documented(1, MAX_ID, ...)
     rerunAllNextStages: bool = False
 
 
 class SkipIn(Body):
-    stageId: int
+    stageId: int = documented(1, MAX_ID, ...)
 
 
 class DecisionIn(Body):
@@ -86,8 +100,8 @@ class DecisionIn(Body):
 
 
 class BootstrapIn(Body):
-    workerName: str
-    supportedHandlers: list[str]
+    workerName: str = Field(max_length=MAX_NAME)
+    supportedHandlers: list[str] = Field(max_length=MAX_HANDLERS)
     instanceId: str | None = None
     hostName: str | None = None
     pid: int | None = None
@@ -95,8 +109,8 @@ class BootstrapIn(Body):
 
 
 class PullIn(Body):
-    handlers: list[str] | None = None
-    waitSeconds: float = Field(0, ge=0, le=30)
+    handlers: list[str] | None = Field(None, max_length=MAX_HANDLERS)
+    waitSeconds: float = documented(0, 30, 0)
 
 
 class LeaseIn(Body):
@@ -131,17 +145,18 @@ class AckIn(Body):
 
 class HeartbeatIn(Body):
     state: Literal["ready", "draining"] | None = None
-    inFlight: int | None = Field(None, ge=0)
+    inFlight: int | None = Field(None, json_schema_extra={"minimum": 0})
 
 
 class Error(BaseModel):
+    """A refusal: one sentence naming the field, the stage or the id (and, on some, more)."""
     error: str
 
 
 class PolicyRules(Body):
-    maxRetries: float = Field(ge=0)
-    intervalSeconds: float = Field(ge=0)
-    backoffMultiplier: float | None = Field(None, ge=0)
+    maxRetries: float = documented(0, RULE_RANGES["maxRetries"], ...)
+    intervalSeconds: float = documented(0, RULE_RANGES["intervalSeconds"], ...)
+    backoffMultiplier: float | None = documented(0, RULE_RANGES["backoffMultiplier"])
     errorCodes: list[str] | None = None
 
 
@@ -158,7 +173,7 @@ class PolicyTargeting(Body):
 
 
 class PolicyIn(Body):
-    name: str
+    name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
     type: Literal["retry"] = "retry"
     rules: PolicyRules
     targeting: PolicyTargeting | None = None
@@ -166,9 +181,189 @@ class PolicyIn(Body):
 
 
 class ScheduleIn(Body):
-    name: str
+    name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
     cron: str | None = None
     timezone: str | None = None
-    intervalSeconds: float | None = Field(None, gt=0)
-    runAt: str | None = None
+    intervalSeconds: float | None = documented(MIN_INTERVAL, MAX_INTERVAL)
+    runAt: str | None = Field(None, description="an instant with its offset, from 1970-01-01 to 9000-01-01")
     pipeline: PipelineIn
+
+
+# ---- answers ----------------------------------------------------------------------------------
+
+PipelineStatus = Literal["NotStarted", "Running", "Paused", "Completed", "Failed", "Cancelled"]
+StageStatus = Literal["NotStarted", "Pending", "Running", "RetryScheduled", "WaitingForApproval", "Completed",
+                      "Failed", "Skipped", "Cancelled"]
+
+
+class Answer(BaseModel):
+    """An answer: the fields it always carries (it may carry more)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class KeywordOut(Answer):
+    key: str
+    value: str | None
+
+
+class ContextItemOut(Answer):
+    key: str
+    value: str | None = Field(description='"***" when the item is sensitive')
+
+
+class StageOut(Answer):
+    id: int
+    pipelineId: int
+    name: str
+    stageHandlerName: str
+    description: str | None
+    isEvent: bool
+    status: StageStatus
+    input: str | None
+    output: str | None
+    attempt: int
+    executionId: str | None
+    errorCode: str | None
+    errorMessage: str | None
+    options: dict[str, Any]
+    dependsOn: list[str]
+    createdAt: str | None
+    startedAt: str | None
+    finishedAt: str | None
+
+
+class PipelineOut(Answer):
+    id: int
+    name: str
+    status: PipelineStatus
+    applicationId: int
+    idempotencyKey: str | None
+    traceId: str | None
+    createdAt: str | None
+    finishedAt: str | None
+    stages: list[StageOut]
+    pipelineKeywords: list[KeywordOut]
+    pipelineContextItems: list[ContextItemOut]
+
+
+class CreatedOut(Answer):
+    pipeline: PipelineOut
+    created: bool
+    wasExisting: bool
+
+
+class PipelinePage(Answer):
+    items: list[PipelineOut]
+    totalCount: int
+    pageNumber: int
+    pageSize: int
+
+
+class StagesOut(Answer):
+    stages: list[StageOut]
+
+
+class HistoryEntry(Answer):
+    seq: int | None
+    kind: str
+    frame: str | None
+    attempt: int | None
+    at: str
+    actor: str | None
+    value: Any
+    error: Any
+
+
+class ApplicationRef(Answer):
+    id: int
+    name: str
+
+
+class BootstrapOut(Answer):
+    workerId: str
+    workerSessionToken: str
+    application: ApplicationRef
+    heartbeat: dict[str, float] = Field(description='{"intervalSeconds"}')
+    lease: dict[str, float] = Field(description='{"ttlSeconds"}')
+
+
+class JobOut(Answer):
+    token: str
+    pipelineId: int
+    stageId: int
+    stageName: str
+    stageHandlerName: str
+    executionId: str
+    attempt: int
+    idempotencyKey: str
+    input: str | None
+    prevStageOutput: str | None
+    contextItems: list[ContextItemOut]
+    pipelineKeywords: list[KeywordOut]
+    timeoutSeconds: float | None
+    traceparent: str | None
+
+
+class LeaseOut(Answer):
+    acquired: bool
+    attempt: int | None = None
+    leaseExpiresAt: str | None = None
+    cancelRequested: bool | None = None
+    reason: str | None = None
+
+
+class ResultOut(Answer):
+    accepted: bool
+    reason: str | None = None
+
+
+class AckOut(Answer):
+    acknowledged: bool
+
+
+class OkOut(Answer):
+    ok: bool
+
+
+class WorkerOut(Answer):
+    workerId: str
+    workerName: str
+    supportedHandlers: list[str]
+    state: str
+    lastHeartbeat: str | None
+
+
+class ScheduleOut(Answer):
+    id: int
+    name: str
+    state: str
+    nextFireAt: str | None
+    lastFireAt: str | None
+    firings: int
+    pipeline: dict[str, Any] | None
+    cron: str | None = None
+    timezone: str | None = None
+    intervalSeconds: float | None = None
+    runAt: str | None = None
+
+
+class PolicyOut(Answer):
+    id: int
+    name: str
+    type: Literal["retry"]
+    rules: dict[str, Any]
+    targeting: dict[str, Any]
+    state: Literal["enabled", "disabled"]
+
+
+class RetryOut(Answer):
+    maxRetries: int
+    delays: list[float]
+    retryOnErrorCodes: list[str]
+
+
+class EffectivePolicyOut(Answer):
+    source: Literal["policy", "stage", "none"]
+    retry: RetryOut
+    policyId: int | None = None

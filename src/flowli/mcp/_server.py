@@ -18,7 +18,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from flowli.catalog import Catalog, CatalogError
+from flowli.catalog import MAX_IDLE_SECONDS, Catalog, CatalogError
 from flowli.domain import FlowliError, Principal
 from flowli.engine import Engine
 from flowli.pipelines import Applications, ServiceError, key_of
@@ -34,6 +34,8 @@ CHANGES_A_RUN = ToolAnnotations(read_only_hint=False, destructive_hint=True, ope
 ENDS = ("COMPLETED", "FAILED", "remediation_pending")
 OPERATE, SAVE = "runs:operate", "catalog:write"
 """The capabilities of the write tools (the contract's names); a start needs its type's."""
+SECONDS = Field(json_schema_extra={"minimum": 0, "maximum": MAX_IDLE_SECONDS})
+"""A number of seconds of an operation (the catalog checks its range; the tool's schema says it)."""
 
 Who = Callable[[Context[Any, Any]], Awaitable[Principal]]
 """How a tool call finds its principal: from the session's credential."""
@@ -215,7 +217,7 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
     @server.tool(annotations=READ, description="Runs that stalled before a terminal state (no progress for"
                                                " older_than_seconds, not waiting on a future timer), with waiting_on.")
     async def list_stuck_workflows(ctx: Context[Any, Any],
-                                   older_than_seconds: Annotated[float, Field(ge=0)] = 3600,
+                                   older_than_seconds: Annotated[float, SECONDS] = 3600,
                                    limit: Annotated[int, Field(ge=1, le=200)] = 50,
                                    cursor: str | None = None) -> dict[str, Any]:
         return page("runs", await _call(catalog.stuck(older_than_seconds, by=await who(ctx))), limit, cursor)
@@ -223,7 +225,7 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
     @server.tool(annotations=CHANGES_A_RUN, description="Append a failed terminal state to a confirmed-stale run;"
                                                         " refused while it progresses or a worker holds it.")
     async def force_terminate_workflow(ctx: Context[Any, Any], workflow_id: str, reason: str,
-                                       min_idle_seconds: Annotated[float, Field(ge=0)] = 600,
+                                       min_idle_seconds: Annotated[float, SECONDS] = 600,
                                        expected_last_seq: int | None = None) -> dict[str, Any]:
         args = {"workflow_id": workflow_id, "reason": reason, "min_idle_seconds": min_idle_seconds,
                 "expected_last_seq": expected_last_seq}

@@ -1,6 +1,7 @@
 """Pipelines: declarative stages run by application workers in any language, over HTTP. A
 pipeline is an execution of the built-in workflow ``flowli.pipeline``; see ``_workflow``."""
 
+from ._access import MAX_ID as MAX_ID
 from ._access import ROLES as ROLES
 from ._access import Access as Access
 from ._access import Applications as Applications
@@ -11,6 +12,7 @@ from ._errors import NotFound as NotFound
 from ._errors import ServiceError as ServiceError
 from ._errors import Unauthorized as Unauthorized
 from ._errors import Unavailable as Unavailable
+from ._policies import RULE_RANGES as RULE_RANGES
 from ._policies import Policies as Policies
 from ._policies import effective_policy as effective_policy
 from ._policies import policy_body as policy_body
@@ -22,6 +24,10 @@ from ._schedules import Schedules as Schedules
 from ._schedules import scheduled_pipeline as scheduled_pipeline
 from ._service import Pipelines as Pipelines
 from ._service import redact as redact
+from ._spec import MAX_NAME as MAX_NAME
+from ._spec import MAX_RETRIES as MAX_RETRIES
+from ._spec import MAX_SECONDS as MAX_SECONDS
+from ._spec import MAX_STAGES as MAX_STAGES
 from ._spec import PipelineInputError as PipelineInputError
 from ._spec import declaration as declaration
 from ._spec import stage_list as stage_list
@@ -32,7 +38,8 @@ from ._workflow import WORKFLOW as WORKFLOW
 from ._workflow import install as install
 from ._workflow import queue_of as queue_of
 
-__all__ = ["ROLES", "TERMINAL_CODES", "WORKFLOW", "Access", "Applications", "Conflict", "Forbidden", "NotFound",
+__all__ = ["MAX_ID", "MAX_NAME", "MAX_RETRIES", "MAX_SECONDS", "MAX_STAGES", "ROLES", "RULE_RANGES",
+           "TERMINAL_CODES", "WORKFLOW", "Access", "Applications", "Conflict", "Forbidden", "NotFound",
            "PipelineInputError", "Pipelines", "Policies", "Schedules", "ServiceError", "Session", "Unauthorized", "Unavailable", "Workers",
            "decide", "declaration", "delays", "effective_policy", "install", "key_of", "plan", "policy_body", "queue_of",
            "redact", "redact_items", "scheduled_pipeline", "stage_list"]

@@ -61,13 +61,32 @@ class Access:
             raise Forbidden(f"{who} {self.actor!r} has role {self.role}, which may not do this ({role} or admin needed)")
 
 
-async def owned(engine: Engine, access: Access, kind: str, number: Any, what: str) -> Any:
-    """The item ``number`` of ``kind`` in the caller's application; NotFound ("no {what} N") for
-    an id that is not a number, does not exist, or belongs to another application."""
+MAX_ID = 2**63 - 1
+"""The largest id of an item (the store's ids are 64-bit)."""
+
+
+def item_id(number: Any) -> int | None:
+    """The id ``number`` names (an int, or a string of decimal digits), or None: not a number, or
+    outside 1 to MAX_ID, so no item has it."""
+    if isinstance(number, bool):
+        return None
+    if isinstance(number, str):
+        number = number.strip()
+        if not (number.isascii() and number.isdigit()):
+            return None
     try:
         n = int(number)
     except (TypeError, ValueError):
-        raise NotFound(f"no {what} {number!r}") from None
+        return None
+    return n if 1 <= n <= MAX_ID else None
+
+
+async def owned(engine: Engine, access: Access, kind: str, number: Any, what: str) -> Any:
+    """The item ``number`` of ``kind`` in the caller's application; NotFound ("no {what} N") for
+    an id that is not a number, does not exist, or belongs to another application."""
+    n = item_id(number)
+    if n is None:
+        raise NotFound(f"no {what} {number!r}")
     item = await engine.items.get(kind, n)
     if item is None or item.application != access.application:
         raise NotFound(f"no {what} {n}")

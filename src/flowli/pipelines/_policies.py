@@ -6,6 +6,7 @@ stages declared after it, so that a run's retries are a function of its journal.
 from __future__ import annotations
 
 import builtins
+import math
 import uuid
 from typing import Any
 
@@ -15,8 +16,12 @@ from . import _retry
 from ._access import Access, owned
 from ._errors import Conflict, NotFound, PipelineInputError
 from ._service import POLICY, STAGE, Pipelines
+from ._spec import MAX_RETRIES, MAX_SECONDS, short
 
 _RULES = ("maxRetries", "intervalSeconds", "backoffMultiplier", "errorCodes")
+MAX_MULTIPLIER = 10
+RULE_RANGES = {"maxRetries": MAX_RETRIES, "intervalSeconds": MAX_SECONDS, "backoffMultiplier": MAX_MULTIPLIER}
+"""The largest value of each number of a retry policy's rules (the smallest is 0)."""
 _TARGETING = ("stageNames", "stageHandlerNames", "pipelineNames", "tags")
 
 
@@ -32,6 +37,7 @@ def policy_body(body: Any) -> dict[str, Any]:
     name = body.get("name")
     if not isinstance(name, str) or not name.strip():
         raise PipelineInputError("name is required (a nonempty string)")
+    short(name, "name")
     if body.get("type", "retry") != "retry":
         raise PipelineInputError(f"policy {name!r}: type must be retry, got {body.get('type')!r}")
     rules = body.get("rules")
@@ -45,6 +51,9 @@ def policy_body(body: Any) -> dict[str, Any]:
             clean[field] = _strings(value, f"policy {name!r}: rules.errorCodes")
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise PipelineInputError(f"policy {name!r}: rules.{field} must be a non-negative number, got {value!r}")
+        elif not math.isfinite(value) or value > RULE_RANGES[field]:
+            raise PipelineInputError(f"policy {name!r}: rules.{field} must be a number from 0 to"
+                                     f" {RULE_RANGES[field]}, got {value!r}")
         else:
             clean[field] = value
     if "maxRetries" not in clean or "intervalSeconds" not in clean:

@@ -4,7 +4,10 @@ and the decision for one failure. Pure functions: the pipeline workflow calls th
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
+
+from ._spec import MAX_SECONDS
 
 TERMINAL_CODES = frozenset({"BUSINESS_REJECTED", "VALIDATION_ERROR", "INVALID_STATE", "MISSING_REQUIRED_DATA"})
 """Never retried, even when listed."""
@@ -13,19 +16,20 @@ _DELAYS_SHOWN = 20
 
 
 def stage_delay(options: dict[str, Any], n: int) -> float:
-    """Delay n (n = 1, 2, ...) of the stage options, before jitter, capped by maxRetryInterval."""
+    """Delay n (n = 1, 2, ...) of the stage options, before jitter, capped by maxRetryInterval and
+    by MAX_SECONDS."""
     interval = float(options.get("retryInterval") or 0)
     backoff = options.get("backoff") or "fixed"
     if backoff == "linear":
         delay = interval * n
     elif backoff == "exponential":
-        delay = interval * 2 ** (n - 1)
+        delay = interval * 2.0 ** min(n - 1, 1000)  # past 2^1000 the week's cap holds anyway
     else:
         delay = interval
     cap = options.get("maxRetryInterval")
     if cap:
         delay = min(delay, float(cap))
-    return delay
+    return min(delay, MAX_SECONDS)
 
 
 def matches(policy: dict[str, Any], pipeline: str, stage: dict[str, Any], keywords: list[dict[str, Any]]) -> bool:
@@ -63,8 +67,13 @@ def plan(stage: dict[str, Any], pipeline: str, keywords: list[dict[str, Any]],
 
 
 def delay(plan_: dict[str, Any], n: int) -> float:
+    """Delay n of a plan, before jitter: never longer than MAX_SECONDS, whatever a backoff grows to."""
     if plan_["source"] == "policy":
-        return float(plan_["intervalSeconds"] * plan_["backoffMultiplier"] ** (n - 1))
+        try:
+            seconds = float(plan_["intervalSeconds"] * plan_["backoffMultiplier"] ** (n - 1))
+        except OverflowError:
+            seconds = math.inf
+        return min(seconds, MAX_SECONDS)
     if plan_["source"] == "stage":
         return stage_delay(plan_["options"], n)
     return 0.0

@@ -24,9 +24,9 @@ from flowli.domain import (
 from flowli.engine import Engine
 
 from . import _retry
-from ._access import Access, owned
+from ._access import Access, item_id, owned
 from ._errors import Conflict, NotFound, PipelineInputError
-from ._spec import declaration, intent_digest, labels, stage_list
+from ._spec import declaration, intent_digest, labels, short, stage_list
 from ._view import build, declared, iso
 from ._workflow import CHANNEL, REOPEN, WORKFLOW, Pipeline, install
 
@@ -60,6 +60,8 @@ class Pipelines:
         key = body.get("idempotencyKey")
         if idempotent and (not isinstance(key, str) or not key.strip()):
             raise PipelineInputError("idempotencyKey is required (a nonempty string)")
+        if idempotent:
+            short(key, "idempotencyKey")
         decl = declaration(body)
         digest = intent_digest(decl)
         now = self.engine.clock.now()
@@ -304,10 +306,9 @@ class Pipelines:
         a worker names the stage in each of its calls."""
         if isinstance(stage_id, bool) or not isinstance(stage_id, (int, str)):
             raise PipelineInputError(f"stageId must be a number, got {stage_id!r}")
-        try:
-            number = int(stage_id)
-        except ValueError:
-            raise NotFound(f"no stage {stage_id!r}") from None
+        number = item_id(stage_id)
+        if number is None:
+            raise NotFound(f"no stage {stage_id!r}")
         item = self._stages.get(number)
         if item is None:
             item = await self.items.get(STAGE, number)

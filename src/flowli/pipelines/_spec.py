@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 from flowli.domain import FlowliError
@@ -15,6 +16,19 @@ _BOOLEANS = ("jitter", "failIfOutputEmpty", "notifyOnFailure")
 _STORED = ("runInParallelWith", "runAsUser")  # accepted and stored, no effect (as in the reference)
 _STAGE_FIELDS = ("stageName", "stageHandlerName", "input", "description", "isEvent", "options")
 _OPTION_FIELDS = ("dependsOn", "retryOnErrorCodes", "backoff", *_NUMBERS, *_BOOLEANS, *_STORED)
+
+MAX_STAGES = 1000
+"""The most stages a pipeline has (those declared at create and appended after, together)."""
+MAX_NAME = 200
+"""The longest name (characters): a pipeline's, a stage's, a handler's, an idempotency key."""
+MAX_RETRIES = 100
+"""The most retries a stage's options (or a retry policy) may ask for."""
+MAX_SECONDS = 604_800
+"""The longest ``retryInterval``, ``maxRetryInterval`` and ``timeOut`` (one week, in seconds),
+and the longest delay before a retry whatever its backoff grows to."""
+RANGES = {"maxRetries": (MAX_RETRIES, ""), "retryInterval": (MAX_SECONDS, " seconds"),
+          "maxRetryInterval": (MAX_SECONDS, " seconds"), "timeOut": (MAX_SECONDS, " seconds")}
+"""Each number of a stage's options: its largest value (the smallest is 0) and its unit."""
 
 
 class PipelineInputError(FlowliError):
@@ -46,6 +60,9 @@ def stage_options(options: Any, where: str) -> dict[str, Any]:
                 raise PipelineInputError(f"{where}: options.{field} must be a number, got {json.dumps(value)}")
             if value < 0:
                 raise PipelineInputError(f"{where}: options.{field} must not be negative, got {value}")
+            top, unit = RANGES[field]
+            if not math.isfinite(value) or value > top:
+                raise PipelineInputError(f"{where}: options.{field} must be from 0 to {top}{unit}, got {value}")
         elif field in _BOOLEANS and not isinstance(value, bool):
             raise PipelineInputError(f"{where}: options.{field} must be true or false, got {json.dumps(value)}")
         elif field in ("dependsOn", "retryOnErrorCodes", "runInParallelWith"):
@@ -57,6 +74,13 @@ def stage_options(options: Any, where: str) -> dict[str, Any]:
             raise PipelineInputError(f"{where}: options.runAsUser must be a string")
         out[field] = value
     return out
+
+
+def short(text: str, field: str) -> str:
+    """``text``, refused when longer than MAX_NAME characters (``field`` names it)."""
+    if len(text) > MAX_NAME:
+        raise PipelineInputError(f"{field} is longer than {MAX_NAME} characters")
+    return text
 
 
 def stage_spec(index: int, stage: Any) -> dict[str, Any]:
@@ -71,9 +95,11 @@ def stage_spec(index: int, stage: Any) -> dict[str, Any]:
         raise PipelineInputError(f"stages[{index}]: stageName is required (a nonempty string)")
     if any(ch in name for ch in ",\t\r\n"):
         raise PipelineInputError(f"{where}: stageName must not contain commas, tabs or line breaks")
+    short(name, f"{where}: stageName")
     handler = stage.get("stageHandlerName")
     if not isinstance(handler, str) or not handler.strip():
         raise PipelineInputError(f"{where}: stageHandlerName is required (a nonempty string)")
+    short(handler, f"{where}: stageHandlerName")
     value = stage.get("input")
     if value is not None and not isinstance(value, str):
         raise PipelineInputError(f"{where}: input must be a string (serialize JSON input), got {type(value).__name__}")
@@ -92,6 +118,8 @@ def stage_list(stages: Any, existing: list[dict[str, Any]] = ()) -> list[dict[st
     before it (among ``existing`` ones too: an append continues the declaration order)."""
     if not isinstance(stages, list) or not stages:
         raise PipelineInputError("stages: at least one stage is required")
+    if len(existing) + len(stages) > MAX_STAGES:
+        raise PipelineInputError(f"stages: a pipeline has at most {MAX_STAGES} stages, got {len(existing) + len(stages)}")
     specs = [stage_spec(i, s) for i, s in enumerate(stages)]
     names = [s["stageName"] for s in existing]
     for spec in specs:
@@ -118,22 +146,33 @@ def stage_list(stages: Any, existing: list[dict[str, Any]] = ()) -> list[dict[st
 
 
 def _no_cycle(stages: list[dict[str, Any]]) -> None:
+    """Refuse a cycle of ``dependsOn``, naming it from the first stage (in declaration order) it
+    is found from. A walk with a stack of its own, never a recursion: a chain of dependencies is as
+    long as a pipeline."""
     deps = {s["stageName"]: s["dependsOn"] for s in stages}
-    state: dict[str, int] = {}
-
-    def visit(name: str, path: list[str]) -> None:
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            cycle = path[path.index(name):] + [name]
-            raise PipelineInputError(f"stage {name!r}: options.dependsOn makes a cycle: {' -> '.join(cycle)}")
-        state[name] = 1
-        for dep in deps.get(name, ()):
-            visit(dep, [*path, name])
-        state[name] = 2
-
-    for name in deps:
-        visit(name, [])
+    done: set[str] = set()
+    for root in deps:
+        if root in done:
+            continue
+        path: list[str] = [root]  # the stages being walked, each waiting for the next
+        on_path = {root}
+        todo = [iter(deps.get(root, ()))]
+        while todo:
+            dep = next(todo[-1], None)
+            if dep is None:
+                todo.pop()
+                finished = path.pop()
+                on_path.discard(finished)
+                done.add(finished)
+                continue
+            if dep in done:
+                continue
+            if dep in on_path:
+                cycle = path[path.index(dep):] + [dep]
+                raise PipelineInputError(f"stage {dep!r}: options.dependsOn makes a cycle: {' -> '.join(cycle)}")
+            path.append(dep)
+            on_path.add(dep)
+            todo.append(iter(deps.get(dep, ())))
 
 
 def labels(items: Any, field: str) -> list[dict[str, Any]]:
@@ -171,6 +210,7 @@ def declaration(body: dict[str, Any]) -> dict[str, Any]:
     name = body.get("name")
     if not isinstance(name, str) or not name.strip():
         raise PipelineInputError("name is required (a nonempty string)")
+    short(name, "name")
     trace = body.get("traceId")
     if trace is not None and not isinstance(trace, str):
         raise PipelineInputError("traceId must be a string")

@@ -1,0 +1,153 @@
+"""Request bodies: one size limit for every route (``BodyLimit``: a body larger than
+``MAX_BODY`` is refused with 413 before any route reads it, whether it came with a
+Content-Length or chunked), and one reader of JSON bodies for the routes (``read_json``:
+nested at most ``MAX_JSON_DEPTH`` deep, numbers finite), which a route calls only after it has
+authenticated the caller, so a request without a valid credential gets 401 before its body is
+parsed."""
+
+from __future__ import annotations
+
+import json
+import re
+from itertools import accumulate
+from typing import Any
+
+from fastapi import Depends
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MAX_BODY = 1 << 20
+"""The largest request body (1 MiB): a larger one is refused with 413."""
+MAX_JSON_DEPTH = 64
+"""The deepest nesting of arrays and objects a JSON body may have: a deeper one is refused with
+400 before it is parsed (a parser would recurse that deep)."""
+
+
+class BodyRefused(Exception):
+    """A body that no route reads: its status (400, 413) and the sentence that says why."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def too_large() -> JSONResponse:
+    return JSONResponse({"error": f"the body is larger than {MAX_BODY} bytes"}, status_code=413)
+
+
+class BodyLimit:
+    """Read the whole body before the app runs, refusing one over MAX_BODY with 413 (the app
+    never sees it); then hand the app the body, and the connection's own messages after it (a
+    disconnect)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+            await too_large()(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client went away before it sent its body: nobody to answer
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY:
+                await too_large()(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        whole: Message | None = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        async def replay() -> Message:
+            nonlocal whole
+            if whole is not None:
+                message, whole = whole, None
+                return message
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_STEP = [0] * 256
+for _open in b"[{":
+    _STEP[_open] = 1
+for _close in b"]}":
+    _STEP[_close] = -1
+_NOT_BRACKETS = bytes(b for b in range(256) if not _STEP[b])
+_CONSTANT = re.compile(rb'"([^"\\]*(?:\\.[^"\\]*)*)"\s*:\s*(?:-?Infinity|NaN)\b')
+
+
+def json_depth(raw: bytes) -> int:
+    """How deep the arrays and objects of a JSON text nest (brackets inside strings do not
+    count), without parsing it."""
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    return max(accumulate(_STEP[b] for b in brackets), default=0)
+
+
+def parse_json(raw: bytes) -> Any:
+    """A JSON body, parsed: BodyRefused (400) for one nested deeper than MAX_JSON_DEPTH, one that
+    is not JSON, or one with a number JSON does not have (NaN, Infinity), naming its field."""
+    if not raw.strip():
+        raise BodyRefused(400, "the body is required (a JSON object)")
+    if json_depth(raw) > MAX_JSON_DEPTH:
+        raise BodyRefused(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects")
+
+    def constant(word: str) -> Any:
+        found = _CONSTANT.search(raw)  # the field it is the value of, when it is one
+        where = f"{found.group(1).decode(errors='replace')}: " if found else ""
+        raise BodyRefused(400, f"{where}{word} is not a number JSON allows (a number must be finite)")
+
+    try:
+        return json.loads(raw, parse_constant=constant)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise BodyRefused(400, f"the body is not valid JSON: {getattr(exc, 'msg', exc)}") from None
+
+
+async def read_json(request: Request) -> Any:
+    """The request's JSON body (see ``parse_json``)."""
+    return parse_json(await request.body())
+
+
+BODIES: dict[str, type[BaseModel]] = {}
+"""The models of the bodies the routes take (read with ``json_body``), for the OpenAPI document."""
+
+
+def takes(model: type[BaseModel]) -> dict[str, Any]:
+    """The ``openapi_extra`` of a route that reads a ``model`` body with ``json_body``."""
+    BODIES[model.__name__] = model
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
+
+
+def json_body(model: type[BaseModel]) -> Any:
+    """A route's body, as a dependency declared after the credential's (FastAPI solves them in
+    order): read with ``read_json``, checked against ``model`` (a RequestValidationError names
+    the field). The route gets the model; ``raw(request)`` is the JSON as sent."""
+
+    async def parsed(request: Request) -> BaseModel:
+        data = await read_json(request)
+        request.state.json = data
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise RequestValidationError(exc.errors(include_url=False), body=data) from None
+
+    return Depends(parsed)
+
+
+def raw(request: Request) -> Any:
+    """The JSON body ``json_body`` read for this request."""
+    return request.state.json
