@@ -35,7 +35,7 @@ PINNED = {
         "NondeterminismError", "NotJSONCompatibleError", "OperationRefused", "OutputInvalid", "Prerequisite", "Principal", "Provenance", "RegistrationError", "RetryPolicy",
         "Site", "StaleAnswer", "Status", "StepFailed", "TERMINAL", "Task", "TaskKind", "Timer", "TypeMetadata", "UnknownExecutionError",
         "UnknownTaskError", "UnknownWorkflowError", "WorkflowArgumentsError", "actor_for", "canonical", "check_json",
-        "child_eid", "digest", "dumps", "keyed_eid", "new_eid", "principal_for", "task_id", "type_metadata",
+        "checked_eid", "child_eid", "digest", "dumps", "is_eid", "keyed_eid", "new_eid", "principal_for", "task_id", "type_metadata",
     ],
     flowli.engine: [
         "AttemptView", "CallNext", "Checked", "Clock", "Consumer", "Context", "Difference", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
@@ -60,7 +60,7 @@ PINNED = {
         "install_rbac", "remediation", "steps_of", "validate",
     ],
     flowli.dashboard: ["Dashboard", "MAX_NODES", "Node", "TooLarge", "layered", "layout", "svg"],
-    flowli.http: ["MAX_BODY", "create_app", "from_this_machine", "serve"],
+    flowli.http: ["AllowedHosts", "MAX_BODY", "create_app", "from_this_machine", "serve"],
     flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],
     flowli.metrics: ["Metrics", "serve"],
     flowli.log: ["Attempt", "Bucket", "Evidence", "attach", "attempt_scope", "current_attempt", "get_logger"],
