@@ -35,7 +35,7 @@ PINNED = {
         "NondeterminismError", "NotJSONCompatibleError", "OperationRefused", "OutputInvalid", "Prerequisite", "Principal", "Provenance", "REDACTED", "RegistrationError", "RetryPolicy",
         "Site", "StaleAnswer", "Status", "StepFailed", "TERMINAL", "Task", "TaskKind", "Timer", "TypeMetadata", "UnknownExecutionError",
         "UnknownTaskError", "UnknownWorkflowError", "WorkflowArgumentsError", "actor_for", "canonical", "check_json",
-        "child_eid", "digest", "dumps", "is_sensitive", "keyed_eid", "mask", "new_eid", "principal_for", "redact",
+        "checked_eid", "child_eid", "digest", "dumps", "is_eid", "is_sensitive", "keyed_eid", "mask", "new_eid", "principal_for", "redact",
         "sensitive_keys", "task_id", "type_metadata",
     ],
     flowli.engine: [
@@ -61,7 +61,7 @@ PINNED = {
         "install_rbac", "remediation", "steps_of", "validate",
     ],
     flowli.dashboard: ["Dashboard", "MAX_NODES", "Node", "TooLarge", "layered", "layout", "svg"],
-    flowli.http: ["MAX_BODY", "create_app", "from_this_machine", "serve"],
+    flowli.http: ["AllowedHosts", "MAX_BODY", "create_app", "from_this_machine", "serve"],
     flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],
     flowli.metrics: ["Metrics", "serve"],
     flowli.log: ["Attempt", "Bucket", "Evidence", "attach", "attempt_scope", "current_attempt", "get_logger"],

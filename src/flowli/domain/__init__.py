@@ -23,7 +23,9 @@ from ._errors import UnknownExecutionError as UnknownExecutionError
 from ._errors import UnknownTaskError as UnknownTaskError
 from ._errors import UnknownWorkflowError as UnknownWorkflowError
 from ._errors import WorkflowArgumentsError as WorkflowArgumentsError
+from ._ids import checked_eid as checked_eid
 from ._ids import child_eid as child_eid
+from ._ids import is_eid as is_eid
 from ._ids import keyed_eid as keyed_eid
 from ._ids import new_eid as new_eid
 from ._ids import task_id as task_id
@@ -108,9 +110,11 @@ __all__ = [
     "actor_for",
     "canonical",
     "check_json",
+    "checked_eid",
     "child_eid",
     "digest",
     "dumps",
+    "is_eid",
     "is_sensitive",
     "keyed_eid",
     "mask",

@@ -256,7 +256,10 @@ class Pipelines:
             raise NotFound(f"no pipeline of execution {eid}") from None
 
     async def _live(self, access: Access, pid: Any, what: str) -> tuple[Any, Any, Pipeline]:
+        """A pipeline an operator acts on: another application's is unknown (404) to any role,
+        then the role is checked (403), then its state (409)."""
         item = await self._item(access, pid)
+        access.require("operator")
         record, p = await self.state(access, item.key)
         status = build(record, p, [], [], access.application_id, self.engine.clock.now())["status"]
         if status in TERMINAL:
@@ -264,7 +267,6 @@ class Pipelines:
         return item, record, p
 
     async def append(self, access: Access, pid: Any, body: Any) -> builtins.list[dict[str, Any]]:
-        access.require("operator")
         stages = body.get("stages") if isinstance(body, dict) else None
         item, _, p = await self._live(access, pid, "append stages to")
         specs = stage_list(stages, p.declared())
@@ -274,19 +276,16 @@ class Pipelines:
         return [stage_json(g["id"], item.id, g, "NotStarted", now) for g in given]
 
     async def pause(self, access: Access, pid: Any) -> dict[str, Any]:
-        access.require("operator")
         item, _, _ = await self._live(access, pid, "pause")
         await self._signal(access, item.key, {"op": "pause"}, f"pause pipeline {item.id}")
         return await self._view(access, item.id, item.key)
 
     async def resume(self, access: Access, pid: Any) -> dict[str, Any]:
-        access.require("operator")
         item, _, _ = await self._live(access, pid, "resume")
         await self._signal(access, item.key, {"op": "resume"}, f"resume pipeline {item.id}")
         return await self._view(access, item.id, item.key)
 
     async def cancel(self, access: Access, pid: Any) -> dict[str, Any]:
-        access.require("operator")
         item, _, _ = await self._live(access, pid, "cancel")
         try:
             await self.engine.cancel(item.key, by=access.principal, application=access.application)
@@ -324,8 +323,7 @@ class Pipelines:
         self._stages[item.id] = item
 
     async def skip(self, access: Access, stage_id: Any) -> dict[str, Any]:
-        access.require("operator")
-        stage, pitem = await self.stage(access, stage_id)
+        stage, pitem = await self.stage(access, stage_id)  # another application's: 404, whatever the role
         _, _, p = await self._live(access, pitem.id, f"skip stage {stage.id} of")
         if p.stages[stage.body["name"]].status in ("Completed", "Skipped"):
             raise Conflict(f"stage {stage.id} ({stage.body['name']}) is {p.stages[stage.body['name']].status} already")
@@ -333,8 +331,8 @@ class Pipelines:
         return await self._view(access, pitem.id, pitem.key)
 
     async def rerun(self, access: Access, stage_id: Any, rerun_next: bool) -> dict[str, Any]:
+        stage, pitem = await self.stage(access, stage_id)  # another application's: 404, whatever the role
         access.require("operator")
-        stage, pitem = await self.stage(access, stage_id)
         record, p = await self.state(access, pitem.key)
         status = build(record, p, [], [], access.application_id, self.engine.clock.now())["status"]
         message = {"op": "rerun", "stage": stage.body["name"], "next": bool(rerun_next)}
