@@ -58,9 +58,9 @@ class Pipelines:
         if not isinstance(body, dict):
             raise PipelineInputError("the body must be a JSON object")
         key = body.get("idempotencyKey")
-        if idempotent and (not isinstance(key, str) or not key.strip()):
-            raise PipelineInputError("idempotencyKey is required (a nonempty string)")
         if idempotent:
+            if not isinstance(key, str) or not key.strip():
+                raise PipelineInputError("idempotencyKey is required (a nonempty string)")
             short(key, "idempotencyKey")
         decl = declaration(body)
         digest = intent_digest(decl)
@@ -366,7 +366,7 @@ class Pipelines:
         stage, pitem = await self.stage(access, stage_id)
         if not approved:  # free text: a sensitive value of the pipeline in it is never journaled
             secrets = await self.items.list(SECRET, access.application, prefix=f"{pitem.key}/")
-            reason = mask(reason, [i.body.get("value") for i in secrets])
+            reason = mask(reason or "", [i.body.get("value") for i in secrets])
         decision = {"approved": approved, "rejectionReason": None if approved else reason}
         record, p = await self.state(access, pitem.key)
         s = p.stages[stage.body["name"]]
