@@ -367,7 +367,7 @@ class Pipelines:
         stage, pitem = await self.stage(access, stage_id)
         if not approved:  # free text: a sensitive value of the pipeline in it is never journaled
             secrets = await self.items.list(SECRET, access.application, prefix=f"{pitem.key}/")
-            reason = mask(reason, [i.body.get("value") for i in secrets])
+            reason = mask(reason or "", [i.body.get("value") for i in secrets])
         decision = {"approved": approved, "rejectionReason": None if approved else reason}
         record, p = await self.state(access, pitem.key)
         s = p.stages[stage.body["name"]]
