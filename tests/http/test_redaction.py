@@ -28,13 +28,20 @@ def stage(name: str, handler: str = HANDLER) -> dict[str, Any]:
 class RawWorker:
     """A worker that speaks the protocol itself, so that a test decides each result it sends."""
 
-    def __init__(self, http: httpx.AsyncClient, key: str, handlers: list[str]):
+    def __init__(self, http: httpx.AsyncClient, key: str, handlers: list[str], seen: list[str] | None = None):
         self.http, self.key, self.handlers = http, key, handlers
         self.headers: dict[str, str] = {}
+        self.seen = seen
+        """Where the text of each answer goes, but the jobs' (``POST /jobs/pull``), when given."""
+
+    def _saw(self, r: httpx.Response) -> httpx.Response:
+        if self.seen is not None:
+            self.seen.append(r.text)
+        return r
 
     async def start(self) -> RawWorker:
-        r = await self.http.post("/workers/bootstrap", headers={"X-API-Key": self.key},
-                                 json={"workerName": "raw", "supportedHandlers": self.handlers})
+        r = self._saw(await self.http.post("/workers/bootstrap", headers={"X-API-Key": self.key},
+                                           json={"workerName": "raw", "supportedHandlers": self.handlers}))
         assert r.status_code == 200, r.text
         self.headers = {"X-Worker-Session": r.json()["workerSessionToken"]}
         self.worker_id = r.json()["workerId"]
@@ -47,8 +54,9 @@ class RawWorker:
             r = await self.http.post("/jobs/pull", headers=self.headers, json={"waitSeconds": 5})
             if r.status_code == 200:
                 job: dict[str, Any] = r.json()
-                acquired = await self.http.post(f"/stages/{job['stageId']}/lease/acquire", headers=self.headers,
-                                                json={"executionId": job["executionId"], "workerId": self.worker_id})
+                acquired = self._saw(await self.http.post(
+                    f"/stages/{job['stageId']}/lease/acquire", headers=self.headers,
+                    json={"executionId": job["executionId"], "workerId": self.worker_id}))
                 assert acquired.json()["acquired"] is True, acquired.text
                 return job
             assert r.status_code == 204, r.text
@@ -58,9 +66,10 @@ class RawWorker:
         """Send the job's result (success unless ``fields`` say otherwise) and acknowledge it."""
         body = {"executionId": job["executionId"], "attempt": job["attempt"], "isSuccess": True, "output": "ok",
                 **fields}
-        r = await self.http.post(f"/stages/{job['stageId']}/result", headers=self.headers, json=body)
+        r = self._saw(await self.http.post(f"/stages/{job['stageId']}/result", headers=self.headers, json=body))
         assert r.status_code == 202, r.text
-        assert (await self.http.post("/jobs/ack", headers=self.headers, json={"token": job["token"]})).status_code == 200
+        acked = self._saw(await self.http.post("/jobs/ack", headers=self.headers, json={"token": job["token"]}))
+        assert acked.status_code == 200, acked.text
 
 
 def context_of(job: dict[str, Any]) -> dict[str, Any]:

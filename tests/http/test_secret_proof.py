@@ -113,7 +113,7 @@ async def test_one_secret_sent_every_way_never_shows_outside_the_jobs_that_need_
 
                 # the worker: a result marks it sensitive under a new key, updates the old key without
                 # the flag and appends a stage; the next carries it in deletion markers
-                worker = await RawWorker(http, key, [HANDLER]).start()
+                worker = await RawWorker(http, key, [HANDLER], seen=shown).start()  # its answers but the jobs
                 job = await worker.job()
                 jobs.append(job)
                 await worker.result(job, contextItems=[
