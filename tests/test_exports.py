@@ -40,7 +40,7 @@ PINNED = {
     ],
     flowli.engine: [
         "AttemptView", "CallNext", "Checked", "Clock", "Consumer", "Context", "Difference", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
-        "Explanation", "FrameIds", "FrameView", "Memo", "Middleware", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
+        "Explanation", "FrameIds", "FrameView", "MAX_INTERVAL", "MIN_INTERVAL", "Memo", "Middleware", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
         "SystemClock", "Transition", "Verification", "WorkflowDef", "divergence", "firing_key", "input_model", "next_fire", "problems",
         "reply_channel", "task_traceparent", "trigger", "unvisited",
     ],
@@ -49,16 +49,19 @@ PINNED = {
         "Resume", "StatusChange", "Store", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
     ],
     flowli.pipelines: [
-        "Access", "Applications", "Conflict", "Forbidden", "NotFound", "PipelineInputError", "Pipelines", "Policies", "ROLES",
-        "Schedules", "ServiceError", "Session", "TERMINAL_CODES", "Unauthorized", "Unavailable", "WORKFLOW", "Workers",
-        "decide", "declaration", "delays", "effective_policy", "install", "key_of", "plan", "policy_body", "queue_of", "redact",
-        "redact_items", "scheduled_pipeline", "stage_list",
+        "Access", "Applications", "Conflict", "Forbidden", "MAX_ID", "MAX_NAME", "MAX_RETRIES",
+        "MAX_SECONDS", "MAX_STAGES", "NotFound", "PipelineInputError", "Pipelines", "Policies", "ROLES",
+        "RULE_RANGES", "Schedules", "ServiceError", "Session", "TERMINAL_CODES", "Unauthorized",
+        "Unavailable", "WORKFLOW", "Workers", "decide", "declaration", "delays", "effective_policy",
+        "install", "key_of", "plan", "policy_body", "queue_of", "redact", "redact_items",
+        "scheduled_pipeline", "stage_list"
     ],
     flowli.catalog: [
-        "AUDIT", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError", "CompositionConflict", "CompositionInvalid", "DAG",
-        "InputsInvalid", "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
-        "RunStateError", "SAVE", "StepInputInvalid", "UnknownType", "catalog_of", "compile_definition", "content_hash", "install",
-        "install_rbac", "remediation", "steps_of", "validate",
+        "AUDIT", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError", "CompositionConflict",
+        "CompositionInvalid", "DAG", "InputsInvalid", "MAX_IDLE_SECONDS", "PermissionDenied",
+        "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles", "RunStateError",
+        "SAVE", "StepInputInvalid", "UnknownType", "catalog_of", "compile_definition", "content_hash",
+        "install", "install_rbac", "remediation", "steps_of", "validate"
     ],
     flowli.dashboard: ["Dashboard", "MAX_NODES", "Node", "TooLarge", "layered", "layout", "svg"],
     flowli.http: ["AllowedHosts", "MAX_BODY", "create_app", "from_this_machine", "serve"],
