@@ -19,7 +19,7 @@ from ..served import Names, Service, log_checked
 pytestmark = pytest.mark.e2e
 
 CALLS = (("list_stuck_workflows", {}, "older_than_seconds"),
-         ("force_terminate_workflow", {"workflow_id": "flowli.pipeline:none", "reason": "stale"}, "min_idle_seconds"))
+         ("force_terminate_workflow", {"workflow_id": "0190f0f0-0000-7000-8000-000000000000", "reason": "stale"}, "min_idle_seconds"))
 
 
 @pytest.mark.parametrize("value", [1e308, 1e20, -1.0])
