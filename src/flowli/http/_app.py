@@ -19,8 +19,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from flowli.catalog import Catalog
 from flowli.domain import DatabaseUnavailable, FlowliError
 from flowli.engine import Engine
+from flowli.mcp import MCP_SESSION_IDLE_SECONDS, from_headers
+from flowli.mcp import McpGate as mcp_gate
 from flowli.mcp import build as build_mcp
-from flowli.mcp import from_headers
 from flowli.metrics import Metrics
 from flowli.pipelines import (
     Access,
@@ -388,7 +389,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
 
     app.openapi = openapi  # type: ignore[method-assign]
     server = build_mcp(engine, from_headers(engine))
-    mcp_app = server.streamable_http_app(streamable_http_path="/mcp", host=host)
+    mcp_app = mcp_gate(server.streamable_http_app(streamable_http_path="/mcp", host=host,
+                                                  session_idle_timeout=MCP_SESSION_IDLE_SECONDS), engine)
     app.state.mcp = server  # flowli serve runs its session manager
     return BodyLimit(WithMcp(app, mcp_app))  # type: ignore[return-value]
 
