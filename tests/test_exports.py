@@ -54,10 +54,10 @@ PINNED = {
         "redact_items", "scheduled_pipeline", "stage_list",
     ],
     flowli.catalog: [
-        "AUDIT", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError", "CompositionConflict", "CompositionInvalid", "DAG",
+        "AUDIT", "ApprovalNeeded", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError", "CompositionConflict", "CompositionInvalid", "DAG",
         "InputsInvalid", "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
         "RunStateError", "SAVE", "StepInputInvalid", "UnknownType", "catalog_of", "compile_definition", "content_hash", "install",
-        "install_rbac", "remediation", "steps_of", "validate",
+        "install_rbac", "remediation", "require_approval", "steps_of", "validate",
     ],
     flowli.dashboard: ["Dashboard", "MAX_NODES", "Node", "TooLarge", "layered", "layout", "svg"],
     flowli.http: ["MAX_BODY", "create_app", "from_this_machine", "serve"],

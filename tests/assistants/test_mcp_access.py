@@ -11,13 +11,12 @@ from typing import Any
 
 import httpx
 import pytest
-from mcp.shared.exceptions import MCPError
 
 from ..crash import until
 from ..http.test_access import assistant_key
 from ..served import Names, Service, clerk
 from ..served import flowli as run_cli
-from .test_mcp import call, over_http
+from .test_mcp import call, over_http, refusal_of
 from .test_mcp import served as served  # noqa: F401 - a fixture (both backends)
 
 pytestmark = pytest.mark.e2e
@@ -35,15 +34,6 @@ async def initialize(http: httpx.AsyncClient, key: str | None) -> httpx.Response
     async with http.stream("POST", "/mcp", headers=headers, json=INITIALIZE) as r:
         await r.aread()
         return r
-
-
-def refusal_of(exc: BaseException) -> str:
-    """The message of the MCP error the SDK's client raised (inside its task groups' groups)."""
-    while isinstance(exc, BaseExceptionGroup):
-        assert len(exc.exceptions) == 1, exc
-        exc = exc.exceptions[0]
-    assert isinstance(exc, MCPError), repr(exc)
-    return exc.error.message
 
 
 def jsonrpc_error(r: httpx.Response) -> str:

@@ -92,21 +92,23 @@ class McpGate:
                                " most a key may: close one (an HTTP DELETE of /mcp with its mcp-session-id) or"
                                f" wait until one is idle for {MCP_SESSION_IDLE_SECONDS:g} s")(scope, receive, send)
             return
-        held.opening += 1
+        held.opening += 1  # a place held while the request may open a session, given up once it has
         opened: list[str] = []
 
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] < 400:
                 sid = Headers(raw=message.get("headers") or []).get(SESSION_HEADER)
-                if sid:
+                if sid and not opened:
                     opened.append(sid)
                     held.sessions[sid] = [1, time.monotonic()]
+                    held.opening -= 1
             await send(message)
 
         try:
             await self.app(scope, receive, watch)
         finally:
-            held.opening -= 1
+            if not opened:
+                held.opening -= 1
             for sid in opened:
                 if sid in held.sessions:
                     held.sessions[sid][0] -= 1
