@@ -69,7 +69,7 @@ class Access:
             raise Forbidden(f"{who} {self.actor!r} has role {self.role}, which may not do this ({role} or admin needed)")
         if rank[role] > 0:  # a write: an assistant's waits for a person (the one gate of the catalog's RBAC)
             try:
-                require_approval(self.principal, OPERATE, f"act as {role}")
+                require_approval(self.principal, OPERATE, "write")
             except ApprovalNeeded as exc:
                 raise Forbidden(str(exc)) from None
 
