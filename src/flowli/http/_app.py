@@ -21,8 +21,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from flowli.catalog import Catalog
 from flowli.domain import DatabaseUnavailable, FlowliError
 from flowli.engine import Engine
+from flowli.mcp import MCP_SESSION_IDLE_SECONDS, from_headers
+from flowli.mcp import McpGate as mcp_gate
 from flowli.mcp import build as build_mcp
-from flowli.mcp import from_headers
 from flowli.metrics import Metrics
 from flowli.pipelines import (
     Access,
@@ -324,7 +325,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     app.openapi = openapi  # type: ignore[method-assign]
     server = build_mcp(engine, from_headers(engine))
     # the Host and Origin of /mcp are checked with every other route's (HostGuard), not by the SDK
-    mcp_app = server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=NO_SDK_CHECK)
+    mcp_app = mcp_gate(server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=NO_SDK_CHECK,
+                                                  session_idle_timeout=MCP_SESSION_IDLE_SECONDS), engine)
     app.state.mcp = server  # flowli serve runs its session manager
     return guarded(WithMcp(app, mcp_app), AllowedHosts(host, allowed_hosts))  # type: ignore[return-value]
 

@@ -10,7 +10,7 @@ import contextlib
 import secrets
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from flowli.domain import (
@@ -23,7 +23,7 @@ from flowli.domain import (
 )
 from flowli.engine import Consumer, Engine, task_traceparent
 
-from ._access import SESSION, Access, digest
+from ._access import SESSION, Access, Applications, digest
 from ._errors import Conflict, NotFound, PipelineInputError, Unauthorized, Unavailable
 from ._service import REFUSED, SECRET, Pipelines
 from ._spec import labels, stage_list
@@ -33,13 +33,20 @@ from ._workflow import queue_of
 WORKER = "worker"
 SESSION_CACHE_SECONDS = 2.0
 """How long this process trusts a worker session it read (a shutdown through another process
-takes effect within it; through this one at once)."""
+takes effect within it; through this one at once). Its key is checked on every request."""
 HEARTBEAT_SECONDS = 10
+SESSION_TTL_SECONDS = 6 * HEARTBEAT_SECONDS
+"""A worker session expires when its worker has sent nothing (a heartbeat, a poll, a lease call, a
+result) for this long: six heartbeat intervals, which outlast the longest long poll (30 s) with a
+heartbeat interval to spare."""
 
 
 class Session:
-    def __init__(self, access: Access, worker_id: str, item_id: int, body: dict[str, Any], token_digest: str = ""):
+    def __init__(self, access: Access, worker_id: str, item_id: int, body: dict[str, Any], token_digest: str = "",
+                 key_id: int | None = None):
         self.token_digest = token_digest
+        self.key_id = key_id
+        """The key the session was bootstrapped with (None: a session older than this field, refused)."""
         self.access = access
         self.worker_id = worker_id
         self.item_id = item_id
@@ -50,6 +57,7 @@ class Workers:
     def __init__(self, engine: Engine, pipelines: Pipelines, lease_ttl: float = 30.0):
         self.engine = engine
         self.pipelines = pipelines
+        self.apps = Applications(engine)
         self.lease = timedelta(seconds=lease_ttl)
         self.closing = asyncio.Event()
         """Set when the service stops: long polls end at once (``flowli serve``)."""
@@ -88,18 +96,51 @@ class Workers:
                   "pid": body.get("pid"), "sdkVersion": body.get("sdkVersion"), "startedAt": iso(now),
                   "lastHeartbeat": iso(now), "applicationId": access.application_id, "key": access.actor}
         await self.items.put(WORKER, access.application, worker_id, record, now)
-        await self.items.put(SESSION, access.application, digest(token), {"workerId": worker_id}, now)
+        await self.items.put(SESSION, access.application, digest(token), {"workerId": worker_id, "keyId": access.key_id},
+                             now)
         return {"workerId": worker_id, "workerSessionToken": token,
                 "application": {"id": access.application_id, "name": access.application},
                 "heartbeat": {"intervalSeconds": HEARTBEAT_SECONDS}, "lease": {"ttlSeconds": self.lease.total_seconds()}}
 
     async def session(self, token: str | None) -> Session:
+        """The live session of ``token``. Every request checks that the key it was bootstrapped
+        with is still enabled (401 once it is not) and acts with that key's role as it is now (a
+        worker's calls need an operator's); a session whose worker sent nothing for
+        SESSION_TTL_SECONDS has expired (401: bootstrap again)."""
         if not token:
             raise Unauthorized("no worker session: send X-Worker-Session (from POST /workers/bootstrap)")
         hashed = digest(token)
         cached = self._sessions.get(hashed)
         if cached is not None and cached[1] > time.monotonic():
-            return cached[0]
+            session = cached[0]
+        else:
+            session = await self._read_session(hashed)
+            if len(self._sessions) > 10_000:
+                self._sessions.clear()
+            self._sessions[hashed] = (session, time.monotonic() + SESSION_CACHE_SECONDS)
+        if session.key_id is None:
+            raise Unauthorized("the worker session was bootstrapped before sessions were bound to their key:"
+                               " bootstrap again")
+        try:
+            key = await self.apps.key_access(session.key_id)
+        except Unauthorized:
+            self._sessions.pop(hashed, None)
+            raise Unauthorized("the worker session ended: the API key it was bootstrapped with is disabled") from None
+        now = self.engine.clock.now()
+        seen = (now - datetime.fromisoformat(session.body["lastHeartbeat"])).total_seconds()
+        if seen > SESSION_TTL_SECONDS:
+            self._sessions.pop(hashed, None)
+            raise Unauthorized(f"the worker session expired: its worker sent nothing for {SESSION_TTL_SECONDS} s"
+                               " (bootstrap again)")
+        session.access = Access(key.application, key.application_id, key.role, session.body["workerName"], key.key_id,
+                                assistant=key.assistant)
+        session.access.require("operator")  # a worker pulls, leases and answers: what an operator does
+        if seen > HEARTBEAT_SECONDS:  # a sign of life between heartbeats keeps the session, at most one write an interval
+            session.body = {**session.body, "lastHeartbeat": iso(now)}
+            await self.items.update(WORKER, session.item_id, session.body, now)
+        return session
+
+    async def _read_session(self, hashed: str) -> Session:
         item = await self.items.find(SESSION, hashed)
         if item is None:
             raise Unauthorized("the worker session is unknown")
@@ -107,11 +148,7 @@ class Workers:
         if worker is None or worker.body.get("state") == "stopped":
             raise Unauthorized("the worker session ended (the worker shut down)")
         access = Access(item.application, worker.body["applicationId"], "operator", worker.body["workerName"])
-        session = Session(access, worker.key, worker.id, worker.body, hashed)
-        if len(self._sessions) > 10_000:
-            self._sessions.clear()
-        self._sessions[hashed] = (session, time.monotonic() + SESSION_CACHE_SECONDS)
-        return session
+        return Session(access, worker.key, worker.id, worker.body, hashed, item.body.get("keyId"))
 
     async def pull(self, session: Session, body: Any) -> dict[str, Any] | None:
         body = body if isinstance(body, dict) else {}
