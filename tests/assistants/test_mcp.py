@@ -34,7 +34,8 @@ APP = "tests.catalog.app:registry"
 TOOLS = {"list_workflow_namespaces", "list_workflow_types", "get_workflow_schema", "get_workflow_prerequisites",
          "get_workflow_definition", "get_workflow_dag", "start_workflow", "get_workflow_status", "watch_workflow",
          "get_workflow_history", "list_workflows", "retry_workflow", "resolve_workflow", "list_stuck_workflows",
-         "force_terminate_workflow", "validate_composition", "save_composition", "list_compositions"}
+         "force_terminate_workflow", "validate_composition", "save_composition", "list_compositions", "send_signal",
+         "cancel_workflow"}
 
 
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:

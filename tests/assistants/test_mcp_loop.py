@@ -77,7 +77,7 @@ async def test_the_discovery_sequence_over_streamable_http(served: Any) -> None:
     async with over_http(svc.url, keys["admin"]) as client:
         spaces = (await call(client, "list_workflow_namespaces"))["namespaces"]
         assert {"namespace": "aws.s3", "types": 6} in spaces
-        assert {"namespace": "ops", "types": 4} in spaces  # the catalog's test types and the expense review
+        assert {"namespace": "ops", "types": 5} in spaces  # the catalog's test types, the expense review, a message
         ops = (await call(client, "list_workflow_types", prefix="ops."))["types"]
         assert {t["name"] for t in ops} == {"ops.slow_touch", "ops.flaky", "ops.await_clerk", "ops.expense"}
         assert {t["namespace"] for t in ops} == {"ops"}

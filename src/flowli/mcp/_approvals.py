@@ -20,7 +20,8 @@ from flowli.patterns import review
 from flowli.pipelines import Applications, ServiceError
 
 APPROVAL = "flowli.mcp_approval"
-WRITES = ("start_workflow", "retry_workflow", "resolve_workflow", "force_terminate_workflow", "save_composition")
+WRITES = ("start_workflow", "retry_workflow", "resolve_workflow", "force_terminate_workflow", "save_composition",
+          "send_signal", "cancel_workflow")
 
 
 def summary(tool: str, arguments: dict[str, Any]) -> str:
@@ -32,8 +33,10 @@ def summary(tool: str, arguments: dict[str, Any]) -> str:
     extra = ""
     if tool == "resolve_workflow":
         extra = f" as {arguments.get('resolution')}"
-    elif tool == "force_terminate_workflow":
+    elif tool in ("force_terminate_workflow", "cancel_workflow"):
         extra = f": {arguments.get('reason')}"
+    elif tool == "send_signal":
+        extra = f" on channel {arguments.get('channel')!r}"
     return f"{tool} {target}{extra}"
 
 
@@ -51,6 +54,10 @@ async def carry_out(catalog: Catalog, tool: str, arguments: dict[str, Any], by: 
                                        a.get("expected_last_seq"), by=by)
     if tool == "save_composition":
         return await catalog.save_composition(a["definition"], by=by)
+    if tool == "send_signal":
+        return await catalog.signal(a["workflow_id"], a["channel"], a.get("payload"), by=by)
+    if tool == "cancel_workflow":
+        return await catalog.cancel(a["workflow_id"], a["reason"], by=by)
     raise CatalogError(f"{tool} is not a write that waits for approval")
 
 

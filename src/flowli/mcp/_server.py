@@ -229,6 +229,18 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
         return await write(ctx, "resolve_workflow", {"workflow_id": workflow_id, "resolution": resolution},
                            lambda by: catalog.resolve(workflow_id, resolution, by=by), OPERATE)
 
+    @server.tool(annotations=WRITE, description="Send a message (a JSON payload) to a run's channel: what its"
+                                                " ctx.receive(channel) waits for; the run resumes with it.")
+    async def send_signal(ctx: Context[Any, Any], workflow_id: str, channel: str, payload: Any = None) -> dict[str, Any]:
+        return await write(ctx, "send_signal", {"workflow_id": workflow_id, "channel": channel, "payload": payload},
+                           lambda by: catalog.signal(workflow_id, channel, payload, by=by), OPERATE)
+
+    @server.tool(annotations=CHANGES_A_RUN, description="Request a run's cancellation, recorded with reason: it"
+                                                        " stops at its next step and runs its cleanups.")
+    async def cancel_workflow(ctx: Context[Any, Any], workflow_id: str, reason: str) -> dict[str, Any]:
+        return await write(ctx, "cancel_workflow", {"workflow_id": workflow_id, "reason": reason},
+                           lambda by: catalog.cancel(workflow_id, reason, by=by), OPERATE)
+
     @server.tool(annotations=READ, description="Runs that stalled before a terminal state (no progress for"
                                                " older_than_seconds, not waiting on a future timer), with waiting_on.")
     async def list_stuck_workflows(ctx: Context[Any, Any],
