@@ -4,6 +4,7 @@ input, never a stack trace in a body."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -69,6 +70,17 @@ def _validation_sentence(exc: RequestValidationError, body: Any = None) -> str:
     if kind == "extra_forbidden":
         return f"{where} is not a known field"
     return f"{where}: {msg}"
+
+
+async def _gone(request: Request) -> None:
+    """Return once the client of ``request`` has gone (its connection closed): after the body,
+    the server's next message is the disconnect."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+        if not message.get("body") and not message.get("more_body"):
+            await asyncio.Event().wait()  # a server that answers at once here cannot tell: no watch
 
 
 class BodyLimit:
@@ -270,7 +282,7 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
 
     @app.post("/jobs/pull", responses={204: {"description": "no job within waitSeconds"}})
     async def pull(body: m.PullIn, request: Request, s: Session = Depends(session)) -> Any:
-        job = await workers.pull(s, await raw(request))
+        job = await workers.pull(s, await raw(request), gone=lambda: _gone(request))
         return Response(status_code=204) if job is None else job
 
     @app.post("/stages/{stage_id}/lease/acquire")
