@@ -4,6 +4,7 @@ input, never a stack trace in a body."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -75,6 +76,17 @@ def _validation_sentence(exc: RequestValidationError, body: Any = None) -> str:
     if kind == "extra_forbidden":
         return f"{where} is not a known field"
     return f"{where}: {msg}"
+
+
+async def _gone(request: Request) -> None:
+    """Return once the client of ``request`` has gone (its connection closed): after the body,
+    the server's next message is the disconnect."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+        if not message.get("body") and not message.get("more_body"):
+            await asyncio.Event().wait()  # a server that answers at once here cannot tell: no watch
 
 
 class WithMcp:
@@ -260,7 +272,7 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     @app.post("/jobs/pull", openapi_extra=takes(m.PullIn),
               responses={200: {"model": m.JobOut}, 204: {"description": "no job within waitSeconds"}})
     async def pull(request: Request, s: Session = Depends(session), _body: Any = json_body(m.PullIn)) -> Any:
-        job = await workers.pull(s, raw(request))
+        job = await workers.pull(s, raw(request), gone=lambda: _gone(request))
         return Response(status_code=204) if job is None else job
 
     @app.post("/stages/{stage_id}/lease/acquire", openapi_extra=takes(m.LeaseIn), responses={200: {"model": m.LeaseOut}})
