@@ -79,7 +79,7 @@ async def test_the_discovery_sequence_over_streamable_http(served: Any) -> None:
         assert {"namespace": "aws.s3", "types": 6} in spaces
         assert {"namespace": "ops", "types": 5} in spaces  # the catalog's test types, the expense review, a message
         ops = (await call(client, "list_workflow_types", prefix="ops."))["types"]
-        assert {t["name"] for t in ops} == {"ops.slow_touch", "ops.flaky", "ops.await_clerk", "ops.expense"}
+        assert {t["name"] for t in ops} == {"ops.slow_touch", "ops.flaky", "ops.await_clerk", "ops.expense", "ops.await_message"}
         assert {t["namespace"] for t in ops} == {"ops"}
         s3 = (await call(client, "list_workflow_types", prefix="aws.s3."))["types"]
         [create] = [t for t in s3 if t["name"] == "aws.s3.create_bucket"]
