@@ -137,7 +137,8 @@ async def test_caps_on_names_handlers_and_policy_numbers_are_refused_naming_the_
 async def test_catalog_seconds_must_be_finite_and_in_range(http, value):
     refusal(await http.get("/catalog/stuck", params={"older_than_seconds": value}), 400, "older_than_seconds")
     raw = b'{"reason": "r", "min_idle_seconds": ' + {"inf": b"Infinity", "nan": b"NaN"}.get(value, value.encode()) + b"}"
-    r = await http.post("/catalog/runs/flowli.pipeline:none/terminate", content=raw,
+    # a well-formed eid: a malformed one is 404 before its body is read
+    r = await http.post("/catalog/runs/0190f0f0-0000-7000-8000-000000000000/terminate", content=raw,
                         headers={"Content-Type": "application/json"})
     refusal(r, 400, "min_idle_seconds")
 

@@ -1,6 +1,7 @@
-"""Redaction (``redact`` and ``redact_items`` of ``flowli.pipelines``, ``redacted`` of
-``flowli.store.postgres``): a sensitive context item's value becomes ``***`` wherever it sits in a
-value, a database URL loses its password, and nothing else changes."""
+"""Redaction (``redact`` and ``redact_items`` of ``flowli.pipelines``, ``mask`` of ``flowli.domain``,
+``redacted`` of ``flowli.store.postgres``): a sensitive context item's value becomes ``***``
+wherever it sits in a value, and so does the value of every item of a key that was sensitive; a
+secret quoted in free text is masked; a database URL loses its password; nothing else changes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flowli.domain import mask
 from flowli.pipelines import redact, redact_items
+from flowli.pipelines._workflow import Pipeline  # private: the state a pipeline's view is built from
 from flowli.store.postgres import redacted
 
 pytestmark = pytest.mark.unit
@@ -56,6 +59,38 @@ def test_redact_items_hides_the_value_of_each_sensitive_item_and_copies_the_othe
     shown[1]["value"] = "changed"
     assert items[1]["value"] == "invoice-42" and items[0]["value"] == SECRET  # copies, not the items
     assert redact_items([]) == []
+
+
+def test_an_item_of_a_key_that_was_sensitive_is_redacted_though_it_does_not_say_so():
+    value = {"spec": {"context": [{"key": "accessToken", "value": SECRET, "isSensitive": True}]},
+             "result": {"context": [{"key": "accessToken", "value": "tok-2"}, {"key": "region", "value": "eu"}]}}
+    assert redact(value) == {
+        "spec": {"context": [{"key": "accessToken", "value": "***", "isSensitive": True}]},
+        "result": {"context": [{"key": "accessToken", "value": "***"}, {"key": "region", "value": "eu"}]}}
+    # the keys of a run that were sensitive elsewhere (another journal entry) are given
+    assert redact([{"key": "accessToken", "value": "tok-2"}, {"key": "region", "value": "eu"}], {"accessToken"}) == [
+        {"key": "accessToken", "value": "***"}, {"key": "region", "value": "eu"}]
+    items = [{"key": "accessToken", "value": "tok-2", "valueType": "string"}, {"key": "region", "value": "eu"}]
+    assert redact_items(items, {"accessToken"}) == [
+        {"key": "accessToken", "value": "***", "valueType": "string"}, {"key": "region", "value": "eu"}]
+
+
+def test_a_pipeline_keeps_a_key_sensitive_when_a_later_item_of_it_does_not_say_so():
+    # a journal written before the service marked such items: its view redacts them all the same
+    p = Pipeline({"pipelineId": 1, "stages": [], "context": [
+        {"key": "accessToken", "value": "***", "isSensitive": True}, {"key": "region", "value": "eu"}]})
+    p.merge_context([{"key": "accessToken", "value": SECRET}])
+    assert redact_items(list(p.context.values()), p.sensitive) == [
+        {"key": "accessToken", "value": "***"}, {"key": "region", "value": "eu"}]
+    p.merge_context([{"key": "accessToken", "isDeleted": True}])
+    p.merge_context([{"key": "accessToken", "value": SECRET}])  # deleted, then set again: still sensitive
+    assert redact_items(list(p.context.values()), p.sensitive)[-1] == {"key": "accessToken", "value": "***"}
+
+
+def test_a_secret_quoted_in_free_text_is_masked():
+    assert mask(f"the token {SECRET} was revoked", [SECRET, None, ""]) == "the token *** was revoked"
+    assert mask(f"{SECRET}-{SECRET}x", ["x", SECRET]) == "***-******"  # the longer secret first
+    assert mask("nothing to hide", [SECRET]) == "nothing to hide"
 
 
 @pytest.mark.parametrize(("url", "shown"), [

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from flowli.domain import ExecutionRecord, Principal, Status, StepFailed, UnknownWorkflowError
+from flowli.domain import ExecutionRecord, Principal, Status, StepFailed, UnknownWorkflowError, checked_eid
 from flowli.engine import Engine, Registry, problems
 
 from . import _rbac as rbac
@@ -222,7 +222,7 @@ class Catalog:
 
     async def _run(self, workflow_id: str, by: By, application: str | None) -> tuple[ExecutionRecord, list[Any]]:
         app = _scope(by, application)
-        record = await self.engine.status(workflow_id, application=app)
+        record = await self.engine.status(checked_eid(workflow_id), application=app)
         return record, await self.engine.journal(workflow_id, application=app)
 
     async def _answered(self, record: ExecutionRecord, journal: list[Any]) -> bool:
@@ -379,6 +379,7 @@ class Catalog:
                         application: str | None = None) -> dict[str, Any]:
         """Append a failed terminal state to a confirmed-stale run (its guards: idle for
         ``min_idle_seconds``, no live lease, the journal at ``expected_last_seq`` when given)."""
+        checked_eid(workflow_id)
         self.roles.require(by, rbac.OPERATE, f"terminate run {workflow_id}")
         if not isinstance(reason, str) or not reason.strip():
             raise CatalogError("reason must say why the run is terminated: it is recorded with the terminal state")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from flowli.domain import Entry, EntryKind, ExecutionRecord, Status
+from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, redact, sensitive_keys
 
 from ._dag import DAG, REMEDIATION, RESOLUTION, step_of_key
 
@@ -179,13 +179,14 @@ def view(record: ExecutionRecord, journal: list[Entry], answered: bool = False) 
     """``get_workflow_status``: the three-state view of a run."""
     state = state_of(record, journal, answered)
     out: dict[str, Any] = {"workflow_id": record.eid, "workflow_type": workflow_type(record), "status": state}
+    keys = run_sensitive_keys(record, journal)
     if state == COMPLETED:
-        out["output"] = record.result
+        out["output"] = redact(record.result, keys)
     if state == FAILED:
         out["reason"] = reason_of(record, journal)
     data = state_data(record, journal, answered)
     if data is not None:
-        out["state_data"] = data
+        out["state_data"] = redact(data, keys)
     steps = steps_of(record, journal)
     if steps is not None:
         out["steps"] = steps
@@ -202,9 +203,24 @@ _STATE_AFTER = {
 }
 
 
+def run_sensitive_keys(record: ExecutionRecord, journal: list[Entry]) -> set[str]:
+    """The keys of the context items marked sensitive anywhere in a run (its arguments, its
+    journal): its payloads show their values as ``"***"`` wherever they appear."""
+    return sensitive_keys([record.args, *(e.value for e in journal)])
+
+
 def history(record: ExecutionRecord, journal: list[Entry], include_state_data: bool, fn: Any | None) -> list[dict[str, Any]]:
     """``get_workflow_history``: every transition of the journal, oldest first, each with the
-    three-state state after it; payloads only with ``include_state_data``."""
+    three-state state after it; payloads only with ``include_state_data``, their sensitive values
+    redacted (a pipeline's context items, whatever entry they are in)."""
+    rows = _history(record, journal, include_state_data, fn)
+    if not include_state_data:
+        return rows
+    keys = run_sensitive_keys(record, journal)
+    return [redact(r, keys) for r in rows]
+
+
+def _history(record: ExecutionRecord, journal: list[Entry], include_state_data: bool, fn: Any | None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     state = PENDING
     steps: dict[str, Any] = {}

@@ -29,7 +29,7 @@ from rich.text import Text
 
 import flowli
 from flowli._connect import default_url
-from flowli.domain import FlowliError, Status, UnknownWorkflowError
+from flowli.domain import FlowliError, Status, UnknownWorkflowError, checked_eid
 from flowli.engine import Engine, Registry
 
 EXIT_REFUSED = 2
@@ -186,6 +186,9 @@ async def open_engine(s: Settings, registry: Registry | None = None, **tuning: A
 
 
 def require_database(s: Settings, eid: str) -> None:
+    """Before a command reads execution ``eid``: the database exists, and ``eid`` has an eid's
+    form (UnknownExecutionError, one line, for another)."""
+    checked_eid(eid)
     path = missing_database(s.url)
     if path is not None:
         raise CLIError(f"unknown execution {eid}: there is no database at {path} (pass --db URL or set FLOWLI_DB)")

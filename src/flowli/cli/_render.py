@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from flowli.domain import Entry, EntryKind, ExecutionRecord, FrameKind, Provenance, Status
+from flowli.domain import Entry, EntryKind, ExecutionRecord, FrameKind, Provenance, Status, redact
 from flowli.engine import ExecutionSummary
 
 STATUS_STYLE: dict[Status, str] = {
@@ -58,9 +58,9 @@ def stamp(at: datetime) -> str:
 
 
 def short(value: Any, width: int = 72) -> str:
-    """A value as one line of JSON, cut to ``width`` characters."""
+    """A value as one line of JSON, cut to ``width`` characters, its sensitive values ``***``."""
     try:
-        text = json.dumps(value, ensure_ascii=False, default=str)
+        text = json.dumps(redact(value), ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= width else text[: width - 1] + "…"

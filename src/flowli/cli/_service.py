@@ -42,6 +42,10 @@ def serve(
     no_worker: Annotated[bool, typer.Option("--no-worker", help="Serve the routes only: run no engine worker.")] = False,
     open_: Annotated[bool, typer.Option("--open", help="Local use: the dashboard needs no login from this machine "
                                         "(127.0.0.1 only; refused with another --host), and a browser opens it.")] = False,
+    allowed_hosts: Annotated[list[str] | None, typer.Option(
+        "--allowed-host", metavar="NAME",
+        help="A name (NAME or NAME:PORT) the service answers to besides the loopback names and --host (repeat):"
+             " a request whose Host header is another name is refused with 421.")] = None,
     app_: AppOption = None,
     db: DbOption = None,
 ) -> None:
@@ -49,11 +53,16 @@ def serve(
     engine's worker and sweeper, with the dashboard at ``/``. Prints ``listening on
     http://HOST:PORT`` once it accepts connections."""
     from flowli.dashboard import Dashboard
+    from flowli.http import AllowedHosts
     from flowli.http import serve as serve_http
 
     s = _settings(ctx, app_, db)
     if open_ and host not in ("127.0.0.1", "localhost", "::1"):
         raise typer.BadParameter(f"--open skips the dashboard's login, so it serves 127.0.0.1 only, not --host {host}")
+    try:
+        AllowedHosts(host, allowed_hosts or ())
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
     def announce(line: str) -> None:
         print(line, flush=True)
@@ -70,7 +79,7 @@ def serve(
         install(registry)
         async with open_engine(s, registry) as engine:
             await serve_http(engine, host, port, lease_ttl=lease_ttl, worker=not no_worker, announce=announce,
-                             wrap=lambda api: Dashboard(api, engine, local=open_))
+                             wrap=lambda api: Dashboard(api, engine, local=open_), allowed_hosts=allowed_hosts or ())
         return 0
 
     run(go(), fast_loop=True)

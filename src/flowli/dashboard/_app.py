@@ -21,6 +21,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowli.catalog import Catalog, PermissionDenied
+from flowli.domain import UnknownExecutionError
 from flowli.engine import Engine
 from flowli.http import from_this_machine
 from flowli.pipelines import (
@@ -34,7 +35,7 @@ from flowli.pipelines import (
     Workers,
 )
 
-from ._auth import LOGIN_CSRF_COOKIE, SESSION_COOKIE, SESSION_TTL, Sessions, User, same
+from ._auth import LOGIN_CSRF_COOKIE, SESSION_COOKIE, SESSION_TTL, Sessions, TooManyLogins, User, same
 
 HERE = Path(__file__).parent
 log = logging.getLogger("flowli.dashboard")
@@ -42,6 +43,14 @@ ONLY_OURS = ("/", "/login", "/logout", "/runs", "/inbox", "/stuck")
 OURS_PREFIX = ("/runs/", "/dashboard-static/", "/stuck/", "/inbox/")
 SHARED = ("/workers", "/schedules", "/catalog")
 SHARED_PREFIX = ("/pipelines/", "/schedules/")
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self';"
+       " font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+"""The dashboard's Content-Security-Policy: its own script and stylesheet files only (no inline
+script or style), nothing from another site, never in a frame."""
+SECURITY_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"same-origin"), (b"x-frame-options", b"DENY")]
+"""Sent with every answer of the dashboard. ``same-origin``: no page address leaves for another
+site, and a form keeps its Origin header (the Host and Origin check needs it)."""
 
 
 class Refused(Exception):
@@ -58,9 +67,12 @@ LOCAL_USER = "localhost"
 
 def refusal(exc: Exception, what: str) -> Refused:
     """A service's refusal of an action, as the page says it: a pipeline service's own status,
-    403 for a capability the user lacks, 409 for a run whose state does not allow it."""
+    403 for a capability the user lacks, 404 for a run that is not the user's (or none at all),
+    409 for a run whose state does not allow it."""
     if isinstance(exc, PermissionDenied):
         return Refused(403, str(exc))
+    if isinstance(exc, UnknownExecutionError):
+        return Refused(404, f"Cannot {what}: there is no such run in your applications.")
     if isinstance(exc, ServiceError):
         return Refused(exc.status, f"Cannot {what}: {exc}")
     if isinstance(exc, PipelineInputError):
@@ -116,10 +128,18 @@ class Dashboard:
         self.app = Starlette(routes=routes, exception_handlers={Refused: self._refused, Exception: self._crashed})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if ours(scope):
-            await self.app(scope, receive, send)
-        else:
+        if not ours(scope):
             await self.api(scope, receive, send)
+            return
+
+        async def secured(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                names = {name for name, _ in SECURITY_HEADERS}
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in names]
+                message = {**message, "headers": kept + SECURITY_HEADERS}
+            await send(message)
+
+        await self.app(scope, receive, secured)
 
     # ---- for the pages --------------------------------------------------------------------
 
@@ -186,19 +206,28 @@ class Dashboard:
     async def login_form(self, request: Request, error: str | None = None, status: int = 200) -> Response:
         token = secrets.token_urlsafe(24)
         response = self.page(request, "login.html", None, status, csrf=token, error=error)
-        response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, samesite="lax", max_age=3600)
+        response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, samesite="lax", max_age=3600,
+                            secure=request.url.scheme == "https")
         return response
 
     async def login(self, request: Request) -> Response:
         form = await request.form()
         if not same(form.get("csrf"), request.cookies.get(LOGIN_CSRF_COOKIE)):
             return await self.login_form(request, "The form expired: log in again.", 403)
-        token = await self.sessions.login(form.get("email"), form.get("password"))
+        try:
+            token = await self.sessions.login(form.get("email"), form.get("password"),
+                                              request.client.host if request.client else "")
+        except TooManyLogins as exc:
+            refused = await self.login_form(request, str(exc), 429)
+            refused.headers["Retry-After"] = str(exc.retry_after)
+            return refused
         if token is None:
             return await self.login_form(request, "Wrong email or password.", 401)
         response = RedirectResponse("/runs", status_code=303)
+        # Secure over HTTPS: the scheme of the request, or the one a proxy on this machine relays
+        # in X-Forwarded-Proto (uvicorn trusts FORWARDED_ALLOW_IPS, 127.0.0.1 and ::1 by default)
         response.set_cookie(SESSION_COOKIE, token, httponly=True, samesite="lax",
-                            max_age=int(SESSION_TTL.total_seconds()))
+                            max_age=int(SESSION_TTL.total_seconds()), secure=request.url.scheme == "https")
         response.delete_cookie(LOGIN_CSRF_COOKIE)
         return response
 

@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from flowli.catalog import CatalogError
-from flowli.domain import FlowliError
+from flowli.domain import FlowliError, checked_eid
 from flowli.patterns import answer_review, inbox
 from flowli.pipelines import WORKFLOW, Access
 
@@ -79,7 +79,7 @@ def routes(d: Dashboard) -> list[Route]:
             if form.get("stage"):
                 await d.pipelines.decide(access, form.get("stage"), approved, reason)
             else:
-                await answer_review(d.engine, str(form.get("eid") or ""), approved, by=access.principal,
+                await answer_review(d.engine, checked_eid(form.get("eid")), approved, by=access.principal,
                                     reason=reason, application=application)
         except FlowliError as exc:
             raise refusal(exc, "decide") from None

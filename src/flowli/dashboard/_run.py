@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from flowli.catalog import DAG, steps_of
 from flowli.catalog import remediation as remediation_of
-from flowli.domain import EntryKind, ExecutionRecord, FlowliError, Status, UnknownExecutionError
+from flowli.domain import EntryKind, ExecutionRecord, FlowliError, Status, UnknownExecutionError, is_eid
 from flowli.pipelines import WORKFLOW, Access, ServiceError
 from flowli.pipelines import redact as redact_value
 
@@ -79,13 +79,14 @@ def routes(d: Dashboard) -> list[Route]:
 
 
 async def find(d: Dashboard, user: User, eid: str) -> tuple[str, ExecutionRecord]:
-    """The run ``eid`` of one of the user's applications (another application's is unknown)."""
-    for application in user.applications:
+    """The run ``eid`` of one of the user's applications (another application's is unknown, as is
+    an id without an eid's form, which reaches no store)."""
+    for application in user.applications if is_eid(eid) else ():
         try:
             return application, await d.engine.status(eid, application=application)
         except UnknownExecutionError:
             continue
-    raise Refused(404, f"There is no run {eid} in your applications.")
+    raise Refused(404, f"There is no run {eid[:80]} in your applications.")
 
 
 async def _eid_of(d: Dashboard, access: Access, pid: int) -> str:

@@ -23,7 +23,9 @@ from ._errors import UnknownExecutionError as UnknownExecutionError
 from ._errors import UnknownTaskError as UnknownTaskError
 from ._errors import UnknownWorkflowError as UnknownWorkflowError
 from ._errors import WorkflowArgumentsError as WorkflowArgumentsError
+from ._ids import checked_eid as checked_eid
 from ._ids import child_eid as child_eid
+from ._ids import is_eid as is_eid
 from ._ids import keyed_eid as keyed_eid
 from ._ids import new_eid as new_eid
 from ._ids import task_id as task_id
@@ -43,6 +45,11 @@ from ._records import ExecutionRecord as ExecutionRecord
 from ._records import Message as Message
 from ._records import Task as Task
 from ._records import Timer as Timer
+from ._redact import REDACTED as REDACTED
+from ._redact import is_sensitive as is_sensitive
+from ._redact import mask as mask
+from ._redact import redact as redact
+from ._redact import sensitive_keys as sensitive_keys
 from ._retry import NO_RETRY as NO_RETRY
 from ._retry import RetryPolicy as RetryPolicy
 from ._status import ENTRY_STATUS as ENTRY_STATUS
@@ -84,6 +91,7 @@ __all__ = [
     "Prerequisite",
     "Principal",
     "Provenance",
+    "REDACTED",
     "RegistrationError",
     "RetryPolicy",
     "Site",
@@ -102,12 +110,18 @@ __all__ = [
     "actor_for",
     "canonical",
     "check_json",
+    "checked_eid",
     "child_eid",
     "digest",
     "dumps",
+    "is_eid",
+    "is_sensitive",
     "keyed_eid",
+    "mask",
     "new_eid",
     "principal_for",
+    "redact",
+    "sensitive_keys",
     "task_id",
     "type_metadata",
 ]

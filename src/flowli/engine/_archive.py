@@ -50,22 +50,31 @@ def message_json(m: Message) -> dict[str, Any]:
 
 
 class Archive:
-    """Archive objects in the bucket: ``{bucket}/archive/{eid}.json``."""
+    """Archive objects in the bucket: ``{bucket}/archive/{eid}.json``. An eid that would name a
+    file elsewhere (a separator, ``..``, a NUL, a hidden name) has no archive: ``read`` finds
+    nothing and ``write`` refuses it, whatever the caller checked before (an eid is 36 characters:
+    one past 200 is refused too, before the file system says its name is too long)."""
 
     def __init__(self, root: Path):
         self.root = root / "archive"
 
     def path(self, eid: str) -> Path:
-        return self.root / f"{eid}.json"
+        """The archive object of ``eid``; ValueError for an eid that names no file of the folder."""
+        one_name = 0 < len(eid) <= 200 and not eid.startswith(".") and not any(c in eid for c in ("\0", "/", "\\", os.sep))
+        path = self.root / f"{eid}.json"
+        if not one_name or path.parent != self.root:
+            raise ValueError(f"no archive object can be named by eid {eid!r}")
+        return path
 
     def write(self, eid: str, obj: dict[str, Any]) -> None:
+        target = self.path(eid)
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".{eid}.{uuid.uuid4().hex}.json.tmp"  # two archivers of one run never share it
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(obj, f, ensure_ascii=False, separators=(",", ":"))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.path(eid))
+        os.replace(tmp, target)
         fd = os.open(self.root, os.O_RDONLY)
         try:
             os.fsync(fd)  # the rename itself survives a power cut
@@ -73,8 +82,13 @@ class Archive:
             os.close(fd)
 
     def read(self, eid: str) -> dict[str, Any] | None:
+        """The archive object of ``eid``, or None (none, or an eid that names no file of the folder)."""
         try:
-            with open(self.path(eid), encoding="utf-8") as f:
+            path = self.path(eid)
+        except ValueError:
+            return None
+        try:
+            with open(path, encoding="utf-8") as f:
                 return json.load(f)  # type: ignore[no-any-return]
         except FileNotFoundError:
             return None

@@ -5,12 +5,14 @@ input, never a stack trace in a body."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from mcp.server.transport_security import TransportSecuritySettings
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -38,6 +40,8 @@ from flowli.pipelines import (
 from . import _models as m
 from ._body import BODIES, MAX_BODY, BodyLimit, BodyRefused, json_body, raw, takes
 from ._catalog_routes import add_catalog_routes
+from ._docs import add_docs
+from ._hosts import AllowedHosts, HostGuard
 from ._schedule_routes import add_schedule_routes
 
 log = logging.getLogger("flowli.http")
@@ -95,8 +99,19 @@ def from_this_machine(request: Any) -> bool:
     return host in ("127.0.0.1", "::1") and not relayed
 
 
-def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.1") -> FastAPI:
-    app = FastAPI(title="flowli", version="1", summary="Pipelines over HTTP: application workers in any language")
+def guarded(app: Any, hosts: AllowedHosts) -> HostGuard:
+    """``app`` behind what every request passes first: the check of its Host and Origin
+    (``HostGuard``), then the body limit."""
+    return HostGuard(BodyLimit(app), hosts, service=app)
+
+
+def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.1",
+               allowed_hosts: Iterable[str] = ()) -> FastAPI:
+    """The service: its routes and ``/mcp``, answering requests whose Host is a loopback name,
+    ``host`` (unless a wildcard) or one of ``allowed_hosts`` (see ``flowli.http._hosts``)."""
+    app = FastAPI(title="flowli", version="1", summary="Pipelines over HTTP: application workers in any language",
+                  docs_url=None, redoc_url=None)
+    add_docs(app)  # /docs and /redoc, their files from the package, never from a CDN
     pipelines = Pipelines(engine)
     workers = Workers(engine, pipelines, lease_ttl)
     apps = Applications(engine)
@@ -308,9 +323,13 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
 
     app.openapi = openapi  # type: ignore[method-assign]
     server = build_mcp(engine, from_headers(engine))
-    mcp_app = server.streamable_http_app(streamable_http_path="/mcp", host=host)
+    # the Host and Origin of /mcp are checked with every other route's (HostGuard), not by the SDK
+    mcp_app = server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=NO_SDK_CHECK)
     app.state.mcp = server  # flowli serve runs its session manager
-    return BodyLimit(WithMcp(app, mcp_app))  # type: ignore[return-value]
+    return guarded(WithMcp(app, mcp_app), AllowedHosts(host, allowed_hosts))  # type: ignore[return-value]
+
+
+NO_SDK_CHECK = TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 _ERRORS = {

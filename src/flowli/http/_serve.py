@@ -8,29 +8,31 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Iterable
 from typing import Any, Callable
 
 import uvicorn
 
 from flowli.engine import Engine
 
-from ._app import BodyLimit, create_app
+from ._app import create_app, guarded
 
 
 async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, lease_ttl: float = 30.0,
                 worker: bool = True, concurrency: int = 256, announce: Any = None,
-                wrap: Callable[[Any], Any] | None = None) -> None:
+                wrap: Callable[[Any], Any] | None = None, allowed_hosts: Iterable[str] = ()) -> None:
     """Serve the HTTP service; ``wrap`` puts an ASGI app in front of its routes (the dashboard),
-    under the same body limit."""
-    app = create_app(engine, lease_ttl=lease_ttl, host=host)
+    behind the same checks of the Host and Origin (the loopback names, ``host`` unless a wildcard,
+    ``allowed_hosts``) and the same body limit."""
+    front: Any = create_app(engine, lease_ttl=lease_ttl, host=host, allowed_hosts=allowed_hosts)
     logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's session start and stop lines
-    served = BodyLimit(wrap(app.app)) if wrap is not None else app  # type: ignore[attr-defined]
+    served = guarded(wrap(front.service), front.hosts) if wrap is not None else front
     config = uvicorn.Config(served, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[attr-defined,method-assign]
     loop = asyncio.get_running_loop()
-    state = app.app.state  # type: ignore[attr-defined]
+    state = front.state
     workers = state.workers
 
     def stop() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from flowli.catalog import Catalog, CatalogError, catalog_of
-from flowli.domain import NO_RETRY, Principal, Status
+from flowli.domain import NO_RETRY, Principal, Status, checked_eid
 from flowli.engine import Context, Engine, Registry
 from flowli.patterns import review
 
@@ -102,7 +102,7 @@ async def ask(engine: Engine, tool: str, arguments: dict[str, Any], principal: P
 
 async def status(engine: Engine, approval_id: str, principal: Principal) -> dict[str, Any]:
     """Where an approval stands: pending, approved (with the write's result), rejected, failed."""
-    record = await engine.status(approval_id, application=principal.application)
+    record = await engine.status(checked_eid(approval_id), application=principal.application)
     if record.workflow != APPROVAL:
         raise CatalogError(f"no approval {approval_id!r}")
     out: dict[str, Any] = {"approval_id": approval_id, "tool": record.args[0], "summary": record.args[3]}

@@ -19,7 +19,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from flowli.catalog import MAX_IDLE_SECONDS, Catalog, CatalogError
-from flowli.domain import FlowliError, Principal
+from flowli.domain import FlowliError, Principal, checked_eid
 from flowli.engine import Engine
 from flowli.pipelines import Applications, ServiceError, key_of
 
@@ -290,7 +290,7 @@ async def _watch(engine: Engine, catalog: Catalog, ctx: Context[Any, Any], by: P
     each transition as progress; on timeout, the current state with ``"timed_out": true``."""
     # the journal first, then the state: an end between the two is in the state, and one after
     # both is an entry past ``after``, which the watch sees
-    journal = await engine.journal(workflow_id, application=by.application)
+    journal = await engine.journal(checked_eid(workflow_id), application=by.application)
     after = journal[-1].seq if journal else 0
     status = await catalog.status(workflow_id, by=by)
     if status["status"] in ENDS:

@@ -8,6 +8,7 @@ import builtins
 from datetime import datetime
 from typing import Any
 
+from flowli.domain import redact
 from flowli.engine import SCHEDULE, Engine, ScheduleError, firing_key
 
 from ._access import Access, owned
@@ -43,7 +44,8 @@ class Schedules:
     def _json(self, item: Any) -> dict[str, Any]:
         b = item.body
         return {"id": item.id, "name": b["name"], **b["trigger"], "state": b["state"], "nextFireAt": b["nextFireAt"],
-                "lastFireAt": b["lastFireAt"], "firings": b.get("firings", 0), "pipeline": b["target"].get("pipeline")}
+                "lastFireAt": b["lastFireAt"], "firings": b.get("firings", 0),
+                "pipeline": redact(b["target"].get("pipeline"))}  # its sensitive context values, as a pipeline's
 
     async def create(self, access: Access, body: Any) -> dict[str, Any]:
         access.require("operator")

@@ -12,11 +12,14 @@ import uuid
 from typing import Any
 
 from flowli.domain import (
+    REDACTED,
     ExecutionStateError,
     ExecutionTerminalError,
     Status,
     UnknownExecutionError,
     keyed_eid,
+    mask,
+    redact,
 )
 from flowli.engine import Engine
 
@@ -24,7 +27,7 @@ from . import _retry
 from ._access import Access, item_id, owned
 from ._errors import Conflict, NotFound, PipelineInputError
 from ._spec import declaration, intent_digest, labels, short, stage_list
-from ._view import REDACTED, build, declared, iso
+from ._view import build, declared, iso
 from ._workflow import CHANNEL, REOPEN, WORKFLOW, Pipeline, install
 
 PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
@@ -55,9 +58,9 @@ class Pipelines:
         if not isinstance(body, dict):
             raise PipelineInputError("the body must be a JSON object")
         key = body.get("idempotencyKey")
-        if idempotent and (not isinstance(key, str) or not key.strip()):
-            raise PipelineInputError("idempotencyKey is required (a nonempty string)")
         if idempotent:
+            if not isinstance(key, str) or not key.strip():
+                raise PipelineInputError("idempotencyKey is required (a nonempty string)")
             short(key, "idempotencyKey")
         decl = declaration(body)
         digest = intent_digest(decl)
@@ -77,7 +80,7 @@ class Pipelines:
         # the pipeline's id and its stages' ids in one write
         pipeline_item, stages = await self._number(access, eid, decl["stages"], decl["name"], decl["keywords"],
                                                    {"name": decl["name"], "idempotencyKey": key})
-        context = await self._keep_secrets(access, eid, decl["context"])
+        context = await self._keep_secrets(access, eid, decl["context"], new=created)
         spec = {"pipelineId": pipeline_item.id, "name": decl["name"], "idempotencyKey": key, "traceId": decl["traceId"],
                 "application": access.application, "stages": stages, "keywords": decl["keywords"], "context": context}
         await self.engine.start(WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines",
@@ -107,18 +110,32 @@ class Pipelines:
                          keywords: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
         return (await self._number(access, eid, stages, name, keywords))[1]
 
-    async def _keep_secrets(self, access: Access, eid: str, items: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
-        """Sensitive values go to store items (workers read them there); the journal gets "***"."""
+    async def _keep_secrets(self, access: Access, eid: str, items: builtins.list[dict[str, Any]], *,
+                            new: bool = False) -> builtins.list[dict[str, Any]]:
+        """Context items as the journal gets them. Sensitive values go to store items (workers read
+        them there) and the journal gets "***". Redaction follows the key: an item of a key that
+        was ever sensitive in the pipeline (it has a store item) is sensitive, whether or not it
+        says so. A deletion marker carries no value. ``new``: the pipeline has no items yet."""
+        known = set() if new else await self.sensitive_keys(access, eid)
+        known |= {i["key"] for i in items if i.get("isSensitive")}  # an item before its flagged twin too
         out = []
         for i in items:
-            if i.get("isSensitive") and not i.get("isDeleted"):
+            deleted = bool(i.get("isDeleted"))
+            if i["key"] in known:
+                value = None if deleted else i.get("value")
                 stored, created = await self.items.put(SECRET, access.application, f"{eid}/{i['key']}",
-                                                       {"value": i.get("value")}, self.engine.clock.now())
+                                                       {"value": value}, self.engine.clock.now())
                 if not created:
-                    await self.items.update(SECRET, stored.id, {"value": i.get("value")}, self.engine.clock.now())
-                i = {**i, "value": REDACTED}
+                    await self.items.update(SECRET, stored.id, {"value": value}, self.engine.clock.now())
+                i = {**i, "isSensitive": True, "value": None if deleted else REDACTED}
+            elif deleted:
+                i = {**i, "value": None}
             out.append(i)
         return out
+
+    async def sensitive_keys(self, access: Access, eid: str) -> set[str]:
+        """The context keys of a pipeline that were ever sensitive (each has a store item)."""
+        return {i.key.removeprefix(f"{eid}/") for i in await self.items.list(SECRET, access.application, prefix=f"{eid}/")}
 
     async def policies_of(self, application: str) -> builtins.list[tuple[int, dict[str, Any]]]:
         return [(i.id, i.body) for i in await self.items.list(POLICY, application)]
@@ -216,14 +233,15 @@ class Pipelines:
     async def history(self, access: Access, pid: Any) -> builtins.list[dict[str, Any]]:
         item = await self._item(access, pid)
         journal = await self.engine.journal(item.key, application=access.application)
+        keys = await self.sensitive_keys(access, item.key)
         out = []
         for e in journal:
             out.append({"seq": e.seq, "kind": e.kind.value, "frame": e.fid, "attempt": e.attempt,
                         "at": e.at.isoformat(), "actor": str(e.provenance.actor),
-                        "value": redact(e.value), "error": redact(e.error)})
+                        "value": redact(e.value, keys), "error": redact(e.error, keys)})
         for r in await self.items.list(REFUSED, access.application, prefix=f"{item.key}/"):
             out.append({"seq": None, "kind": "result.refused", "frame": None, "attempt": r.body.get("attempt"),
-                        "at": r.at.isoformat(), "actor": r.body.get("actor"), "value": redact(r.body), "error": None})
+                        "at": r.at.isoformat(), "actor": r.body.get("actor"), "value": redact(r.body, keys), "error": None})
         out.sort(key=lambda x: x["at"])
         return out
 
@@ -238,7 +256,10 @@ class Pipelines:
             raise NotFound(f"no pipeline of execution {eid}") from None
 
     async def _live(self, access: Access, pid: Any, what: str) -> tuple[Any, Any, Pipeline]:
+        """A pipeline an operator acts on: another application's is unknown (404) to any role,
+        then the role is checked (403), then its state (409)."""
         item = await self._item(access, pid)
+        access.require("operator")
         record, p = await self.state(access, item.key)
         status = build(record, p, [], [], access.application_id, self.engine.clock.now())["status"]
         if status in TERMINAL:
@@ -246,7 +267,6 @@ class Pipelines:
         return item, record, p
 
     async def append(self, access: Access, pid: Any, body: Any) -> builtins.list[dict[str, Any]]:
-        access.require("operator")
         stages = body.get("stages") if isinstance(body, dict) else None
         item, _, p = await self._live(access, pid, "append stages to")
         specs = stage_list(stages, p.declared())
@@ -256,19 +276,16 @@ class Pipelines:
         return [stage_json(g["id"], item.id, g, "NotStarted", now) for g in given]
 
     async def pause(self, access: Access, pid: Any) -> dict[str, Any]:
-        access.require("operator")
         item, _, _ = await self._live(access, pid, "pause")
         await self._signal(access, item.key, {"op": "pause"}, f"pause pipeline {item.id}")
         return await self._view(access, item.id, item.key)
 
     async def resume(self, access: Access, pid: Any) -> dict[str, Any]:
-        access.require("operator")
         item, _, _ = await self._live(access, pid, "resume")
         await self._signal(access, item.key, {"op": "resume"}, f"resume pipeline {item.id}")
         return await self._view(access, item.id, item.key)
 
     async def cancel(self, access: Access, pid: Any) -> dict[str, Any]:
-        access.require("operator")
         item, _, _ = await self._live(access, pid, "cancel")
         try:
             await self.engine.cancel(item.key, by=access.principal, application=access.application)
@@ -306,8 +323,7 @@ class Pipelines:
         self._stages[item.id] = item
 
     async def skip(self, access: Access, stage_id: Any) -> dict[str, Any]:
-        access.require("operator")
-        stage, pitem = await self.stage(access, stage_id)
+        stage, pitem = await self.stage(access, stage_id)  # another application's: 404, whatever the role
         _, _, p = await self._live(access, pitem.id, f"skip stage {stage.id} of")
         if p.stages[stage.body["name"]].status in ("Completed", "Skipped"):
             raise Conflict(f"stage {stage.id} ({stage.body['name']}) is {p.stages[stage.body['name']].status} already")
@@ -315,8 +331,8 @@ class Pipelines:
         return await self._view(access, pitem.id, pitem.key)
 
     async def rerun(self, access: Access, stage_id: Any, rerun_next: bool) -> dict[str, Any]:
+        stage, pitem = await self.stage(access, stage_id)  # another application's: 404, whatever the role
         access.require("operator")
-        stage, pitem = await self.stage(access, stage_id)
         record, p = await self.state(access, pitem.key)
         status = build(record, p, [], [], access.application_id, self.engine.clock.now())["status"]
         message = {"op": "rerun", "stage": stage.body["name"], "next": bool(rerun_next)}
@@ -348,6 +364,9 @@ class Pipelines:
         if not approved and not (reason or "").strip():
             raise PipelineInputError("rejectionReason is required when approved is false")
         stage, pitem = await self.stage(access, stage_id)
+        if not approved:  # free text: a sensitive value of the pipeline in it is never journaled
+            secrets = await self.items.list(SECRET, access.application, prefix=f"{pitem.key}/")
+            reason = mask(reason or "", [i.body.get("value") for i in secrets])
         decision = {"approved": approved, "rejectionReason": None if approved else reason}
         record, p = await self.state(access, pitem.key)
         s = p.stages[stage.body["name"]]
@@ -376,18 +395,6 @@ def stage_json(sid: int, pid: int, g: dict[str, Any], status: str, created: str 
             "input": g.get("input"), "output": None, "attempt": 0, "executionId": None, "errorCode": None,
             "errorMessage": None, "options": g.get("options") or {}, "dependsOn": g["dependsOn"],
             "createdAt": created, "startedAt": None, "finishedAt": None}
-
-
-def redact(value: Any) -> Any:
-    """A journal value with every sensitive context item's value "***" (they are stored so already;
-    this is the second fence, for values a worker sent marked sensitive)."""
-    if isinstance(value, dict):
-        if value.get("isSensitive") and "value" in value:
-            return {**value, "value": REDACTED}
-        return {k: redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
 
 
 __all__ = ["Pipelines", "labels", "redact"]

@@ -3,15 +3,16 @@ its journal entries, and the leases of its open attempts. Sensitive values are `
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any
 
-from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, Task
+from flowli.domain import REDACTED as REDACTED  # the one mark of a hidden value (the worker protocol's too)
+from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, Task, is_sensitive
 
 from ._workflow import Pipeline
 
-REDACTED = "***"
 _EXECUTION_STATUS = {Status.COMPLETED: "Completed", Status.FAILED: "Failed", Status.CANCELLED: "Cancelled"}
 
 
@@ -21,8 +22,10 @@ def iso(at: datetime | None) -> str | None:
     return at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def redact_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**i, "value": REDACTED} if i.get("isSensitive") else dict(i) for i in items]
+def redact_items(items: list[dict[str, Any]], keys: Collection[str] = ()) -> list[dict[str, Any]]:
+    """Copies of context items, the value of each sensitive one ``"***"`` (marked so, or of a key in
+    ``keys``: the pipeline's keys that were ever sensitive)."""
+    return [{**i, "value": REDACTED} if is_sensitive(i, keys) else dict(i) for i in items]
 
 
 def pipeline_status(record: ExecutionRecord, p: Pipeline | None) -> str:
@@ -80,7 +83,7 @@ def build(record: ExecutionRecord, p: Pipeline, journal: list[Entry], tasks: lis
             "idempotencyKey": p.spec.get("idempotencyKey"), "traceId": p.spec.get("traceId"),
             "createdAt": iso(record.created_at), "finishedAt": finished, "stages": stages,
             "pipelineKeywords": [dict(k) for k in p.spec.get("keywords") or []],
-            "pipelineContextItems": redact_items(list(p.context.values()))}
+            "pipelineContextItems": redact_items(list(p.context.values()), p.sensitive)}
 
 
 def spec_attempt(task: Task) -> int:

@@ -69,7 +69,11 @@ class Pipeline:
         self.order: list[str] = []
         for s in spec["stages"]:
             self.add(s)
-        self.context: dict[str, dict[str, Any]] = {c["key"]: c for c in spec.get("context") or [] if not c.get("isDeleted")}
+        declared = spec.get("context") or []
+        self.context: dict[str, dict[str, Any]] = {c["key"]: c for c in declared if not c.get("isDeleted")}
+        self.sensitive: set[str] = {c["key"] for c in declared if c.get("isSensitive")}
+        """The context keys that were ever sensitive: a view redacts their values, whatever a later
+        item says (the service marks such an item sensitive before it is journaled, too)."""
         self.paused = False
         self.outcome: str | None = None
         self.refused: list[dict[str, Any]] = []
@@ -103,6 +107,8 @@ class Pipeline:
 
     def merge_context(self, items: list[dict[str, Any]]) -> None:
         for item in items or []:
+            if item.get("isSensitive"):
+                self.sensitive.add(item["key"])
             if item.get("isDeleted"):
                 self.context.pop(item["key"], None)
             else:
