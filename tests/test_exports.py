@@ -57,11 +57,11 @@ PINNED = {
         "scheduled_pipeline", "stage_list"
     ],
     flowli.catalog: [
-        "AUDIT", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError", "CompositionConflict",
-        "CompositionInvalid", "DAG", "InputsInvalid", "MAX_IDLE_SECONDS", "PermissionDenied",
-        "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles", "RunStateError",
-        "SAVE", "StepInputInvalid", "UnknownType", "catalog_of", "compile_definition", "content_hash",
-        "install", "install_rbac", "remediation", "steps_of", "validate"
+        "AUDIT", "ApprovalNeeded", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError",
+        "CompositionConflict", "CompositionInvalid", "DAG", "InputsInvalid", "MAX_IDLE_SECONDS",
+        "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
+        "RunStateError", "SAVE", "StepInputInvalid", "UnknownType", "catalog_of", "compile_definition",
+        "content_hash", "install", "install_rbac", "remediation", "require_approval", "steps_of", "validate"
     ],
     flowli.dashboard: ["Dashboard", "MAX_NODES", "Node", "TooLarge", "layered", "layout", "svg"],
     flowli.http: ["AllowedHosts", "MAX_BODY", "create_app", "from_this_machine", "serve"],

@@ -17,3 +17,8 @@ registry = app()
 async def expense(ctx: Context, claim: dict[str, Any]) -> dict[str, Any]:
     decision = await review(ctx, f"expense {claim['id']}", claim)
     return {"paid": bool(decision["approved"]), "by": decision["by"], "reason": decision.get("reason")}
+
+
+@registry.workflow("ops.await_message", description="Waits for a message on its channel 'go' and returns it.")
+async def await_message(ctx: Context, note: str) -> dict[str, Any]:
+    return {"note": note, "message": await ctx.receive("go")}

@@ -14,6 +14,7 @@ from ._compose import validate as validate
 from ._dag import DAG as DAG
 from ._dag import SAVE as SAVE
 from ._dag import install as install
+from ._errors import ApprovalNeeded as ApprovalNeeded
 from ._errors import CatalogError as CatalogError
 from ._errors import CompositionConflict as CompositionConflict
 from ._errors import CompositionInvalid as CompositionInvalid
@@ -27,11 +28,13 @@ from ._errors import UnknownType as UnknownType
 from ._rbac import ROLES as ROLES
 from ._rbac import Roles as Roles
 from ._rbac import install as install_rbac
+from ._rbac import require_approval as require_approval
 from ._runs import remediation as remediation
 from ._runs import steps_of as steps_of
 
 __all__ = [
     "AUDIT",
+    "ApprovalNeeded",
     "COMPILED_FORMAT_VERSION",
     "Catalog",
     "CatalogError",
@@ -57,5 +60,6 @@ __all__ = [
     "content_hash",
     "install",
     "install_rbac",
+    "require_approval",
     "validate",
 ]

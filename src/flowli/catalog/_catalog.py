@@ -338,6 +338,32 @@ class Catalog:
                                  application=application)
         return {"workflow_id": workflow_id, "status": runs.PENDING, "resolution": resolution, "step": parked["step"]}
 
+    async def signal(self, workflow_id: str, channel: str, payload: Any = None, *, by: By = None,
+                     application: str | None = None) -> dict[str, Any]:
+        """Send one message to a run's ``channel`` (what its ``ctx.receive(channel)`` waits for)
+        and resume it, as ``engine.signal``. The engine's own runs (a pipeline, an approval) move
+        on through their own operations only."""
+        self.roles.require(by, rbac.OPERATE, f"send a signal to run {workflow_id}")
+        if not isinstance(channel, str) or not channel.strip():
+            raise CatalogError("channel must name the run's channel (a nonempty string)")
+        record = await self.engine.status(checked_eid(workflow_id), application=_scope(by, application))
+        _own_operations(record, "send a signal to")
+        seq = await self.engine.signal(workflow_id, channel, payload, by=by, application=application)
+        return {"workflow_id": workflow_id, "channel": channel, "seq": seq}
+
+    async def cancel(self, workflow_id: str, reason: str, *, by: By = None,
+                     application: str | None = None) -> dict[str, Any]:
+        """Request a run's cancellation (recorded with ``reason``): the run stops at its next step
+        and runs its cleanups; a run that finished already is refused."""
+        self.roles.require(by, rbac.OPERATE, f"cancel run {workflow_id}")
+        if not isinstance(reason, str) or not reason.strip():
+            raise CatalogError("reason must say why the run is cancelled: it is recorded with the request")
+        record = await self.engine.status(checked_eid(workflow_id), application=_scope(by, application))
+        if record.workflow != DAG:
+            _own_operations(record, "cancel")
+        await self.engine.cancel(workflow_id, by=by, application=application, reason=reason)
+        return {"workflow_id": workflow_id, "status": runs.PENDING, "cancel_requested": True}
+
     async def stuck(self, older_than_seconds: float = 3600, *, by: By = None,
                     application: str | None = None) -> builtins.list[dict[str, Any]]:
         """Runs not terminal, with no journal progress for ``older_than_seconds``, that do not wait
@@ -482,3 +508,11 @@ def _install_audit(registry: Registry) -> None:
 
     registry.add(audit_workflow_run_query, AUDIT, kind="data", featured=True, scope="organization",
                  description="List what ran: runs of every type, saved compositions included, newest first.")
+
+
+def _own_operations(record: ExecutionRecord, what: str) -> None:
+    """Refuses ``what`` on a run of one of the engine's own workflows (``flowli.*``): a pipeline
+    or an approval moves on through its own operations, which keep its records."""
+    if record.workflow.startswith("flowli."):
+        raise RunStateError(f"cannot {what} run {record.eid}: it is a {record.workflow} run, moved on by its own"
+                            " operations (a pipeline's routes, an approval's answer)")

@@ -62,6 +62,20 @@ class PermissionDenied(CatalogError):
         super().__init__(f"{principal} may not {action}: it lacks the capability {capability!r}")
 
 
+class ApprovalNeeded(PermissionDenied):
+    """An assistant's write that no person approved: over MCP its write tools open an approval
+    (``approval_required``); elsewhere (``/catalog``, ``/pipelines``) it is refused."""
+
+    code = "APPROVAL_REQUIRED"
+
+    def __init__(self, principal: str, capability: str, action: str):
+        self.principal = principal
+        self.capability = capability
+        CatalogError.__init__(self, f"{principal} may not {action} without a person's approval: it is an"
+                                    " assistant's key, whose writes take effect only once a person approves them"
+                                    " (ask through the MCP server at /mcp, whose write tools open an approval)")
+
+
 class CompositionConflict(CatalogError):
     """A changed definition saved under a version that holds another one."""
 

@@ -15,7 +15,7 @@ from flowli.domain import Principal
 from flowli.engine import CallNext, Engine, Registry, Transition
 
 from ._dag import DAG
-from ._errors import PermissionDenied
+from ._errors import ApprovalNeeded, PermissionDenied
 
 READ, START, OPERATE, WRITE = "runs:read", "runs:start", "runs:operate", "catalog:write"
 ROLES: dict[str, frozenset[str]] = {
@@ -59,16 +59,36 @@ class Roles:
         return "*" in caps or capability in caps
 
     def require_all(self, principal: Any, needed: Iterable[tuple[str, str]]) -> None:
-        for capability, action in needed:
-            self.require(principal, capability, action)
-
-    def require(self, principal: Any, capability: str, action: str) -> None:
-        """Refuse (PermissionDenied, naming the capability) a principal with roles that lack it."""
+        """Refuse a principal with roles that lacks one of the capabilities (PermissionDenied,
+        naming it), then an assistant's write that no person approved (ApprovalNeeded): every
+        capability is checked before the approval, so a refusal that an approval could not lift
+        comes first."""
+        needed = list(needed)
         if not isinstance(principal, Principal) or not principal.roles:
             return
-        if not self.allows(principal, capability):
-            raise PermissionDenied(f"{principal.kind}:{principal.id} (roles {', '.join(principal.roles)})",
-                                   capability, action)
+        for capability, action in needed:
+            if not self.allows(principal, capability):
+                raise PermissionDenied(_who(principal), capability, action)
+        for capability, action in needed:
+            require_approval(principal, capability, action)
+
+    def require(self, principal: Any, capability: str, action: str) -> None:
+        """Refuse (PermissionDenied, naming the capability) a principal with roles that lack it;
+        an assistant's write without a person's approval (ApprovalNeeded)."""
+        self.require_all(principal, [(capability, action)])
+
+
+def _who(principal: Principal) -> str:
+    return f"{principal.kind}:{principal.id} (roles {', '.join(principal.roles)})"
+
+
+def require_approval(principal: Any, capability: str, action: str) -> None:
+    """The approval gate, bound to the credential: an assistant's principal (an API key made with
+    ``--assistant``) may read (``runs:read``), and every other capability it uses waits for a
+    person's approval, whatever the entry point (MCP, ``/catalog``, ``/pipelines``): its writes
+    are carried out only by an approval (a principal with ``approval`` set)."""
+    if isinstance(principal, Principal) and principal.waits_for_approval and capability != READ:
+        raise ApprovalNeeded(_who(principal), capability, action)
 
 
 def start_needs(registry: Registry, workflow: Any, args: list[Any]) -> list[tuple[str, str]]:

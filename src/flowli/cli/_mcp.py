@@ -25,7 +25,7 @@ def mcp(
     """Serve the MCP tools, prompt and resources over stdio (the official SDK). With --api-key the
     assistant acts as that key; without, as the local admin. An engine worker runs the runs it
     starts, unless --no-worker."""
-    from flowli.mcp import build, fixed, local_admin, principal_of_key
+    from flowli.mcp import build, fixed, from_key, local_admin, principal_of_key
 
     s = _settings(ctx, app_, db)
 
@@ -37,7 +37,7 @@ def mcp(
                 principal = await principal_of_key(engine)(api_key) if api_key else local_admin()
             except Exception as exc:  # an unknown or disabled key
                 raise CLIError(f"--api-key: {exc}") from None
-            server = build(engine, fixed(principal))
+            server = build(engine, from_key(engine, api_key) if api_key else fixed(principal))
             async with contextlib.AsyncExitStack() as stack:
                 if not no_worker:
                     await stack.enter_async_context(engine.worker(grace=2.0))

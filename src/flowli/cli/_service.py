@@ -135,7 +135,10 @@ def keys_create(
     ctx: typer.Context, application: Annotated[str, typer.Argument(metavar="APP")],
     name: Annotated[str | None, typer.Option("--name", help="A name for the key (the actor of its actions).")] = None,
     role: RoleOption = "operator",
-    as_json: Annotated[bool, typer.Option("--json", help="One line of JSON: id, name, role, apiKey.")] = False,
+    assistant: Annotated[bool, typer.Option("--assistant", help="A key for an AI assistant: it reads, and each of"
+                                            " its writes waits for a person's approval, on every route.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One line of JSON: id, name, role, assistant,"
+                                                         " apiKey.")] = False,
     db: DbOption = None,
 ) -> None:
     """Create an API key of an application and print it, once."""
@@ -144,11 +147,12 @@ def keys_create(
 
     async def go() -> int:
         async with open_engine(s) as engine:
-            key = await Applications(engine).create_key(application, name, role)
+            key = await Applications(engine).create_key(application, name, role, assistant=assistant)
         if as_json:
             print(json.dumps(key))
         else:
-            out.print(f"key {key['id']} {key['name']} ({key['role']}) of {application}")
+            kind = f"{key['role']}, an assistant's: its writes wait for approval" if assistant else key["role"]
+            out.print(f"key {key['id']} {key['name']} ({kind}) of {application}")
             out.print(f"API key (shown once): {key['apiKey']}", soft_wrap=True)
         return 0
 
@@ -165,8 +169,8 @@ def keys_ls(ctx: typer.Context, application: Annotated[str, typer.Argument(metav
             keys = await Applications(engine).keys(application)
         table = Table("id", "name", "role", "state", "prefix", "created")
         for k in keys:
-            table.add_row(str(k["id"]), k["name"], k["role"], "disabled" if k["disabled"] else "enabled",
-                          k["prefix"] + "…", k["createdAt"])
+            table.add_row(str(k["id"]), k["name"], k["role"] + (" (assistant)" if k["assistant"] else ""),
+                          "disabled" if k["disabled"] else "enabled", k["prefix"] + "…", k["createdAt"])
         out.print(table)
         return 0
 
@@ -195,7 +199,8 @@ def users_create(
     applications: Annotated[list[str] | None, typer.Option("--app", help="An application the user may see (repeat).")] = None,
     db: DbOption = None,
 ) -> None:
-    """Create a dashboard user (an admin sees every application)."""
+    """Create a dashboard user: an admin sees every application; another user sees the
+    applications given with --app (none without: give them later with ``flowli users grant``)."""
     s = _settings(ctx, None, db)
     _role(role)
     if not password_stdin:
@@ -205,7 +210,73 @@ def users_create(
     async def go() -> int:
         async with open_engine(s) as engine:
             user = await Applications(engine).create_user(email, password, role, list(applications or []))
-        out.print(f"user {user['email']} ({user['role']}) of {', '.join(user['applications']) or 'every application'}")
+        out.print(f"user {user['email']} ({user['role']}) sees {_sees(user)}")
+        return 0
+
+    run(go())
+
+
+def _sees(user: dict[str, Any]) -> str:
+    if user["role"] == "admin":
+        return "every application"
+    return ", ".join(user["applications"]) or "no application yet (flowli users grant EMAIL --app APP)"
+
+
+@users_app.command("ls")
+def users_ls(ctx: typer.Context, db: DbOption = None) -> None:
+    """The dashboard users, with their role, state and applications (never a password)."""
+    s = _settings(ctx, None, db)
+
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            users = await Applications(engine).users()
+        table = Table("id", "email", "role", "state", "applications")
+        for u in users:
+            table.add_row(str(u["id"]), u["email"], u["role"], "disabled" if u["disabled"] else "enabled", _sees(u))
+        out.print(table)
+        return 0
+
+    run(go())
+
+
+def _user_action(ctx: typer.Context, email: str, db: str | None, action: str) -> None:
+    s = _settings(ctx, None, db)
+
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            apps = Applications(engine)
+            user = await (apps.disable_user(email) if action == "disable" else apps.delete_user(email))
+        out.print(f"user {user['email']} {action}d: their login is refused and their dashboard sessions ended")
+        return 0
+
+    run(go())
+
+
+@users_app.command("disable")
+def users_disable(ctx: typer.Context, email: str, db: DbOption = None) -> None:
+    """Disable a user: their login is refused and their open dashboard sessions end at once."""
+    _user_action(ctx, email, db, "disable")
+
+
+@users_app.command("delete")
+def users_delete(ctx: typer.Context, email: str, db: DbOption = None) -> None:
+    """Delete a user: their open dashboard sessions end at once; the email may be used again."""
+    _user_action(ctx, email, db, "delete")
+
+
+@users_app.command("grant")
+def users_grant(
+    ctx: typer.Context, email: str,
+    applications: Annotated[list[str], typer.Option("--app", help="An application the user may see (repeat).")],
+    db: DbOption = None,
+) -> None:
+    """Give a user more applications to see (their open sessions see them at once)."""
+    s = _settings(ctx, None, db)
+
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            user = await Applications(engine).grant_user(email, list(applications))
+        out.print(f"user {user['email']} ({user['role']}) sees {_sees(user)}")
         return 0
 
     run(go())

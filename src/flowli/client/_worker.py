@@ -135,17 +135,28 @@ class HttpWorker:
             lanes = [asyncio.create_task(self._lane(await stack.enter_async_context(client(headers)), boot, free, working))
                      for _ in range(min(concurrency, POLLERS))]
             stop = asyncio.create_task(self._stop.wait())
+            beat = asyncio.create_task(self._heartbeat(http, float(boot["heartbeat"]["intervalSeconds"])))
             try:
                 await asyncio.wait([stop, *lanes], return_when=asyncio.FIRST_COMPLETED)
                 for lane in lanes:
                     if lane.done() and lane.exception() is not None:
                         raise lane.exception()  # type: ignore[misc]
             finally:
-                for t in [stop, *lanes, *working]:
+                for t in [stop, beat, *lanes, *working]:
                     t.cancel()
-                await asyncio.gather(stop, *lanes, *working, return_exceptions=True)
+                await asyncio.gather(stop, beat, *lanes, *working, return_exceptions=True)
                 with contextlib.suppress(httpx.HTTPError):
                     await http.post("/workers/shutdown")
+
+    async def _heartbeat(self, http: httpx.AsyncClient, interval: float) -> None:
+        """Tell the service every ``interval`` seconds that this worker lives (a worker silent for a
+        few intervals is shown offline), with the jobs it runs."""
+        while True:
+            await asyncio.sleep(max(interval, 0.1))
+            try:
+                _check(await http.post("/workers/heartbeat", json={"state": "ready", "inFlight": len(self._working)}))
+            except (httpx.HTTPError, ClientError) as exc:  # the next one may get through
+                log.warning("heartbeat failed: %s", exc)
 
     async def _bootstrap(self, http: httpx.AsyncClient) -> dict[str, Any]:
         """Bootstrap; a service that is not up yet (or restarting) is waited for."""
@@ -203,7 +214,15 @@ class HttpWorker:
         acquired = _check(await http.post(f"/stages/{stage}/lease/acquire", json=lease))
         if not acquired.get("acquired"):
             return
-        renewer = asyncio.create_task(self._renew(http, stage, lease, float(boot["lease"]["ttlSeconds"])))
+        handler: asyncio.Future[Any] | None = None
+        told = asyncio.Event()  # a renewal said stop: the lease is lost, or the pipeline was cancelled
+
+        def stop() -> None:
+            told.set()
+            if handler is not None:
+                handler.cancel()  # an async handler stops at its next await; a sync one has returned
+
+        renewer = asyncio.create_task(self._renew(http, stage, lease, float(boot["lease"]["ttlSeconds"]), stop))
         result: dict[str, Any] = {"executionId": job["executionId"], "attempt": job["attempt"]}
         span = self._span(job)
         headers: dict[str, str] = {}
@@ -212,7 +231,8 @@ class HttpWorker:
             with _current(span):
                 out = fn(job)
                 if inspect.isawaitable(out):
-                    out = await out
+                    handler = asyncio.ensure_future(out)
+                    out = await handler
             if isinstance(out, WaitForApproval):
                 result.update(isSuccess=True, output=out.output, isWaitingForApproval=True)
             else:
@@ -220,7 +240,10 @@ class HttpWorker:
         except StageError as exc:
             result.update(isSuccess=False, errorCode=exc.code, errorMessage=exc.message, retryable=exc.retryable)
         except asyncio.CancelledError:
-            raise
+            task = asyncio.current_task()
+            if not told.is_set() or (task is not None and task.cancelling()):
+                raise
+            result.update(isSuccess=False, errorCode="CANCELLED", errorMessage="stopped: the service said so")
         except Exception as exc:  # a handler's bug: the attempt failed
             result.update(isSuccess=False, errorCode=type(exc).__name__, errorMessage=str(exc))
         finally:
@@ -230,6 +253,8 @@ class HttpWorker:
                     _end(span, result)
                     # the result goes back in the handler's trace (its traceparent), as its upstream calls did
                     headers = _propagated(span)
+        if told.is_set():  # its result would be refused: nothing to send
+            return
         await self._submit(http, stage, result, headers)
         with contextlib.suppress(ClientError):
             _check(await http.post("/jobs/ack", json={"token": job["token"]}))
@@ -271,10 +296,21 @@ class HttpWorker:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
-    async def _renew(self, http: httpx.AsyncClient, stage: int, lease: dict[str, Any], ttl: float) -> None:
+    async def _renew(self, http: httpx.AsyncClient, stage: int, lease: dict[str, Any], ttl: float,
+                     stop: Callable[[], None]) -> None:
+        """Renew the job's lease every third of its TTL; ``stop()`` the job when the service says
+        that its lease is lost or its pipeline cancelled (cooperatively: its result would be refused)."""
         while True:
             await asyncio.sleep(max(ttl / 3, 0.2))
-            with contextlib.suppress(httpx.HTTPError, ClientError):
-                _check(await http.post(f"/stages/{stage}/lease/renew", json=lease))
+            try:
+                answer = _check(await http.post(f"/stages/{stage}/lease/renew", json=lease))
+            except (httpx.HTTPError, ClientError):
+                continue
+            if not answer.get("acquired") or answer.get("cancelRequested"):
+                why = "its pipeline was cancelled" if answer.get("cancelRequested") else \
+                    f"its lease is lost ({answer.get('reason')})"
+                log.warning("stage %s: %s; its handler stops", stage, why)
+                stop()
+                return
 
 

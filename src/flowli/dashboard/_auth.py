@@ -128,22 +128,32 @@ class Sessions:
             await asyncio.sleep(FAILED_LOGIN_DELAY)
             return None
         self.limits.give_back(counted)
-        applications = user["applications"] or [a["name"] for a in await self.apps.list()]
         token = secrets.token_urlsafe(32)
-        body = {"email": user["email"], "role": user["role"], "applications": applications,
-                "csrf": secrets.token_urlsafe(24), "expires": time.time() + SESSION_TTL.total_seconds()}
+        body = {"email": user["email"], "userId": user["id"], "csrf": secrets.token_urlsafe(24),
+                "expires": time.time() + SESSION_TTL.total_seconds()}
         await self.engine.items.put(SESSION_KIND, "", digest(token), body, self.engine.clock.now())
         return token
 
     async def user(self, token: str | None) -> User | None:
-        """The user of a live session, or None (no session, an unknown or expired one)."""
+        """The user of a live session, or None (no session, an unknown or expired one, one whose
+        user was disabled or deleted since: it ends at once). The role and the applications are
+        the user's as they are now: an admin sees every application, another user those assigned
+        to them (none until given one)."""
         if not token:
             return None
         item = await self.engine.items.find(SESSION_KIND, digest(token), "")
         if item is None or item.body.get("expires", 0) < time.time():
             return None
         b = item.body
-        return User(b["email"], b["role"], tuple(b["applications"]), b["csrf"])
+        user = await self.apps.user(b["email"])
+        if user is None or user["id"] != b.get("userId"):  # disabled, deleted (or made again: another user)
+            await self.engine.items.delete(SESSION_KIND, item.id)
+            return None
+        if user["role"] == "admin":
+            applications = tuple(a["name"] for a in await self.apps.list())
+        else:
+            applications = tuple(user["applications"])
+        return User(user["email"], user["role"], applications, b["csrf"])
 
     async def logout(self, token: str | None) -> None:
         if token:

@@ -7,7 +7,7 @@ the user as the actor, through the services the HTTP API and the MCP server use.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -30,6 +30,11 @@ PIPELINES_SCANNED = 500
 STUCK_AFTER = 600
 """The default idle seconds before a run is listed as stuck (the page's ``older_than`` changes it)."""
 WORKERS_SEEN = timedelta(minutes=10)
+
+
+def _stamp(at: Any) -> str:
+    """An instant of a worker's row as the page shows it (the rows hold datetimes)."""
+    return at.isoformat(timespec="seconds") if isinstance(at, datetime) else str(at or "")
 
 
 async def _acting(d: Dashboard, request: Request) -> tuple[Any, Access]:
@@ -126,7 +131,10 @@ def routes(d: Dashboard) -> list[Route]:
         user = await d.user(request)
         application = d.application(request, user)
         listed = await d.workers.list(await d.access(user, application)) if application else []
-        engine_workers = await d.engine.workers(seen_within=WORKERS_SEEN) if user.role == "admin" else None
+        engine_workers = None
+        if user.role == "admin":  # the engine's rows: its workers and the consumers that said they live
+            engine_workers = [{**w, "started_at": _stamp(w.get("started_at")), "seen_at": _stamp(w.get("seen_at"))}
+                              for w in await d.engine.workers(seen_within=WORKERS_SEEN)]
         return d.page(request, "workers.html", user, application=application, workers=listed,
                       engine_workers=engine_workers)
 

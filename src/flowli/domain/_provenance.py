@@ -98,12 +98,21 @@ class Principal:
     grant capabilities to the layers that authorize (the HTTP service, the MCP server);
     ``application`` is the tenant: a principal of an application reads and changes only the
     executions of that application. ``None`` is single-tenant use (a local database).
+
+    ``credential`` names what the principal authenticated with (``apikey:17``), so that a write
+    carried out later (an approved one) checks it is still valid and takes its roles as they are
+    then. An ``assistant`` principal (an API key made for an assistant) may read, but each of its
+    writes takes effect only under a person's ``approval`` (the approval's eid): until then it
+    ``waits_for_approval``.
     """
 
     id: str
     kind: str = "human"
     roles: tuple[str, ...] = ()
     application: str | None = None
+    credential: str | None = None
+    assistant: bool = False
+    approval: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -111,6 +120,12 @@ class Principal:
         if isinstance(self.roles, str):
             raise ValueError(f"Principal.roles is a sequence of role names, got the string {self.roles!r}")
         object.__setattr__(self, "roles", tuple(self.roles))
+
+    @property
+    def waits_for_approval(self) -> bool:
+        """An assistant's principal with no approval: its writes are refused until a person
+        approves them."""
+        return self.assistant and self.approval is None
 
     @property
     def actor(self) -> Actor:

@@ -111,6 +111,12 @@ class Consumer:
             woke.cancel()
             self.rt.polls.leave(poll)
 
+    async def present(self) -> None:
+        """Say that this consumer is alive now: its row among the workers (its name, its queues)
+        is seen now. ``engine.explain`` tells a delegation whose queue had a consumer that said so
+        and has none alive now. A consumer that never says so is not counted either way."""
+        await self.rt.store.register_worker(self.name, "consumer", self.queues, self.rt.clock.now())
+
     async def read(self, task_id_: str) -> Task | None:
         """The task ``task_id_`` of this consumer's queues (and application), or None."""
         task = await self.rt.store.read_task(task_id_)
@@ -121,7 +127,20 @@ class Consumer:
 
     async def _dequeue_now(self, limit: int) -> list[Task]:
         rt = self.rt
-        tasks = await rt.store.dequeue(self.queues, [TaskKind.DELEGATE], self.name, limit, self.lease, rt.clock.now())
+        fetch = asyncio.ensure_future(
+            rt.store.dequeue(self.queues, [TaskKind.DELEGATE], self.name, limit, self.lease, rt.clock.now()))
+        try:
+            tasks = await asyncio.shield(fetch)
+        except asyncio.CancelledError:
+            # the poll went away while the store leased: what it leased goes back at once (as a
+            # hand-off to a poll that went away), not when the lease runs out
+            def give_back(done: asyncio.Future[list[Task]]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    for t in done.result():
+                        rt.nack_handed(t, self.name)
+
+            fetch.add_done_callback(give_back)
+            raise
         if self.application is not None:
             for t in tasks:
                 if t.application != self.application:  # not this consumer's tenant: back at once

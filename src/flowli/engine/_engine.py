@@ -286,9 +286,11 @@ class Engine:
         """Send one message on a global channel and resume every waiter of it."""
         return await ops.broadcast(self._rt, channel, payload, by, scope_of(by, application))
 
-    async def cancel(self, eid: str, by: By = None, *, application: str | None = None) -> None:
-        """Request cancellation: a request in the lease state plus a RESUME. Kills nothing."""
-        await ops.cancel(self._rt, self._archive, eid, by, scope_of(by, application))
+    async def cancel(self, eid: str, by: By = None, *, application: str | None = None,
+                     reason: str | None = None) -> None:
+        """Request cancellation: a request in the lease state (with ``reason``, when given) plus a
+        RESUME. Kills nothing."""
+        await ops.cancel(self._rt, self._archive, eid, by, scope_of(by, application), reason)
         activation = self._held(eid)
         if activation is not None:
             activation.mark_cancel_requested()

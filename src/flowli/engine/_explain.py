@@ -14,6 +14,10 @@ from ._archive import Archive
 from ._operations import read_journal, read_record
 from ._runtime import Runtime
 
+KNOWN_FOR = timedelta(days=7)
+"""How long a worker's row counts after it was last seen: a queue that one served within it, and
+none alive serves now, is unserved."""
+
 
 @dataclass(frozen=True)
 class Explanation:
@@ -40,10 +44,10 @@ async def explain(rt: Runtime, archive: Archive, eid: str, application: str | No
         return Explanation(**base, summary=f"it ended {record.status.value}; it waits on nothing")
     now = rt.clock.now()
     live_after = now - max(rt.options.lease_ttl, timedelta(seconds=3))
-    served: dict[str, bool] = {}
-    for w in await rt.store.read_workers(live_after):
+    served: dict[str, bool] = {}  # each queue a worker (or a consumer: Consumer.present) serves: whether one lives
+    for w in await rt.store.read_workers(now - KNOWN_FOR):
         for q in w["queues"] or ():
-            served[q] = True
+            served[q] = served.get(q, False) or w["seen_at"] > live_after
 
     def unserved(queue: str) -> dict[str, Any] | None:
         if served.get(queue):
@@ -113,7 +117,9 @@ async def explain(rt: Runtime, archive: Archive, eid: str, application: str | No
                 who = "a consumer" if kind == "delegate" else "a worker"
                 entry["message"] = f"frame {fid} waits for {who} to take its task on queue {queue!r}"
             waits.append(entry)
-            if kind == "step" and queue and (u := unserved(queue)) is not None:
+            # a step's queue is a worker's; a delegation's, a consumer's that said it serves it
+            # (an application's HTTP worker does) and has gone silent since
+            if queue and (kind == "step" or queue in served) and (u := unserved(queue)) is not None:
                 waits.append(u)
     if not waits:
         summary = "it waits on nothing that flowli knows of" if record.status is not Status.PENDING else \

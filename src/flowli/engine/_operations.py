@@ -143,7 +143,8 @@ async def broadcast(rt: Runtime, channel: str, payload: Any, by: By, application
     return int(result.message_seqs[0])
 
 
-async def cancel(rt: Runtime, archive: Archive, eid: str, by: By, application: str | None) -> ExecutionRecord:
+async def cancel(rt: Runtime, archive: Archive, eid: str, by: By, application: str | None,
+                 reason: str | None = None) -> ExecutionRecord:
     """Request cancellation: a request in the lease state plus a RESUME. Kills nothing."""
     record = await read_record(rt, archive, eid, application)
     if record.terminal:
@@ -151,7 +152,7 @@ async def cancel(rt: Runtime, archive: Archive, eid: str, by: By, application: s
     principal = principal_for(by, ENGINE_ACTOR, application)
     actor = principal.actor
     now = rt.clock.now()
-    request = {"by": actor.id, "actor": str(actor), "at": now.isoformat()}
+    request = {"by": actor.id, "actor": str(actor), "at": now.isoformat(), **({"reason": reason} if reason else {})}
     resume = Task(
         id=task_id(TaskKind.RESUME, eid, "cancel"), kind=TaskKind.RESUME, queue=record.queue, eid=eid,
         payload={"cancel": True}, provenance=rt.provenance(actor=actor), visible_at=now,

@@ -273,6 +273,14 @@ class Worker:
             # the worker stops: the frames under way finished; hand the execution back now
             with contextlib.suppress(BaseException):
                 await asyncio.shield(self._hand_back(record, epoch, None))
+        except LeaseLost:
+            # a renewal found the lease lost (it came after the lease's end, say): if no worker
+            # took the execution meanwhile, this one still holds it, and hands it back now rather
+            # than leave it until the lease runs out; the write is fenced, so it changes nothing
+            # when another worker has it
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._hand_back(record, epoch, None, reason="lease lost"))
+            raise
         except (Exception, StoreFailure) as failure:
             cause = failure.cause if isinstance(failure, StoreFailure) else failure
             # not the workflow's failure (that is an outcome): the store or the engine itself.
@@ -284,14 +292,16 @@ class Worker:
             if self.held.get(record.eid) is activation:
                 del self.held[record.eid]
 
-    async def _hand_back(self, record: Any, epoch: int, exc: Exception | None, delay: float = 1.0) -> None:
+    async def _hand_back(self, record: Any, epoch: int, exc: Exception | None, delay: float = 1.0,
+                         reason: str | None = None) -> None:
         """Append execution.suspended, release the lease and enqueue a RESUME: after an engine
-        error (``exc``, resumed a second later) or when the worker stops (``exc`` None, at once)."""
+        error (``exc``, resumed a second later) or when the worker stops or its lease was found
+        lost (``exc`` None, at once)."""
         rt = self.rt
         now = rt.clock.now()
         entry = Entry(
             eid=record.eid, kind=EntryKind.EXECUTION_SUSPENDED, fid="root",
-            value={"reason": "worker error" if exc is not None else "worker stopped"},
+            value={"reason": reason or ("worker error" if exc is not None else "worker stopped")},
             error=error_data(exc) if exc is not None else None,
             provenance=rt.provenance(epoch=epoch, code=Code(record.workflow, record.version)),
         )
@@ -369,15 +379,19 @@ class Worker:
             await asyncio.sleep(period)
             if not self.held:
                 continue
-            leases = [(eid, a.epoch) for eid, a in self.held.items()]
+            asked = {eid: a for eid, a in self.held.items()}
+            leases = [(eid, a.epoch) for eid, a in asked.items()]
             try:
                 renewal = await rt.store.renew(rt.owner, leases, rt.options.lease_ttl, rt.clock.now())
             except Exception:
                 log.exception("lease renewal failed")
                 continue
+            # the answer is about the activations asked for: one that ended while the store renewed
+            # (its execution suspended) may have a successor of the same execution here already (a
+            # direct resume, at the next epoch), whose lease is not the one found lost
             for eid in renewal.lost:
                 activation = self.held.get(eid)
-                if activation is not None:
+                if activation is not None and activation is asked[eid]:
                     activation.mark_lost()
             for eid in renewal.cancel_requested:
                 activation = self.held.get(eid)

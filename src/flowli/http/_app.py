@@ -4,6 +4,7 @@ input, never a stack trace in a body."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -21,8 +22,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from flowli.catalog import Catalog
 from flowli.domain import DatabaseUnavailable, FlowliError
 from flowli.engine import Engine
+from flowli.mcp import MCP_SESSION_IDLE_SECONDS, from_headers
+from flowli.mcp import McpGate as mcp_gate
 from flowli.mcp import build as build_mcp
-from flowli.mcp import from_headers
 from flowli.metrics import Metrics
 from flowli.pipelines import (
     Access,
@@ -74,6 +76,17 @@ def _validation_sentence(exc: RequestValidationError, body: Any = None) -> str:
     if kind == "extra_forbidden":
         return f"{where} is not a known field"
     return f"{where}: {msg}"
+
+
+async def _gone(request: Request) -> None:
+    """Return once the client of ``request`` has gone (its connection closed): after the body,
+    the server's next message is the disconnect."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+        if not message.get("body") and not message.get("more_body"):
+            await asyncio.Event().wait()  # a server that answers at once here cannot tell: no watch
 
 
 class WithMcp:
@@ -259,7 +272,7 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     @app.post("/jobs/pull", openapi_extra=takes(m.PullIn),
               responses={200: {"model": m.JobOut}, 204: {"description": "no job within waitSeconds"}})
     async def pull(request: Request, s: Session = Depends(session), _body: Any = json_body(m.PullIn)) -> Any:
-        job = await workers.pull(s, raw(request))
+        job = await workers.pull(s, raw(request), gone=lambda: _gone(request))
         return Response(status_code=204) if job is None else job
 
     @app.post("/stages/{stage_id}/lease/acquire", openapi_extra=takes(m.LeaseIn), responses={200: {"model": m.LeaseOut}})
@@ -324,7 +337,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     app.openapi = openapi  # type: ignore[method-assign]
     server = build_mcp(engine, from_headers(engine))
     # the Host and Origin of /mcp are checked with every other route's (HostGuard), not by the SDK
-    mcp_app = server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=NO_SDK_CHECK)
+    mcp_app = mcp_gate(server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=NO_SDK_CHECK,
+                                                  session_idle_timeout=MCP_SESSION_IDLE_SECONDS), engine)
     app.state.mcp = server  # flowli serve runs its session manager
     return guarded(WithMcp(app, mcp_app), AllowedHosts(host, allowed_hosts))  # type: ignore[return-value]
 

@@ -1,22 +1,27 @@
-"""Write approval: an application may require a person's approval for an assistant's writes over
-MCP (``flowli apps set APP --mcp-approval required``). A write tool then answers
-``{"status": "approval_required", "approval_id", "summary"}`` at once; the approval is an
-execution of ``flowli.mcp_approval``, which asks a person through the review inbox
-(``flowli.patterns.review``: ``flowli inbox``, ``flowli approvals approve|reject ID``, the
-dashboard) and, once approved, carries the write out as the assistant's principal. Its
+"""Write approval. An assistant's key (``flowli keys create APP --assistant``) writes only through
+an approval, on every entry point (the catalog's RBAC refuses its writes without one); and an
+application may require approval of every key's writes over MCP (``flowli apps set APP
+--mcp-approval required``). A write tool then answers ``{"status": "approval_required",
+"approval_id", "summary"}`` at once; the approval is an execution of ``flowli.mcp_approval``,
+which asks a person through the review inbox (``flowli.patterns.review``: ``flowli inbox``,
+``flowli approvals approve|reject ID``, the dashboard) and, once approved, carries the write out
+as the principal that asked, as it is then (a disabled key's write is not carried out). Its
 ``approval_id`` is that execution's eid; ``get_approval`` reads it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from flowli.catalog import Catalog, CatalogError, catalog_of
 from flowli.domain import NO_RETRY, Principal, Status, checked_eid
 from flowli.engine import Context, Engine, Registry
 from flowli.patterns import review
+from flowli.pipelines import Applications, ServiceError
 
 APPROVAL = "flowli.mcp_approval"
-WRITES = ("start_workflow", "retry_workflow", "resolve_workflow", "force_terminate_workflow", "save_composition")
+WRITES = ("start_workflow", "retry_workflow", "resolve_workflow", "force_terminate_workflow", "save_composition",
+          "send_signal", "cancel_workflow")
 
 
 def summary(tool: str, arguments: dict[str, Any]) -> str:
@@ -28,8 +33,10 @@ def summary(tool: str, arguments: dict[str, Any]) -> str:
     extra = ""
     if tool == "resolve_workflow":
         extra = f" as {arguments.get('resolution')}"
-    elif tool == "force_terminate_workflow":
+    elif tool in ("force_terminate_workflow", "cancel_workflow"):
         extra = f": {arguments.get('reason')}"
+    elif tool == "send_signal":
+        extra = f" on channel {arguments.get('channel')!r}"
     return f"{tool} {target}{extra}"
 
 
@@ -47,7 +54,26 @@ async def carry_out(catalog: Catalog, tool: str, arguments: dict[str, Any], by: 
                                        a.get("expected_last_seq"), by=by)
     if tool == "save_composition":
         return await catalog.save_composition(a["definition"], by=by)
+    if tool == "send_signal":
+        return await catalog.signal(a["workflow_id"], a["channel"], a.get("payload"), by=by)
+    if tool == "cancel_workflow":
+        return await catalog.cancel(a["workflow_id"], a["reason"], by=by)
     raise CatalogError(f"{tool} is not a write that waits for approval")
+
+
+async def principal_now(engine: Engine, asked_by: dict[str, Any], approval: str) -> Principal:
+    """Who carries an approved write out: the principal that asked, as it is now. A principal of
+    an API key is that key's now (its role now); a key disabled (or deleted) since refuses the
+    write (CatalogError), however long ago a person approved it."""
+    credential = asked_by.get("credential")
+    if credential:
+        try:
+            access = await Applications(engine).credential_access(credential)
+        except ServiceError as exc:
+            raise CatalogError(f"not carried out: {exc.message}") from None
+        return replace(access.principal, approval=approval)
+    return Principal(asked_by["id"], asked_by["kind"], tuple(asked_by["roles"]), asked_by["application"],
+                     assistant=bool(asked_by.get("assistant")), approval=approval)
 
 
 def install(registry: Registry) -> None:
@@ -60,13 +86,13 @@ def install(registry: Registry) -> None:
         decision = await review(ctx, text, {"tool": tool, "arguments": arguments, "asked_by": principal["id"]})
         if not decision.get("approved"):
             return {"status": "rejected", "by": decision.get("by"), "reason": decision.get("reason")}
-        by = Principal(principal["id"], principal["kind"], tuple(principal["roles"]), principal["application"])
         eid = ctx.eid
 
         async def approved_write(tool: str, arguments: dict[str, Any]) -> Any:
             catalog = catalog_of(registry)
             if catalog is None:
                 raise CatalogError("the catalog is not set up in this process")
+            by = await principal_now(catalog.engine, principal, eid)
             return await carry_out(catalog, tool, arguments, by, key=f"approval:{eid}")
 
         result: Any = await ctx.step(approved_write, tool, arguments, retry=NO_RETRY)  # type: ignore[arg-type]
@@ -79,8 +105,6 @@ async def required(engine: Engine, principal: Principal) -> bool:
     """Whether the principal's application requires approval of its assistants' writes."""
     if principal.application is None:
         return False
-    from flowli.pipelines import Applications
-
     try:
         settings = await Applications(engine).settings(principal.application)
     except Exception:
@@ -92,7 +116,8 @@ async def ask(engine: Engine, tool: str, arguments: dict[str, Any], principal: P
     """Open an approval for a write: the execution that waits for a person, then carries it out."""
     text = summary(tool, arguments)
     as_json = {"id": principal.id, "kind": principal.kind, "roles": list(principal.roles),
-               "application": principal.application}
+               "application": principal.application, "credential": principal.credential,
+               "assistant": principal.assistant}
     # the write's own capability was checked already; the approval carries it out later as the
     # principal (roles and all), so the approval itself starts as the principal's application
     opener = Principal(principal.id, principal.kind, (), principal.application)

@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -68,6 +69,17 @@ def from_headers(engine: Engine) -> Who:
     return who
 
 
+def from_key(engine: Engine, key: str) -> Who:
+    """The principal of one API key (``flowli mcp --api-key``), read again at every call: a key
+    disabled while the server runs is refused from then on."""
+    resolve = principal_of_key(engine)
+
+    async def who(_: Context[Any, Any]) -> Principal:
+        return await resolve(key)
+
+    return who
+
+
 def fixed(principal: Principal) -> Who:
     async def who(_: Context[Any, Any]) -> Principal:
         return principal
@@ -114,15 +126,18 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
         What the write would refuse (the capability, an unknown type) is refused first; a start of
         a data type is a read, which needs no approval."""
         by = await who(ctx)
+        # what the write itself would refuse is checked as if a person had approved it: an
+        # assistant's key is refused what an approval could not lift, and asks for the rest
+        probe = replace(by, approval="(asked)") if by.waits_for_approval else by
         if capability is not None:
             try:
-                catalog.require(by, capability, f"{tool} {arguments.get('workflow_id', '')}".strip())
+                catalog.require(probe, capability, f"{tool} {arguments.get('workflow_id', '')}".strip())
             except CatalogError as exc:  # PermissionDenied, one sentence
                 raise ToolError(str(exc)) from None
             read = False
         else:
-            read = await _call(catalog.check_start(arguments["workflow_type"], by=by))
-        if not read and await approvals.required(engine, by):
+            read = await _call(catalog.check_start(arguments["workflow_type"], by=probe))
+        if not read and (by.waits_for_approval or await approvals.required(engine, by)):
             return dict(await _call(approvals.ask(engine, tool, arguments, by)))
         return dict(await _call(do(by)))
 
@@ -213,6 +228,18 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
     async def resolve_workflow(ctx: Context[Any, Any], workflow_id: str, resolution: str) -> dict[str, Any]:
         return await write(ctx, "resolve_workflow", {"workflow_id": workflow_id, "resolution": resolution},
                            lambda by: catalog.resolve(workflow_id, resolution, by=by), OPERATE)
+
+    @server.tool(annotations=WRITE, description="Send a message (a JSON payload) to a run's channel: what its"
+                                                " ctx.receive(channel) waits for; the run resumes with it.")
+    async def send_signal(ctx: Context[Any, Any], workflow_id: str, channel: str, payload: Any = None) -> dict[str, Any]:
+        return await write(ctx, "send_signal", {"workflow_id": workflow_id, "channel": channel, "payload": payload},
+                           lambda by: catalog.signal(workflow_id, channel, payload, by=by), OPERATE)
+
+    @server.tool(annotations=CHANGES_A_RUN, description="Request a run's cancellation, recorded with reason: it"
+                                                        " stops at its next step and runs its cleanups.")
+    async def cancel_workflow(ctx: Context[Any, Any], workflow_id: str, reason: str) -> dict[str, Any]:
+        return await write(ctx, "cancel_workflow", {"workflow_id": workflow_id, "reason": reason},
+                           lambda by: catalog.cancel(workflow_id, reason, by=by), OPERATE)
 
     @server.tool(annotations=READ, description="Runs that stalled before a terminal state (no progress for"
                                                " older_than_seconds, not waiting on a future timer), with waiting_on.")

@@ -12,12 +12,15 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from flowli.catalog import ApprovalNeeded, require_approval
 from flowli.domain import Principal
 from flowli.engine import Engine
 
 from ._errors import Conflict, Forbidden, NotFound, PipelineInputError, Unauthorized
 
 ROLES = ("admin", "operator", "viewer")
+OPERATE = "runs:operate"
+"""The capability of a write (the catalog's name), for the approval gate of an assistant's key."""
 APPLICATION, KEY, USER, SESSION = "application", "apikey", "user", "worker-session"
 
 
@@ -47,18 +50,28 @@ class Access:
     key_id: int | None = None
     actor_kind: str = "service"
     """``human`` for a dashboard user (the actor is their email)."""
+    assistant: bool = False
+    """A key made for an assistant (``flowli keys create APP --assistant``): its writes wait for a
+    person's approval, whatever the route (``require_approval``)."""
 
     @property
     def principal(self) -> Principal:
         """Who acts, for the engine: the key's name (or the user's email), with its role, in its
-        application."""
-        return Principal(self.actor, self.actor_kind, (self.role,), self.application)
+        application, and the key it authenticated with."""
+        credential = f"{KEY}:{self.key_id}" if self.key_id is not None else None
+        return Principal(self.actor, self.actor_kind, (self.role,), self.application, credential=credential,
+                         assistant=self.assistant)
 
     def require(self, role: str) -> None:
         rank = {"viewer": 0, "operator": 1, "admin": 2}
         if rank[self.role] < rank[role]:
             who = "the key" if self.actor_kind == "service" else "the user"
             raise Forbidden(f"{who} {self.actor!r} has role {self.role}, which may not do this ({role} or admin needed)")
+        if rank[role] > 0:  # a write: an assistant's waits for a person (the one gate of the catalog's RBAC)
+            try:
+                require_approval(self.principal, OPERATE, "write")
+            except ApprovalNeeded as exc:
+                raise Forbidden(str(exc)) from None
 
 
 MAX_ID = 2**63 - 1
@@ -141,20 +154,25 @@ class Applications:
     async def list(self) -> builtins.list[dict[str, Any]]:
         return [{"id": i.id, "name": i.key} for i in await self.engine.items.list(APPLICATION, "")]
 
-    async def create_key(self, application: str, name: str | None = None, role: str = "operator") -> dict[str, Any]:
+    async def create_key(self, application: str, name: str | None = None, role: str = "operator",
+                         assistant: bool = False) -> dict[str, Any]:
+        """A new key (its secret shown once). ``assistant``: a key for an AI assistant, whose
+        writes wait for a person's approval on every route."""
         if role not in ROLES:
             raise PipelineInputError(f"role must be admin, operator or viewer, got {role!r}")
         app = await self.get(application)
         secret = f"flk_{secrets.token_urlsafe(32)}"
         name = name or f"key-{secret[4:10]}"
-        body = {"name": name, "role": role, "applicationId": app["id"], "disabled": False, "prefix": secret[:8]}
+        body = {"name": name, "role": role, "applicationId": app["id"], "disabled": False, "prefix": secret[:8],
+                "assistant": bool(assistant)}
         item, _ = await self.engine.items.put(KEY, application, digest(secret), body, self.now)
-        return {"id": item.id, "name": name, "role": role, "apiKey": secret}
+        return {"id": item.id, "name": name, "role": role, "assistant": bool(assistant), "apiKey": secret}
 
     async def keys(self, application: str) -> builtins.list[dict[str, Any]]:
         await self.get(application)
         return [{"id": i.id, "name": i.body["name"], "role": i.body["role"], "disabled": i.body["disabled"],
-                 "prefix": i.body["prefix"], "createdAt": i.at.isoformat()}
+                 "assistant": bool(i.body.get("assistant")), "prefix": i.body["prefix"],
+                 "createdAt": i.at.isoformat()}
                 for i in await self.engine.items.list(KEY, application)]
 
     async def disable_key(self, key_id: int) -> dict[str, Any]:
@@ -167,10 +185,22 @@ class Applications:
     async def authenticate(self, secret: str | None) -> Access:
         if not secret:
             raise Unauthorized("no credential: send X-API-Key (or Authorization: Bearer <key>)")
-        item = await self.engine.items.find(KEY, digest(secret))
-        if item is None or item.body.get("disabled"):
-            raise Unauthorized("the API key is unknown or disabled")
-        return Access(item.application, item.body["applicationId"], item.body["role"], item.body["name"], item.id)
+        return _access(await self.engine.items.find(KEY, digest(secret)), "the API key is unknown or disabled")
+
+    async def key_access(self, key_id: Any) -> Access:
+        """The access of the key ``key_id`` as it is now (its role, whether it is an assistant's);
+        Unauthorized once it is disabled or gone. What a worker session and an approval check
+        before they act for the key."""
+        item = await self.engine.items.get(KEY, key_id) if isinstance(key_id, int) else None
+        return _access(item, f"the API key {key_id} is disabled or gone")
+
+    async def credential_access(self, credential: str) -> Access:
+        """The access of a principal's ``credential`` (``apikey:ID``) as it is now; Unauthorized
+        once that key is disabled or gone."""
+        kind, _, number = credential.partition(":")
+        if kind != KEY or not number.isdecimal():
+            raise Unauthorized(f"the credential {credential!r} is not an API key")
+        return await self.key_access(int(number))
 
     async def create_user(self, email: str, password: str, role: str, applications: builtins.list[str]) -> dict[str, Any]:
         if not isinstance(email, str) or "@" not in email:
@@ -189,6 +219,44 @@ class Applications:
             raise Conflict(f"user {email!r} exists already")
         return {"id": item.id, "email": email, "role": role, "applications": applications}
 
+    async def users(self) -> builtins.list[dict[str, Any]]:
+        """The dashboard users (never their password's hash)."""
+        return [_user(i) for i in await self.engine.items.list(USER, "")]
+
+    async def user(self, email: Any) -> dict[str, Any] | None:
+        """The user ``email`` as it is now, or None (unknown, or disabled)."""
+        item = await self.engine.items.find(USER, email.strip().lower(), "") if isinstance(email, str) else None
+        if item is None or item.body.get("disabled"):
+            return None
+        return _user(item)
+
+    async def disable_user(self, email: str) -> dict[str, Any]:
+        """Disable a user: their login is refused, and their dashboard sessions end at once."""
+        item = await self._user_item(email)
+        await self.engine.items.update(USER, item.id, {**item.body, "disabled": True}, self.now)
+        return {**_user(item), "disabled": True}
+
+    async def delete_user(self, email: str) -> dict[str, Any]:
+        """Delete a user: as a disabled one, and their email may be used again."""
+        item = await self._user_item(email)
+        await self.engine.items.delete(USER, item.id)
+        return _user(item)
+
+    async def grant_user(self, email: str, applications: builtins.list[str]) -> dict[str, Any]:
+        """Give a user more applications to see (at once, in their open sessions too)."""
+        item = await self._user_item(email)
+        for a in applications:
+            await self.get(a)
+        merged = list(item.body["applications"]) + [a for a in applications if a not in item.body["applications"]]
+        await self.engine.items.update(USER, item.id, {**item.body, "applications": merged}, self.now)
+        return {**_user(item), "applications": merged}
+
+    async def _user_item(self, email: Any) -> Any:
+        item = await self.engine.items.find(USER, email.strip().lower(), "") if isinstance(email, str) else None
+        if item is None:
+            raise NotFound(f"no user {email!r}")
+        return item
+
     async def verify_user(self, email: Any, password: Any) -> dict[str, Any] | None:
         """The user whose email and password these are, or None: an unknown email costs the same
         hash as a wrong password, so the answer tells nothing of which users exist."""
@@ -199,4 +267,20 @@ class Applications:
         hashed = (await asyncio.to_thread(hashlib.scrypt, password.encode(), salt=salt, n=2**14, r=8, p=1)).hex()
         if item is None or not password or not hmac.compare_digest(hashed, item.body["password"]):
             return None
-        return {"email": item.body["email"], "role": item.body["role"], "applications": list(item.body["applications"])}
+        if item.body.get("disabled"):
+            return None
+        return _user(item)
+
+
+def _access(item: Any, refusal: str) -> Access:
+    """The access of a key's item; Unauthorized (``refusal``) for none or a disabled one."""
+    if item is None or item.body.get("disabled"):
+        raise Unauthorized(refusal)
+    return Access(item.application, item.body["applicationId"], item.body["role"], item.body["name"], item.id,
+                  assistant=bool(item.body.get("assistant")))
+
+
+def _user(item: Any) -> dict[str, Any]:
+    return {"id": item.id, "email": item.body["email"], "role": item.body["role"],
+            "applications": list(item.body["applications"]),
+            "disabled": bool(item.body.get("disabled"))}

@@ -6,11 +6,13 @@ stale result are the engine's (``engine.consumer``)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import hashlib
+import json
 import secrets
 import time
 import uuid
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from flowli.domain import (
@@ -19,11 +21,12 @@ from flowli.domain import (
     ExecutionTerminalError,
     Principal,
     StaleAnswer,
+    Status,
     Task,
 )
 from flowli.engine import Consumer, Engine, task_traceparent
 
-from ._access import SESSION, Access, digest
+from ._access import SESSION, Access, Applications, digest
 from ._errors import Conflict, NotFound, PipelineInputError, Unauthorized, Unavailable
 from ._service import REFUSED, SECRET, Pipelines
 from ._spec import labels, stage_list
@@ -33,13 +36,53 @@ from ._workflow import queue_of
 WORKER = "worker"
 SESSION_CACHE_SECONDS = 2.0
 """How long this process trusts a worker session it read (a shutdown through another process
-takes effect within it; through this one at once)."""
+takes effect within it; through this one at once). Its key is checked on every request."""
 HEARTBEAT_SECONDS = 10
+SESSION_TTL_SECONDS = 6 * HEARTBEAT_SECONDS
+"""A worker session expires when its worker has sent nothing (a heartbeat, a poll, a lease call, a
+result) for this long: six heartbeat intervals, which outlast the longest long poll (30 s) with a
+heartbeat interval to spare."""
+"""The heartbeat interval a worker is given (shorter with a lease shorter than three of them)."""
+OFFLINE_AFTER = 3
+"""Heartbeat intervals without a word after which a worker is shown ``offline``."""
+MAX_EXECUTION_ID = 200
+"""The longest executionId a worker may send (a job's is far shorter)."""
+
+
+PLAIN = ("ok", "output", "attempt", "errorCode", "errorMessage", "retryable", "waiting", "logs")
+
+
+def _plain(body: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a result that its journaled outcome keeps as they were sent."""
+    value: dict[str, Any] = {"ok": body.get("isSuccess"), "output": body.get("output"), "attempt": body.get("attempt")}
+    if body.get("isSuccess") is False:
+        value.update(errorCode=body.get("errorCode"), errorMessage=body.get("errorMessage"),
+                     retryable=body.get("retryable") is not False)
+    if body.get("isWaitingForApproval"):
+        value["waiting"] = True
+    if body.get("logs"):
+        value["logs"] = [{k: log.get(k) for k in ("message", "logLevel", "created")} for log in body["logs"]
+                         if isinstance(log, dict)]
+    return value
+
+
+def fingerprint(body: dict[str, Any]) -> str:
+    """The digest of a result as sent, by which a repeat of it is known: every field, but the
+    values of sensitive context items (never journaled, so not compared either)."""
+    shown = dict(body)
+    if isinstance(body.get("contextItems"), list):
+        shown["contextItems"] = [{**i, "value": REDACTED} if isinstance(i, dict) and i.get("isSensitive") else i
+                                 for i in body["contextItems"]]
+    text = json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 class Session:
-    def __init__(self, access: Access, worker_id: str, item_id: int, body: dict[str, Any], token_digest: str = ""):
+    def __init__(self, access: Access, worker_id: str, item_id: int, body: dict[str, Any], token_digest: str = "",
+                 key_id: int | None = None):
         self.token_digest = token_digest
+        self.key_id = key_id
+        """The key the session was bootstrapped with (None: a session older than this field, refused)."""
         self.access = access
         self.worker_id = worker_id
         self.item_id = item_id
@@ -50,7 +93,11 @@ class Workers:
     def __init__(self, engine: Engine, pipelines: Pipelines, lease_ttl: float = 30.0):
         self.engine = engine
         self.pipelines = pipelines
+        self.apps = Applications(engine)
         self.lease = timedelta(seconds=lease_ttl)
+        self.interval: float = HEARTBEAT_SECONDS if lease_ttl >= 3 * HEARTBEAT_SECONDS else lease_ttl / 3
+        """Seconds between a worker's heartbeats: a worker silent for OFFLINE_AFTER of them (a
+        lease TTL, by default) is offline."""
         self.closing = asyncio.Event()
         """Set when the service stops: long polls end at once (``flowli serve``)."""
         self._sessions: dict[str, tuple[Session, float]] = {}
@@ -88,18 +135,69 @@ class Workers:
                   "pid": body.get("pid"), "sdkVersion": body.get("sdkVersion"), "startedAt": iso(now),
                   "lastHeartbeat": iso(now), "applicationId": access.application_id, "key": access.actor}
         await self.items.put(WORKER, access.application, worker_id, record, now)
-        await self.items.put(SESSION, access.application, digest(token), {"workerId": worker_id}, now)
+        await self.items.put(SESSION, access.application, digest(token), {"workerId": worker_id, "keyId": access.key_id},
+                             now)
+        await self._present(access.application, worker_id, handlers)
         return {"workerId": worker_id, "workerSessionToken": token,
                 "application": {"id": access.application_id, "name": access.application},
-                "heartbeat": {"intervalSeconds": HEARTBEAT_SECONDS}, "lease": {"ttlSeconds": self.lease.total_seconds()}}
+                "heartbeat": {"intervalSeconds": self.interval}, "lease": {"ttlSeconds": self.lease.total_seconds()}}
+
+    async def _present(self, application: str, worker_id: str, handlers: list[str]) -> None:
+        """The worker is alive now: the engine's row of it says so, with its handlers' queues
+        (``flowli explain`` tells a queue that no live worker serves)."""
+        if handlers:
+            await self.engine.consumer([queue_of(application, h) for h in handlers], worker_id, self.lease,
+                                       application=application).present()
+
+    def shown(self, body: dict[str, Any], now: Any) -> dict[str, Any]:
+        """A worker as ``GET /workers`` shows it: ``offline`` once silent for OFFLINE_AFTER heartbeat
+        intervals (a dead worker does not stay ready)."""
+        shown = {k: v for k, v in body.items() if k != "key"}
+        last = body.get("lastHeartbeat")
+        if shown.get("state") in ("ready", "draining") and isinstance(last, str) and \
+                (now - datetime.fromisoformat(last)).total_seconds() > OFFLINE_AFTER * self.interval:
+            shown["state"] = "offline"
+        return shown
 
     async def session(self, token: str | None) -> Session:
+        """The live session of ``token``. Every request checks that the key it was bootstrapped
+        with is still enabled (401 once it is not) and acts with that key's role as it is now (a
+        worker's calls need an operator's); a session whose worker sent nothing for
+        SESSION_TTL_SECONDS has expired (401: bootstrap again)."""
         if not token:
             raise Unauthorized("no worker session: send X-Worker-Session (from POST /workers/bootstrap)")
         hashed = digest(token)
         cached = self._sessions.get(hashed)
         if cached is not None and cached[1] > time.monotonic():
-            return cached[0]
+            session = cached[0]
+        else:
+            session = await self._read_session(hashed)
+            if len(self._sessions) > 10_000:
+                self._sessions.clear()
+            self._sessions[hashed] = (session, time.monotonic() + SESSION_CACHE_SECONDS)
+        if session.key_id is None:
+            raise Unauthorized("the worker session was bootstrapped before sessions were bound to their key:"
+                               " bootstrap again")
+        try:
+            key = await self.apps.key_access(session.key_id)
+        except Unauthorized:
+            self._sessions.pop(hashed, None)
+            raise Unauthorized("the worker session ended: the API key it was bootstrapped with is disabled") from None
+        now = self.engine.clock.now()
+        seen = (now - datetime.fromisoformat(session.body["lastHeartbeat"])).total_seconds()
+        if seen > SESSION_TTL_SECONDS:
+            self._sessions.pop(hashed, None)
+            raise Unauthorized(f"the worker session expired: its worker sent nothing for {SESSION_TTL_SECONDS} s"
+                               " (bootstrap again)")
+        session.access = Access(key.application, key.application_id, key.role, session.body["workerName"], key.key_id,
+                                assistant=key.assistant)
+        session.access.require("operator")  # a worker pulls, leases and answers: what an operator does
+        if seen > HEARTBEAT_SECONDS:  # a sign of life between heartbeats keeps the session, at most one write an interval
+            session.body = {**session.body, "lastHeartbeat": iso(now)}
+            await self.items.update(WORKER, session.item_id, session.body, now)
+        return session
+
+    async def _read_session(self, hashed: str) -> Session:
         item = await self.items.find(SESSION, hashed)
         if item is None:
             raise Unauthorized("the worker session is unknown")
@@ -107,13 +205,13 @@ class Workers:
         if worker is None or worker.body.get("state") == "stopped":
             raise Unauthorized("the worker session ended (the worker shut down)")
         access = Access(item.application, worker.body["applicationId"], "operator", worker.body["workerName"])
-        session = Session(access, worker.key, worker.id, worker.body, hashed)
-        if len(self._sessions) > 10_000:
-            self._sessions.clear()
-        self._sessions[hashed] = (session, time.monotonic() + SESSION_CACHE_SECONDS)
-        return session
+        return Session(access, worker.key, worker.id, worker.body, hashed, item.body.get("keyId"))
 
-    async def pull(self, session: Session, body: Any) -> dict[str, Any] | None:
+    async def pull(self, session: Session, body: Any,
+                   gone: Callable[[], Awaitable[Any]] | None = None) -> dict[str, Any] | None:
+        """One job, or None when none came within ``waitSeconds``. ``gone()`` ends when the client
+        has gone away (its connection closed): a job is handed only to a poll whose client is still
+        there, and one taken meanwhile goes back to its queue at once (the same attempt: no expiry)."""
         body = body if isinstance(body, dict) else {}
         handlers = body.get("handlers") or session.body["supportedHandlers"]
         if not isinstance(handlers, list) or not all(isinstance(h, str) and h for h in handlers):
@@ -123,18 +221,29 @@ class Workers:
             raise PipelineInputError(f"waitSeconds must be a number from 0 to 30, got {wait!r}")
         if not handlers:
             return None
-        polling = asyncio.ensure_future(self._consumer(session, handlers).dequeue(1, wait=float(wait)))
-        closing = asyncio.ensure_future(self.closing.wait())
+        consumer = self._consumer(session, handlers)
+        polling = asyncio.ensure_future(consumer.dequeue(1, wait=float(wait)))
+        ends = [asyncio.ensure_future(self.closing.wait())]
+        if gone is not None:
+            ends.append(asyncio.ensure_future(gone()))
         try:
-            await asyncio.wait([polling, closing], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([polling, *ends], return_when=asyncio.FIRST_COMPLETED)
         finally:
-            closing.cancel()
-        if not polling.done():  # the service stops: no job (204), the worker polls again elsewhere
+            for end in ends:
+                end.cancel()
+        left = gone is not None and ends[-1].done() and not ends[-1].cancelled()
+        if not polling.done():  # the service stops (204: the worker polls again elsewhere), or the client went
             polling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await polling
+        try:
+            tasks = await polling
+        except asyncio.CancelledError:
+            if not polling.cancelled():
+                raise  # this request itself is cancelled
             return None
-        tasks = polling.result()
+        if left:
+            for task in tasks:  # taken as the client went: back to the queue at once
+                await consumer.nack(task)
+            return None
         if not tasks:
             return None
         return await self.job(session, tasks[0])
@@ -155,12 +264,22 @@ class Workers:
                 "pipelineKeywords": seed.get("pipelineKeywords") or [], "timeoutSeconds": seed.get("timeoutSeconds"),
                 "traceparent": task_traceparent(task)}
 
-    async def _task(self, session: Session, stage_id: Any, execution_id: Any) -> Task:
+    async def _find(self, session: Session, stage_id: Any, execution_id: Any) -> tuple[Any, Task | None]:
+        """The stage item, and the job (a DELEGATE task) ``execution_id`` of that stage, or None
+        when the stage never had it."""
         if not isinstance(execution_id, str) or not execution_id:
             raise PipelineInputError("executionId is required (the job's executionId)")
+        if len(execution_id) > MAX_EXECUTION_ID:
+            raise PipelineInputError(f"executionId is longer than {MAX_EXECUTION_ID} characters: not a job's executionId")
         stage = await self.pipelines.stage_item(session.access, stage_id)
         task = await self.engine.task(execution_id, application=session.access.application)
         if task is None or (task.payload or {}).get("stageId") != stage.id:
+            return stage, None
+        return stage, task
+
+    async def _task(self, session: Session, stage_id: Any, execution_id: Any) -> Task:
+        stage, task = await self._find(session, stage_id, execution_id)
+        if task is None:
             raise NotFound(f"no execution {execution_id!r} of stage {stage.id}")
         return task
 
@@ -169,6 +288,13 @@ class Workers:
         if body.get("workerId") is not None and body.get("workerId") != session.worker_id:
             raise PipelineInputError("workerId is not the worker of this session")
         task = await self._task(session, stage_id, body.get("executionId"))
+        answer = await self._lease(session, task, renew)
+        if renew:  # a cancel of the pipeline tells the worker to stop, whatever became of its lease
+            record = await self.engine.status(task.eid or "", application=session.access.application)
+            answer["cancelRequested"] = record.cancel_requested is not None or record.status is Status.CANCELLED
+        return answer
+
+    async def _lease(self, session: Session, task: Task, renew: bool) -> dict[str, Any]:
         consumer = self.engine.consumer(task.queue, session.worker_id, self.lease, application=session.access.application)
         now = self.engine.clock.now()
         if task.state != "ready":
@@ -184,10 +310,7 @@ class Workers:
             renewed = await consumer.renew(task)
         except StaleAnswer:
             return {"acquired": False, "reason": "lease lost (it expired and the job is delivered again)"}
-        answer: dict[str, Any] = {"acquired": True, "attempt": spec_attempt(renewed), "leaseExpiresAt": iso(renewed.visible_at)}
-        if renew:
-            answer["cancelRequested"] = False
-        return answer
+        return {"acquired": True, "attempt": spec_attempt(renewed), "leaseExpiresAt": iso(renewed.visible_at)}
 
     async def result(self, session: Session, stage_id: Any, body: Any) -> tuple[int, dict[str, Any]]:
         if not isinstance(body, dict):
@@ -206,20 +329,31 @@ class Workers:
                 raise PipelineInputError(f"{field} must be true or false, got {body[field]!r}")
         if body.get("logs") is not None and not isinstance(body["logs"], list):
             raise PipelineInputError("logs must be a list")
-        task = await self._task(session, stage_id, body.get("executionId"))
+        stage, task = await self._find(session, stage_id, body.get("executionId"))
+        if task is None:  # a result of an execution that this stage never had: stale, as a late one
+            return await self._refuse(session, stage.body["eid"], body, stage.id,
+                                      f"execution {body['executionId']!r} is not an execution of stage {stage.id}"
+                                      " (unknown, or of another stage)")
         context = labels(body.get("contextItems"), "contextItems")
         if attempt != spec_attempt(task):
-            return await self._refuse(session, task, body, f"attempt {attempt} is not the current attempt"
-                                                           f" {spec_attempt(task)} of this execution")
-        value: dict[str, Any] = {"ok": ok, "output": body.get("output"), "attempt": attempt}
+            return await self._refuse(session, task.eid or "", body, stage.id,
+                                      f"attempt {attempt} is not the current attempt {spec_attempt(task)} of this execution")
+        sent = fingerprint(body)
+        # an attempt answered already: an identical repeat of its accepted result is accepted again,
+        # whatever it carries and however far the pipeline went on; nothing of another is kept
+        # (no secret stored, no stage numbered): the store refuses it below
+        answered = task.state != "ready"
+        if answered and await self._accepted(task, sent, body):
+            return 202, {"accepted": True}
+        value: dict[str, Any] = {"ok": ok, "output": body.get("output"), "attempt": attempt, "fingerprint": sent}
         if not ok:
             value.update(errorCode=body.get("errorCode"), errorMessage=body.get("errorMessage"),
                          retryable=body.get("retryable") is not False)
         if body.get("isWaitingForApproval"):
             value["waiting"] = True
-        if context:
+        if context and not answered:
             value["context"] = await self.pipelines._keep_secrets(session.access, task.eid or "", context)
-        if body.get("appendStages"):
+        if body.get("appendStages") and not answered:
             value["append"] = await self._appended(session, task, body["appendStages"])
         if body.get("logs"):
             value["logs"] = [{k: log.get(k) for k in ("message", "logLevel", "created")} for log in body["logs"]
@@ -229,11 +363,11 @@ class Workers:
         try:
             await consumer.answer(task, value, by=by)
         except StaleAnswer as exc:
-            if await self._accepted(task, value):
+            if await self._accepted(task, sent, body):
                 return 202, {"accepted": True}
-            return await self._refuse(session, task, body, str(exc))
+            return await self._refuse(session, task.eid or "", body, stage.id, str(exc))
         except ExecutionTerminalError as exc:
-            return await self._refuse(session, task, body, f"the pipeline is {exc.status}")
+            return await self._refuse(session, task.eid or "", body, stage.id, f"the pipeline is {exc.status}")
         except DatabaseUnavailable as exc:
             raise Unavailable(f"the result was not confirmed ({exc}): send it again") from None
         return 202, {"accepted": True}
@@ -244,21 +378,27 @@ class Workers:
         return await self.pipelines._stage_ids(session.access, task.eid or "", specs, p.spec["name"],
                                                p.spec.get("keywords") or [])
 
-    async def _accepted(self, task: Task, value: dict[str, Any]) -> bool:
+    async def _accepted(self, task: Task, sent: str, body: dict[str, Any]) -> bool:
         """Whether the journal holds this very result as the attempt's outcome (a repeat)."""
         journal = await self.engine.journal(task.eid or "")
         fid = (task.frame or {}).get("fid")
         for e in journal:
             if e.fid == fid and e.attempt == task.attempt and e.kind is EntryKind.FRAME_COMPLETED:
-                return {k: v for k, v in (e.value or {}).items() if k != "append"} == \
-                    {k: v for k, v in value.items() if k != "append"}
+                kept = e.value if isinstance(e.value, dict) else {}
+                if "fingerprint" in kept:
+                    return bool(kept["fingerprint"] == sent)
+                # an outcome journaled before results had their fingerprint: its plain fields
+                plain = _plain(body)
+                return {k: v for k, v in kept.items() if k in PLAIN} == plain
         return False
 
-    async def _refuse(self, session: Session, task: Task, body: dict[str, Any], reason: str) -> tuple[int, dict[str, Any]]:
-        record = {"executionId": task.id, "attempt": body.get("attempt"), "reason": reason,
+    async def _refuse(self, session: Session, eid: str, body: dict[str, Any], stage_id: int,
+                      reason: str) -> tuple[int, dict[str, Any]]:
+        """409: a stale result changes nothing but the pipeline's history, which records it."""
+        record = {"executionId": body.get("executionId"), "attempt": body.get("attempt"), "reason": reason,
                   "isSuccess": body.get("isSuccess"), "errorCode": body.get("errorCode"), "actor": session.access.actor,
-                  "stageId": (task.payload or {}).get("stageId")}
-        await self.items.put(REFUSED, session.access.application, f"{task.eid}/{uuid.uuid4()}", record,
+                  "stageId": stage_id}
+        await self.items.put(REFUSED, session.access.application, f"{eid}/{uuid.uuid4()}", record,
                              self.engine.clock.now())
         return 409, {"accepted": False, "reason": reason}
 
@@ -289,6 +429,7 @@ class Workers:
         now = self.engine.clock.now()
         session.body = {**session.body, "state": state, "inFlight": in_flight, "lastHeartbeat": iso(now)}
         await self.items.update(WORKER, session.item_id, session.body, now)
+        await self._present(session.access.application, session.worker_id, session.body["supportedHandlers"])
         return {"ok": True}
 
     async def shutdown(self, session: Session) -> dict[str, Any]:
@@ -298,7 +439,8 @@ class Workers:
         return {"ok": True}
 
     async def list(self, access: Access) -> list[dict[str, Any]]:
-        return [{k: v for k, v in i.body.items() if k != "key"} for i in await self.items.list(WORKER, access.application)]
+        now = self.engine.clock.now()
+        return [self.shown(i.body, now) for i in await self.items.list(WORKER, access.application)]
 
 
 __all__ = ["REDACTED", "Conflict", "Workers"]

@@ -1,0 +1,137 @@
+"""``/mcp`` over HTTP behind the service's credential. Every request needs an application's API
+key (``Authorization: Bearer <key>`` or ``X-API-Key``) before the SDK sees it: without one, or with
+an unknown or disabled one, it is answered 401 with ``WWW-Authenticate: Bearer`` and no session
+exists. A session is bound to the key that opened it (the SDK refuses it to another key), and a
+key holds at most MCP_SESSIONS_PER_KEY open sessions in a process: one more is refused with 429
+until one of its sessions ends (the client closes it, or it is idle for MCP_SESSION_IDLE_SECONDS).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from flowli.engine import Engine
+from flowli.pipelines import Applications, ServiceError, key_of
+
+MCP_SESSIONS_PER_KEY = 16
+"""The open MCP sessions one API key may hold in one ``flowli serve`` process."""
+MCP_SESSION_IDLE_SECONDS = 600.0
+"""A session with no request in flight (no call, no open stream) for this long is closed."""
+SESSION_HEADER = "mcp-session-id"
+INVALID_REQUEST = -32600
+
+
+@dataclass
+class _Held:
+    """The sessions a key holds: each with its requests in flight and when its last one ended."""
+
+    opening: int = 0
+    sessions: dict[str, list[float]] = field(default_factory=dict)
+    """session id -> [requests in flight, monotonic time the last one ended]."""
+
+    def prune(self, now: float) -> None:
+        for sid, (in_flight, last) in list(self.sessions.items()):
+            if in_flight == 0 and now - last > MCP_SESSION_IDLE_SECONDS:
+                del self.sessions[sid]  # the SDK closed it as idle
+
+    def count(self) -> int:
+        return self.opening + len(self.sessions)
+
+
+def refusal(status: int, message: str, headers: dict[str, str] | None = None) -> Any:
+    """A JSON-RPC error (no request id) with an HTTP status: what the SDK's client reports."""
+    from starlette.responses import Response
+
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}}
+    return Response(json.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+class McpGate:
+    """The ASGI app in front of the SDK's streamable HTTP app (see the module)."""
+
+    def __init__(self, app: ASGIApp, engine: Engine):
+        self.app = app
+        self.apps = Applications(engine)
+        self.held: dict[int, _Held] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        try:
+            access = await self.apps.authenticate(key_of(headers))
+        except ServiceError as exc:
+            challenge = 'Bearer realm="flowli"' if key_of(headers) is None else \
+                'Bearer realm="flowli", error="invalid_token", error_description="unknown or disabled API key"'
+            await refusal(401, exc.message, {"WWW-Authenticate": challenge})(scope, receive, send)
+            return
+        key = access.key_id if access.key_id is not None else -1
+        # the SDK binds each session to this identity: another key's request for it answers 404
+        token = AccessToken(token="", client_id=f"apikey:{key}", scopes=[])
+        scope = {**scope, "user": AuthenticatedUser(token)}
+        held = self.held.setdefault(key, _Held())
+        sid = headers.get(SESSION_HEADER)
+        if sid is None:
+            await self._open(held, access.actor, scope, receive, send)
+        else:
+            await self._use(held, sid, scope, receive, send)
+
+    async def _open(self, held: _Held, name: str, scope: Scope, receive: Receive, send: Send) -> None:
+        held.prune(time.monotonic())
+        if held.count() >= MCP_SESSIONS_PER_KEY:
+            await refusal(429, f"the API key {name!r} holds {MCP_SESSIONS_PER_KEY} open MCP sessions already, the"
+                               " most a key may: close one (an HTTP DELETE of /mcp with its mcp-session-id) or"
+                               f" wait until one is idle for {MCP_SESSION_IDLE_SECONDS:g} s")(scope, receive, send)
+            return
+        held.opening += 1  # a place held while the request may open a session, given up once it has
+        opened: list[str] = []
+
+        async def watch(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                sid = Headers(raw=message.get("headers") or []).get(SESSION_HEADER)
+                if sid and not opened:
+                    opened.append(sid)
+                    held.sessions[sid] = [1, time.monotonic()]
+                    held.opening -= 1
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            if not opened:
+                held.opening -= 1
+            for sid in opened:
+                if sid in held.sessions:
+                    held.sessions[sid][0] -= 1
+                    held.sessions[sid][1] = time.monotonic()
+
+    async def _use(self, held: _Held, sid: str, scope: Scope, receive: Receive, send: Send) -> None:
+        state = held.sessions.get(sid)
+        if state is not None:
+            state[0] += 1
+        ended = False
+
+        async def watch(message: Message) -> None:
+            nonlocal ended
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                ended = status == 404 or scope.get("method") == "DELETE" and status < 400
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            if state is not None:
+                state[0] -= 1
+                state[1] = time.monotonic()
+            if ended:
+                held.sessions.pop(sid, None)

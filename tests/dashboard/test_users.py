@@ -1,0 +1,73 @@
+"""Dashboard users and what they see, against a real ``flowli serve``: a user created without
+``--app`` sees no application until given one (only an admin sees every one), and ``flowli users
+ls|grant|disable|delete`` act at once on the sessions already open."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from ..served import PASSWORD, Names, clerk, flowli
+from .conftest import Tenants, csrf_of, logged_in, pipeline
+from .test_actions import act, history, page_of, run_path
+
+pytestmark = pytest.mark.e2e
+
+
+def run_links(html: str) -> list[str]:
+    return re.findall(r'href="/runs/([^"?]+)"', html)
+
+
+async def test_a_user_without_applications_sees_none_and_an_admin_sees_every_one(tenants: Tenants, names: Names):
+    url, db = tenants.service.url, tenants.service.db
+    await pipeline(url, tenants.billing_key, name="billing-run")
+    nobody, boss = names.email("nobody"), names.email("boss")
+    async with clerk(db) as apps:
+        await apps.create_user(nobody, PASSWORD, "viewer", [])
+        await apps.create_user(boss, PASSWORD, "admin", [tenants.shipping])
+    async with logged_in(url, tenants.ann) as ann:
+        [eid] = run_links((await ann.get("/runs")).text)
+    async with logged_in(url, nobody) as viewer, logged_in(url, boss) as admin:
+        asked = await viewer.get("/runs", params={"application": tenants.billing})
+        assert asked.status_code == 200 and run_links(asked.text) == [], "a user of no application read another's runs"
+        run = await viewer.get(f"/runs/{eid}")
+        assert run.status_code == 404 and "billing-run" not in run.text
+        assert run_links((await admin.get("/runs", params={"application": tenants.billing})).text) == [eid]
+        granted = flowli(db, "users", "grant", nobody, "--app", tenants.billing)
+        assert granted.returncode == 0 and tenants.billing in granted.stdout, granted.stderr
+        # given one, at once (the open session too)
+        assert run_links((await viewer.get("/runs", params={"application": tenants.billing})).text) == [eid]
+    listed = flowli(db, "users", "ls")
+    assert listed.returncode == 0, listed.stderr
+    line = next(x for x in listed.stdout.splitlines() if nobody in x)
+    assert "viewer" in line and "enabled" in line and tenants.billing in line
+    assert PASSWORD not in listed.stdout
+
+
+async def test_a_disabled_or_deleted_users_sessions_end_at_once(tenants: Tenants):
+    url, db = tenants.service.url, tenants.service.db
+    made = await pipeline(url, tenants.billing_key)
+    async with logged_in(url, tenants.ann) as ann, logged_in(url, tenants.sam) as sam:
+        page = await page_of(ann, made["id"])
+        done = flowli(db, "users", "disable", tenants.ann)
+        assert done.returncode == 0 and "disabled" in done.stdout, done.stderr
+        r = await ann.get("/runs")
+        assert (r.status_code, r.headers.get("location")) == (303, "/login")
+        acted = await act(ann, run_path(page.text), page.text, action="pause")  # her form, still open
+        assert (acted.status_code, acted.headers.get("location")) == (303, "/login")
+        assert tenants.ann not in str(await history(url, tenants.billing_key, made["id"]))  # she sent nothing
+        assert "disabled" in next(x for x in flowli(db, "users", "ls").stdout.splitlines() if tenants.ann in x)
+        assert (await sam.get("/runs")).status_code == 200  # another user's session lives on
+        gone = flowli(db, "users", "delete", tenants.sam)
+        assert gone.returncode == 0, gone.stderr
+        r = await sam.get("/runs")
+        assert (r.status_code, r.headers.get("location")) == (303, "/login")
+    async with httpx.AsyncClient(base_url=url, follow_redirects=False, timeout=30) as anon:
+        for email in (tenants.ann, tenants.sam):  # neither logs in again
+            form = await anon.get("/login")
+            r = await anon.post("/login", data={"csrf": csrf_of(form.text), "email": email, "password": PASSWORD})
+            assert r.status_code == 401
+    assert tenants.sam not in flowli(db, "users", "ls").stdout
+    assert flowli(db, "users", "disable", "nobody@example.com").returncode == 2
