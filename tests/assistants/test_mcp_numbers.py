@@ -18,8 +18,10 @@ from ..served import Names, Service, log_checked
 
 pytestmark = pytest.mark.e2e
 
+UNKNOWN = "0190f0f0-0000-7000-8000-000000000000"
+"""A well-formed execution id that no run has (a malformed one is refused before its numbers)."""
 CALLS = (("list_stuck_workflows", {}, "older_than_seconds"),
-         ("force_terminate_workflow", {"workflow_id": "0190f0f0-0000-7000-8000-000000000000", "reason": "stale"}, "min_idle_seconds"))
+         ("force_terminate_workflow", {"workflow_id": UNKNOWN, "reason": "stale"}, "min_idle_seconds"))
 
 
 @pytest.mark.parametrize("value", [1e308, 1e20, -1.0])

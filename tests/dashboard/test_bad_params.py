@@ -30,3 +30,9 @@ async def test_numbers_past_their_range_in_a_pages_query_are_refused_naming_the_
                 r = await ann.get("/stuck", params={"older_than": older})
                 assert r.status_code == 400 and "older_than" in r.text, (older, r.status_code, r.text[-500:])
             assert (await ann.get("/stuck", params={"older_than": "60"})).status_code == 200
+            for name, value in (("since", "0001-01-01T00:00+01:00"), ("until", "9999-12-31T23:59-01:00"),
+                                ("cursor", TWENTY), ("cursor", "x" * 300)):
+                r = await ann.get("/runs", params={name: value})
+                assert r.status_code in (200, 400), (name, value, r.status_code, r.text[-500:])
+            r = await ann.get(f"/runs/{eid}/events", params={"after": TWENTY})
+            assert r.status_code == 400 and "after" in r.text, (r.status_code, r.text[-500:])

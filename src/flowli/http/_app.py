@@ -196,7 +196,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     # order): a request without a valid credential gets 401 before its body is read.
 
     @app.post("/pipelines", openapi_extra=takes(m.PipelineIn), responses={200: {"model": m.PipelineOut}})
-    async def create_legacy(request: Request, who: Access = Depends(access), _body: Any = json_body(m.PipelineIn)) -> Any:
+    async def create_legacy(request: Request, who: Access = Depends(access),
+                            _body: Any = json_body(m.PipelineIn)) -> Any:
         view, _ = await pipelines.create(who, raw(request), idempotent=False,
                                          traceparent=request.headers.get("traceparent"))
         return view
@@ -259,7 +260,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
         return await pipelines.cancel(who, pipeline_id)
 
     @app.post("/stages/{stage_id}/resume", status_code=204, response_class=Response, openapi_extra=takes(m.DecisionIn))
-    async def decide(stage_id: str, who: Access = Depends(access), body: m.DecisionIn = json_body(m.DecisionIn)) -> Response:
+    async def decide(stage_id: str, who: Access = Depends(access),
+                     body: m.DecisionIn = json_body(m.DecisionIn)) -> Response:
         await pipelines.decide(who, stage_id, body.approved, body.rejectionReason)
         return Response(status_code=204)
 
@@ -275,18 +277,22 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
         job = await workers.pull(s, raw(request), gone=lambda: _gone(request))
         return Response(status_code=204) if job is None else job
 
-    @app.post("/stages/{stage_id}/lease/acquire", openapi_extra=takes(m.LeaseIn), responses={200: {"model": m.LeaseOut}})
-    async def acquire(stage_id: str, request: Request, s: Session = Depends(session), _body: Any = json_body(m.LeaseIn)) -> Any:
+    @app.post("/stages/{stage_id}/lease/acquire", openapi_extra=takes(m.LeaseIn),
+              responses={200: {"model": m.LeaseOut}})
+    async def acquire(stage_id: str, request: Request, s: Session = Depends(session),
+                      _body: Any = json_body(m.LeaseIn)) -> Any:
         return await workers.acquire(s, stage_id, raw(request))
 
     @app.post("/stages/{stage_id}/lease/renew", openapi_extra=takes(m.LeaseIn), responses={200: {"model": m.LeaseOut}})
-    async def renew(stage_id: str, request: Request, s: Session = Depends(session), _body: Any = json_body(m.LeaseIn)) -> Any:
+    async def renew(stage_id: str, request: Request, s: Session = Depends(session),
+                    _body: Any = json_body(m.LeaseIn)) -> Any:
         return await workers.acquire(s, stage_id, raw(request), renew=True)
 
     @app.post("/stages/{stage_id}/result", status_code=202, openapi_extra=takes(m.ResultIn),
               responses={202: {"model": m.ResultOut},
                          409: {"model": m.ResultOut | m.Error, "description": "a stale result (accepted: false)"}})
-    async def result(stage_id: str, request: Request, s: Session = Depends(session), _body: Any = json_body(m.ResultIn)) -> Any:
+    async def result(stage_id: str, request: Request, s: Session = Depends(session),
+                     _body: Any = json_body(m.ResultIn)) -> Any:
         status, answer = await workers.result(s, stage_id, raw(request))
         return JSONResponse(answer, status_code=status)
 
@@ -295,7 +301,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
         return await workers.ack(s, raw(request))
 
     @app.post("/workers/heartbeat", openapi_extra=takes(m.HeartbeatIn), responses={200: {"model": m.OkOut}})
-    async def heartbeat(request: Request, s: Session = Depends(session), _body: Any = json_body(m.HeartbeatIn)) -> Any:
+    async def heartbeat(request: Request, s: Session = Depends(session),
+                        _body: Any = json_body(m.HeartbeatIn)) -> Any:
         return await workers.heartbeat(s, raw(request))
 
     @app.post("/workers/shutdown", responses={200: {"model": m.OkOut}})

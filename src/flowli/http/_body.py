@@ -8,6 +8,7 @@ parsed."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from itertools import accumulate
 from typing import Any
@@ -87,7 +88,7 @@ for _open in b"[{":
 for _close in b"]}":
     _STEP[_close] = -1
 _NOT_BRACKETS = bytes(b for b in range(256) if not _STEP[b])
-_CONSTANT = re.compile(rb'"([^"\\]*(?:\\.[^"\\]*)*)"\s*:\s*(?:-?Infinity|NaN)\b')
+_FIELD = rb'"([^"\\]*(?:\\.[^"\\]*)*)"\s*:\s*'
 
 
 def json_depth(raw: bytes) -> int:
@@ -105,13 +106,17 @@ def parse_json(raw: bytes) -> Any:
     if json_depth(raw) > MAX_JSON_DEPTH:
         raise BodyRefused(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels of arrays and objects")
 
-    def constant(word: str) -> Any:
-        found = _CONSTANT.search(raw)  # the field it is the value of, when it is one
+    def refuse(token: str) -> Any:
+        found = re.search(_FIELD + re.escape(token.encode()), raw)  # the field it is the value of, if one
         where = f"{found.group(1).decode(errors='replace')}: " if found else ""
-        raise BodyRefused(400, f"{where}{word} is not a number JSON allows (a number must be finite)")
+        raise BodyRefused(400, f"{where}{token} is not a number JSON allows (a number must be finite)")
+
+    def number(text: str) -> float:
+        value = float(text)
+        return value if math.isfinite(value) else refuse(text)  # 1e400 would be inf
 
     try:
-        return json.loads(raw, parse_constant=constant)
+        return json.loads(raw, parse_constant=refuse, parse_float=number)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
         raise BodyRefused(400, f"the body is not valid JSON: {getattr(exc, 'msg', exc)}") from None
 

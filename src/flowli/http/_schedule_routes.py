@@ -18,7 +18,8 @@ from ._body import json_body, raw, takes
 def add_schedule_routes(app: FastAPI, schedules: Schedules, policies: Policies, access: Callable[..., Any]) -> None:
     # ---- schedules ------------------------------------------------------------------------
 
-    @app.post("/schedules", status_code=201, openapi_extra=takes(m.ScheduleIn), responses={201: {"model": m.ScheduleOut}})
+    @app.post("/schedules", status_code=201, openapi_extra=takes(m.ScheduleIn),
+              responses={201: {"model": m.ScheduleOut}})
     async def create_schedule(request: Request, who: Access = Depends(access),
                               _body: Any = json_body(m.ScheduleIn)) -> Any:
         return await schedules.create(who, raw(request))
