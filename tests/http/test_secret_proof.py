@@ -169,8 +169,7 @@ async def test_one_secret_sent_every_way_never_shows_outside_the_jobs_that_need_
 
             # the dashboard, as an admin: its pages and a run's live events
             async with logged_in(svc.url, admin_email) as page:
-                # (the Workers page shows workers' names, handlers and heartbeats, no context value)
-                for url in ["/runs", "/inbox", "/stuck", f"/schedules?application={app}", "/catalog",
+                for url in ["/runs", "/inbox", "/stuck", f"/schedules?application={app}", "/catalog", "/workers",
                             *[f"/runs/{eid}" for eid in eids], *[f"/pipelines/{pid}" for pid in pids],
                             *[f"/runs/{eid}?kind=frame.completed" for eid in eids]]:
                     r = await page.get(url)
