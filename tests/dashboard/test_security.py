@@ -133,6 +133,8 @@ async def test_operator_actions_on_another_applications_pipeline_are_unknown(ten
             for action, body in (("skipStage", {"stageId": stage}), ("rerunStage", {"stageId": stage})):
                 r = await api.post(f"/pipelines/{action}", json=body)
                 assert r.status_code == 404, (action, r.status_code, r.text)
+            r = await api.post(f"/stages/{stage}/resume", json={"approved": True})  # a stage's decision
+            assert r.status_code == 404, ("resume", r.status_code, r.text)
     async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": viewer}, timeout=30) as api:
         r = await api.post(f"/pipelines/{theirs['id']}/pause")
         assert r.status_code == 403  # its own application's pipeline: the role refuses it

@@ -356,6 +356,7 @@ class Pipelines:
         return await self._view(access, pitem.id, pitem.key)
 
     async def decide(self, access: Access, stage_id: Any, approved: Any, reason: Any) -> None:
+        stage, pitem = await self.stage(access, stage_id)  # another application's stage is unknown to any role
         access.require("operator")
         if not isinstance(approved, bool):
             raise PipelineInputError(f"approved must be true or false, got {approved!r}")
@@ -363,7 +364,6 @@ class Pipelines:
             raise PipelineInputError("rejectionReason must be a string")
         if not approved and not (reason or "").strip():
             raise PipelineInputError("rejectionReason is required when approved is false")
-        stage, pitem = await self.stage(access, stage_id)
         if not approved:  # free text: a sensitive value of the pipeline in it is never journaled
             secrets = await self.items.list(SECRET, access.application, prefix=f"{pitem.key}/")
             reason = mask(reason or "", [i.body.get("value") for i in secrets])
