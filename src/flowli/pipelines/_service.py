@@ -159,11 +159,19 @@ class Pipelines:
         tasks = await self.engine.tasks(eid=eid, application=access.application)
         view = build(record, p, journal, tasks, access.application_id, self.engine.clock.now())
         if len(p.stages) < await self.items.count(STAGE, access.application, prefix=f"{eid}/"):
-            # stages appended whose message the workflow has not taken yet: declared, not started
+            # stages appended whose message the workflow has not taken yet: declared, not started.
+            # Only what was written counts (a result's stages are in its journaled outcome, which
+            # the replay takes): a result refused after its stages were numbered left their ids,
+            # reserved and never shown, and no stage
             status = "Cancelled" if view["status"] == "Cancelled" else "NotStarted"
-            for item in await self.items.list(STAGE, access.application, prefix=f"{eid}/"):
-                if item.body["name"] not in p.stages:
-                    view["stages"].append(stage_json(item.id, pid, item.body["spec"], status, iso(item.at)))
+            shown = set(p.stages) | {r.get("append") for r in p.refused}
+            for m in await self.engine.messages(eid, CHANNEL):
+                if not isinstance(m.payload, dict) or m.payload.get("op") != "append":
+                    continue
+                for spec in m.payload.get("stages") or []:
+                    if isinstance(spec, dict) and spec.get("stageName") not in shown and isinstance(spec.get("id"), int):
+                        shown.add(spec["stageName"])
+                        view["stages"].append(stage_json(spec["id"], pid, spec, status, iso(m.provenance.at)))
         return view
 
     async def get(self, access: Access, pid: Any, *, journal: builtins.list[Any] | None = None) -> dict[str, Any]:
@@ -368,24 +376,30 @@ class Pipelines:
             secrets = await self.items.list(SECRET, access.application, prefix=f"{pitem.key}/")
             reason = mask(reason or "", [i.body.get("value") for i in secrets])
         decision = {"approved": approved, "rejectionReason": None if approved else reason}
-        record, p = await self.state(access, pitem.key)
+        _, p = await self.state(access, pitem.key)
         s = p.stages[stage.body["name"]]
-        run_key = f"{pitem.key}/{stage.body['name']}/{s.run}"
-        if s.decision is not None or s.status != "WaitingForApproval":
-            earlier = await self.items.find("decision", run_key, access.application)
-            if earlier is not None and earlier.body == decision:
-                return  # an identical repeat
-            if earlier is not None or s.decision is not None:
-                raise Conflict(f"stage {stage.id} ({s.name}) was decided already with another decision")
+        # the decision is known by what reached the pipeline: the one its workflow took, else the
+        # first one sent to it for this run of the stage (the one it will take); a decision whose
+        # signal was never written is not known, so its retry sends it
+        taken = s.decision or await self._first_decision(access, pitem.key, s.name, s.run)
+        if taken is None and s.status != "WaitingForApproval":
             raise Conflict(f"stage {stage.id} ({s.name}) is {s.status}, not WaitingForApproval")
-        claim, created = await self.items.put("decision", access.application, run_key, decision,
-                                              self.engine.clock.now())
-        if not created:
-            if claim.body == decision:
-                return
+        if taken is None:
+            await self._signal(access, pitem.key, {"op": "decide", "stage": s.name, "run": s.run, **decision},
+                               f"decide stage {stage.id}")
+            taken = await self._first_decision(access, pitem.key, s.name, s.run)  # a concurrent one may be first
+        if taken is not None and taken != decision:
             raise Conflict(f"stage {stage.id} ({s.name}) was decided already with another decision")
-        await self._signal(access, pitem.key, {"op": "decide", "stage": s.name, **decision},
-                           f"decide stage {stage.id}")
+
+    async def _first_decision(self, access: Access, eid: str, name: str, run: int) -> dict[str, Any] | None:
+        """The first decision sent to the pipeline for this run of the stage (its signal is the
+        record of it), or None."""
+        for m in await self.engine.messages(eid, CHANNEL):
+            body = m.payload
+            if isinstance(body, dict) and body.get("op") == "decide" and body.get("stage") == name \
+                    and body.get("run") == run:
+                return {"approved": bool(body.get("approved")), "rejectionReason": body.get("rejectionReason")}
+        return None
 
 
 def stage_json(sid: int, pid: int, g: dict[str, Any], status: str, created: str | None) -> dict[str, Any]:

@@ -276,7 +276,7 @@ def _control(p: Pipeline, message: Any) -> None:
         _append(p, message.get("stages") or [])
     elif stage is None:
         return
-    elif op == "decide" and stage.status == "WaitingForApproval":
+    elif op == "decide" and stage.status == "WaitingForApproval" and message.get("run", stage.run) == stage.run:
         stage.decision = {"approved": bool(message.get("approved")), "rejectionReason": message.get("rejectionReason")}
         stage.finished = message.get("fid")
         if stage.decision["approved"]:
