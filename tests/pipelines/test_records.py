@@ -273,3 +273,54 @@ async def test_stages_appended_and_not_taken_yet_are_shown_declared(served):
         view = await svc.until(made["id"], lambda v: v["stages"][0]["status"] == "Completed", "taken")
         assert {n for n, _ in statuses(view)} == {"discover", "routed", "found"}
         assert len(view["stages"]) == 3
+
+
+async def history_with(svc: Service, pid: int, kind: str) -> list[dict[str, Any]]:
+    """The pipeline's history once it holds an entry of ``kind`` (its execution ends a moment after
+    the pipeline shows its outcome)."""
+    for _ in range(200):
+        history = (await svc.http.get(f"/pipelines/{pid}/history", headers=svc.api)).json()
+        if any(h["kind"] == kind for h in history):
+            return list(history)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no {kind} in the history of pipeline {pid}: {history}")
+
+
+async def test_a_completed_pipelines_history_shows_no_machinery(served):
+    async with served() as svc:
+        await svc.bootstrap("Step")
+        done = await svc.create({"stageName": "one", "stageHandlerName": "Step"})
+        assert (await svc.result(await svc.job(), output="x")).status_code == 202
+        history = await history_with(svc, done["id"], "execution.completed")
+        assert [h for h in history if h["error"] is not None or h["kind"] == "frame.failed"] == [], history
+        assert "nothing came within" not in str(history)
+
+
+async def test_a_failed_pipelines_error_names_the_stage_and_its_attempts(served):
+    async with served() as svc:
+        await svc.bootstrap("Step")
+        flaky = await svc.create({"stageName": "flaky", "stageHandlerName": "Step",
+                                  "options": {"maxRetries": 5, "retryInterval": 0.01}})
+        for n in range(6):
+            job = await svc.job()
+            assert job["attempt"] == n + 1
+            r = await svc.result(job, isSuccess=False, errorCode="UPSTREAM_ERROR", errorMessage=f"down {n + 1}")
+            assert r.status_code == 202, r.text
+        history = await history_with(svc, flaky["id"], "execution.failed")
+        view = await svc.get(flaky["id"])
+        assert (view["status"], view["stages"][0]["attempt"]) == ("Failed", 6)
+        [end] = [h for h in history if h["kind"] == "execution.failed"]
+        error = end["error"]
+        assert error["message"] == "stage 'flaky' failed after 6 attempt(s): UPSTREAM_ERROR: down 6", error
+        assert (error["stage"], error["stageId"], error["attempts"], error["errorCode"]) == (
+            "flaky", view["stages"][0]["id"], 6, "UPSTREAM_ERROR"), error
+        assert "receive" not in str(end) and "nothing came within" not in str(history), history
+        assert [h for h in history if h["kind"] == "frame.failed"] == [], history
+        # a rerun reopens it (the engine's retry of the frame the error names) and says why it failed
+        r = await svc.http.post("/pipelines/rerunStage", headers=svc.api, json={"stageId": view["stages"][0]["id"]})
+        assert r.status_code == 200, r.text
+        assert (await svc.result(await svc.job(), output="fine")).status_code == 202
+        view = await svc.until(flaky["id"], lambda v: v["status"] == "Completed", "completed")
+        history = await history_with(svc, flaky["id"], "execution.completed")
+        [retried] = [h for h in history if h["kind"] == "execution.retried"]
+        assert retried["value"]["error"]["stage"] == "flaky" and "receive" not in str(retried), retried

@@ -13,6 +13,7 @@ from typing import Any
 
 from flowli.domain import (
     REDACTED,
+    EntryKind,
     ExecutionStateError,
     ExecutionTerminalError,
     Status,
@@ -243,10 +244,18 @@ class Pipelines:
         journal = await self.engine.journal(item.key, application=access.application)
         keys = await self.sensitive_keys(access, item.key)
         out = []
+        machinery = waited_out(journal)
         for e in journal:
+            if e.fid in machinery:
+                continue
+            value, error = e.value, e.error
+            if e.kind is EntryKind.EXECUTION_FAILED:
+                error = stage_error(error)
+            elif e.kind is EntryKind.EXECUTION_RETRIED and isinstance(value, dict):
+                value = {k: v for k, v in value.items() if k != "fid"} | {"error": stage_error(value.get("error"))}
             out.append({"seq": e.seq, "kind": e.kind.value, "frame": e.fid, "attempt": e.attempt,
                         "at": e.at.isoformat(), "actor": str(e.provenance.actor),
-                        "value": redact(e.value, keys), "error": redact(e.error, keys)})
+                        "value": redact(value, keys), "error": redact(error, keys)})
         for r in await self.items.list(REFUSED, access.application, prefix=f"{item.key}/"):
             out.append({"seq": None, "kind": "result.refused", "frame": None, "attempt": r.body.get("attempt"),
                         "at": r.at.isoformat(), "actor": r.body.get("actor"), "value": redact(r.body, keys), "error": None})
@@ -400,6 +409,28 @@ class Pipelines:
                     and body.get("run") == run:
                 return {"approved": bool(body.get("approved")), "rejectionReason": body.get("rejectionReason")}
         return None
+
+
+def waited_out(journal: builtins.list[Any]) -> set[str]:
+    """The frames of a pipeline's journal that are its workflow's own machinery, not a stage's or
+    an operator's: the short receives that found nothing (they look for a last message before the
+    pipeline ends) and ended in a timeout."""
+    return {e.fid for e in journal if e.kind is EntryKind.FRAME_FAILED and e.fid is not None
+            and "/receive#" in e.fid and isinstance(e.error, dict) and e.error.get("timeout")}
+
+
+def stage_error(error: Any) -> Any:
+    """The error that ended a failed pipeline, in the pipeline's words: the stage, its attempts and
+    its own error, not the workflow's frame that carried it."""
+    if not isinstance(error, dict) or error.get("type") != "StepFailed":
+        return error
+    details: dict[str, Any] = error["details"] if isinstance(error.get("details"), dict) else {}
+    shown = {"type": "StageFailed", "message": error.get("cause_message") or error.get("message"),
+             "errorCode": error.get("cause")}
+    if details.get("stage") is not None:
+        shown |= {"stage": details["stage"], "stageId": details.get("stageId"), "attempts": details.get("attempts"),
+                  "errorCode": details.get("errorCode"), "errorMessage": details.get("errorMessage")}
+    return shown
 
 
 def stage_json(sid: int, pid: int, g: dict[str, Any], status: str, created: str | None) -> dict[str, Any]:
