@@ -390,17 +390,17 @@ class Pipelines:
         # the decision is known by what reached the pipeline: the one its workflow took, else the
         # first one sent to it for this run of the stage (the one it will take); a decision whose
         # signal was never written is not known, so its retry sends it
-        taken = s.decision or await self._first_decision(access, pitem.key, s.name, s.run)
+        taken = s.decision or await self._first_decision(pitem.key, s.name, s.run)
         if taken is None and s.status != "WaitingForApproval":
             raise Conflict(f"stage {stage.id} ({s.name}) is {s.status}, not WaitingForApproval")
         if taken is None:
             await self._signal(access, pitem.key, {"op": "decide", "stage": s.name, "run": s.run, **decision},
                                f"decide stage {stage.id}")
-            taken = await self._first_decision(access, pitem.key, s.name, s.run)  # a concurrent one may be first
+            taken = await self._first_decision(pitem.key, s.name, s.run)  # a concurrent one may be first
         if taken is not None and taken != decision:
             raise Conflict(f"stage {stage.id} ({s.name}) was decided already with another decision")
 
-    async def _first_decision(self, access: Access, eid: str, name: str, run: int) -> dict[str, Any] | None:
+    async def _first_decision(self, eid: str, name: str, run: int) -> dict[str, Any] | None:
         """The first decision sent to the pipeline for this run of the stage (its signal is the
         record of it), or None."""
         for m in await self.engine.messages(eid, CHANNEL):
