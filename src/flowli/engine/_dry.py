@@ -119,7 +119,10 @@ async def dry_replay(rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, jour
 
 async def inspect(rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, journal: list[Entry]) -> Any:
     """What the workflow function exposes (``Context.expose``) when replayed in memory against
-    ``journal`` as far as it goes: its own view of the run, replayed, never reconstructed."""
+    ``journal`` as far as it goes: its own view of the run, replayed, never reconstructed. A cancel
+    request is not in the journal: the replay goes as far as the journal does, so a cancelled run
+    shows what it had done, not the state it started from."""
     replay = DryReplay(rt, wf, record, journal)
+    replay.cancel_requested = False
     await replay.check()
     return replay.exposed

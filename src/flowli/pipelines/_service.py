@@ -13,6 +13,7 @@ from typing import Any
 
 from flowli.domain import (
     REDACTED,
+    EntryKind,
     ExecutionStateError,
     ExecutionTerminalError,
     Status,
@@ -159,11 +160,19 @@ class Pipelines:
         tasks = await self.engine.tasks(eid=eid, application=access.application)
         view = build(record, p, journal, tasks, access.application_id, self.engine.clock.now())
         if len(p.stages) < await self.items.count(STAGE, access.application, prefix=f"{eid}/"):
-            # stages appended whose message the workflow has not taken yet: declared, not started
+            # stages appended whose message the workflow has not taken yet: declared, not started.
+            # Only what was written counts (a result's stages are in its journaled outcome, which
+            # the replay takes): a result refused after its stages were numbered left their ids,
+            # reserved and never shown, and no stage
             status = "Cancelled" if view["status"] == "Cancelled" else "NotStarted"
-            for item in await self.items.list(STAGE, access.application, prefix=f"{eid}/"):
-                if item.body["name"] not in p.stages:
-                    view["stages"].append(stage_json(item.id, pid, item.body["spec"], status, iso(item.at)))
+            shown = set(p.stages) | {r.get("append") for r in p.refused}
+            for m in await self.engine.messages(eid, CHANNEL):
+                if not isinstance(m.payload, dict) or m.payload.get("op") != "append":
+                    continue
+                for spec in m.payload.get("stages") or []:
+                    if isinstance(spec, dict) and spec.get("stageName") not in shown and isinstance(spec.get("id"), int):
+                        shown.add(spec["stageName"])
+                        view["stages"].append(stage_json(spec["id"], pid, spec, status, iso(m.provenance.at)))
         return view
 
     async def get(self, access: Access, pid: Any, *, journal: builtins.list[Any] | None = None) -> dict[str, Any]:
@@ -235,10 +244,18 @@ class Pipelines:
         journal = await self.engine.journal(item.key, application=access.application)
         keys = await self.sensitive_keys(access, item.key)
         out = []
+        machinery = waited_out(journal)
         for e in journal:
+            if e.fid in machinery:
+                continue
+            value, error = e.value, e.error
+            if e.kind is EntryKind.EXECUTION_FAILED:
+                error = stage_error(error)
+            elif e.kind is EntryKind.EXECUTION_RETRIED and isinstance(value, dict):
+                value = {k: v for k, v in value.items() if k != "fid"} | {"error": stage_error(value.get("error"))}
             out.append({"seq": e.seq, "kind": e.kind.value, "frame": e.fid, "attempt": e.attempt,
                         "at": e.at.isoformat(), "actor": str(e.provenance.actor),
-                        "value": redact(e.value, keys), "error": redact(e.error, keys)})
+                        "value": redact(value, keys), "error": redact(error, keys)})
         for r in await self.items.list(REFUSED, access.application, prefix=f"{item.key}/"):
             out.append({"seq": None, "kind": "result.refused", "frame": None, "attempt": r.body.get("attempt"),
                         "at": r.at.isoformat(), "actor": r.body.get("actor"), "value": redact(r.body, keys), "error": None})
@@ -368,24 +385,52 @@ class Pipelines:
             secrets = await self.items.list(SECRET, access.application, prefix=f"{pitem.key}/")
             reason = mask(reason or "", [i.body.get("value") for i in secrets])
         decision = {"approved": approved, "rejectionReason": None if approved else reason}
-        record, p = await self.state(access, pitem.key)
+        _, p = await self.state(access, pitem.key)
         s = p.stages[stage.body["name"]]
-        run_key = f"{pitem.key}/{stage.body['name']}/{s.run}"
-        if s.decision is not None or s.status != "WaitingForApproval":
-            earlier = await self.items.find("decision", run_key, access.application)
-            if earlier is not None and earlier.body == decision:
-                return  # an identical repeat
-            if earlier is not None or s.decision is not None:
-                raise Conflict(f"stage {stage.id} ({s.name}) was decided already with another decision")
+        # the decision is known by what reached the pipeline: the one its workflow took, else the
+        # first one sent to it for this run of the stage (the one it will take); a decision whose
+        # signal was never written is not known, so its retry sends it
+        taken = s.decision or await self._first_decision(pitem.key, s.name, s.run)
+        if taken is None and s.status != "WaitingForApproval":
             raise Conflict(f"stage {stage.id} ({s.name}) is {s.status}, not WaitingForApproval")
-        claim, created = await self.items.put("decision", access.application, run_key, decision,
-                                              self.engine.clock.now())
-        if not created:
-            if claim.body == decision:
-                return
+        if taken is None:
+            await self._signal(access, pitem.key, {"op": "decide", "stage": s.name, "run": s.run, **decision},
+                               f"decide stage {stage.id}")
+            taken = await self._first_decision(pitem.key, s.name, s.run)  # a concurrent one may be first
+        if taken is not None and taken != decision:
             raise Conflict(f"stage {stage.id} ({s.name}) was decided already with another decision")
-        await self._signal(access, pitem.key, {"op": "decide", "stage": s.name, **decision},
-                           f"decide stage {stage.id}")
+
+    async def _first_decision(self, eid: str, name: str, run: int) -> dict[str, Any] | None:
+        """The first decision sent to the pipeline for this run of the stage (its signal is the
+        record of it), or None."""
+        for m in await self.engine.messages(eid, CHANNEL):
+            body = m.payload
+            if isinstance(body, dict) and body.get("op") == "decide" and body.get("stage") == name \
+                    and body.get("run") == run:
+                return {"approved": bool(body.get("approved")), "rejectionReason": body.get("rejectionReason")}
+        return None
+
+
+def waited_out(journal: builtins.list[Any]) -> set[str]:
+    """The frames of a pipeline's journal that are its workflow's own machinery, not a stage's or
+    an operator's: the short receives that found nothing (they look for a last message before the
+    pipeline ends) and ended in a timeout."""
+    return {e.fid for e in journal if e.kind is EntryKind.FRAME_FAILED and e.fid is not None
+            and "/receive#" in e.fid and isinstance(e.error, dict) and e.error.get("timeout")}
+
+
+def stage_error(error: Any) -> Any:
+    """The error that ended a failed pipeline, in the pipeline's words: the stage, its attempts and
+    its own error, not the workflow's frame that carried it."""
+    if not isinstance(error, dict) or error.get("type") != "StepFailed":
+        return error
+    details: dict[str, Any] = error["details"] if isinstance(error.get("details"), dict) else {}
+    shown = {"type": "StageFailed", "message": error.get("cause_message") or error.get("message"),
+             "errorCode": error.get("cause")}
+    if details.get("stage") is not None:
+        shown |= {"stage": details["stage"], "stageId": details.get("stageId"), "attempts": details.get("attempts"),
+                  "errorCode": details.get("errorCode"), "errorMessage": details.get("errorMessage")}
+    return shown
 
 
 def stage_json(sid: int, pid: int, g: dict[str, Any], status: str, created: str | None) -> dict[str, Any]:

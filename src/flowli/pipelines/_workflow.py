@@ -163,9 +163,9 @@ async def pipeline(ctx: Context, spec: dict[str, Any]) -> Any:
                 try:
                     message = await closing
                 except TimeoutError:
-                    s = failed[0]
-                    raise StepFailed(closing.fid, s.error_code or "FAILED",  # type: ignore[attr-defined]
-                                     f"stage {s.name!r} failed: {s.error_message or s.error_code}", 1) from None
+                    # the failed frame is this receive (engine.retry reopens it); the error names
+                    # the stage, its attempts and its own error (the pipeline's history shows them)
+                    raise failure(closing.fid, failed[0]) from None  # type: ignore[attr-defined]
                 p.outcome = None
                 _control(p, message)
                 control = ctx.receive(CHANNEL)
@@ -193,6 +193,18 @@ async def pipeline(ctx: Context, spec: dict[str, Any]) -> Any:
             _failed(ctx, p, stage, exc.error_type, exc.message, True, waiting, fid_of(frame))
             continue
         _result(ctx, p, stage, value, waiting, fid_of(frame))
+
+
+STAGE_FAILED = "STAGE_FAILED"
+"""The code of the error that ends a failed pipeline's execution: its details name the stage."""
+
+
+def failure(fid: str, s: Stage) -> StepFailed:
+    code = s.error_code or "FAILED"
+    message = f"stage {s.name!r} failed after {s.attempts} attempt(s): {code}: {s.error_message or code}"
+    return StepFailed(fid, code, message, 1, code=STAGE_FAILED,
+                      details={"stage": s.name, "stageId": s.id, "attempts": s.attempts, "errorCode": s.error_code,
+                               "errorMessage": s.error_message})
 
 
 def fid_of(frame: Any) -> str:
@@ -276,7 +288,7 @@ def _control(p: Pipeline, message: Any) -> None:
         _append(p, message.get("stages") or [])
     elif stage is None:
         return
-    elif op == "decide" and stage.status == "WaitingForApproval":
+    elif op == "decide" and stage.status == "WaitingForApproval" and message.get("run", stage.run) == stage.run:
         stage.decision = {"approved": bool(message.get("approved")), "rejectionReason": message.get("rejectionReason")}
         stage.finished = message.get("fid")
         if stage.decision["approved"]:
