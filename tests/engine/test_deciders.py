@@ -14,7 +14,7 @@ import pytest
 
 import flowli
 from flowli import Context, Registry
-from flowli.domain import EntryKind, Status
+from flowli.domain import EntryKind, StaleAnswer, Status
 from flowli.engine.deciders import (
     Answered,
     Cancel,
@@ -32,7 +32,7 @@ from flowli.engine.deciders import (
     Timer,
     TimerFired,
 )
-from flowli.testing import Clock, drain
+from flowli.testing import Clock, drain, store_of
 
 from .conftest import FAST
 
@@ -183,3 +183,160 @@ async def test_an_order_runs_start_charge_signal_child_end(db_url: str, tmp_path
         await drain(engine)  # the control log holds its lifecycle entries: verify finds it
         verification = await engine.verify(make_registry())
         assert [(c.eid, c.compatible) for c in verification.checked if c.eid == eid] == [(eid, True)]
+
+
+async def test_a_failed_charge_and_an_expired_lease_retry_on_timers(db_url: str, tmp_path: Any) -> None:
+    clock = Clock()
+    engine = await connect(db_url, tmp_path, clock)
+    async with engine, engine.worker():
+        eid = await engine.start("order", ORDER)
+        consumer, task = await take(engine)
+        await consumer.fail(task, "DECLINED", "card declined")
+        await state_is(engine, eid, "waiting_retry")
+        assert [t.at for t in await engine.timers(eid)] == [clock.now() + RETRY]
+        await clock.advance(RETRY)  # the sweeper fires the timer: attempt 2
+        holder, second = await take(engine, "slow", lease=timedelta(seconds=10))
+        assert second.attempt == 2
+        await holder.renew(second)  # a renewal holds it on
+        await clock.advance(timedelta(seconds=11))  # then its consumer stalls: the lease expires
+        await state_is(engine, eid, "waiting_retry")
+        with pytest.raises(StaleAnswer):  # its late answer is fenced out
+            await holder.answer(second, "late")
+        await clock.advance(RETRY)
+        consumer, third = await take(engine)
+        assert third.attempt == 3
+        await consumer.answer(third, "r-3")
+        await state_is(engine, eid, "charged")
+        state = await folds(engine, eid)
+        assert state["failures"] == ["DECLINED", "expired"] and state["receipt"] == "r-3"
+        assert await engine.timers(eid) == []
+
+
+async def test_a_charge_that_fails_every_attempt_fails_the_order(db_url: str, tmp_path: Any) -> None:
+    clock = Clock()
+    engine = await connect(db_url, tmp_path, clock)
+    async with engine, engine.worker():
+        eid = await engine.start("order", ORDER)
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            consumer, task = await take(engine)
+            assert task.attempt == attempt
+            await consumer.fail(task, "DECLINED", f"declined {attempt}")
+            if attempt < MAX_ATTEMPTS:
+                await state_is(engine, eid, "waiting_retry")
+                await clock.advance(RETRY)
+        with pytest.raises(flowli.domain.ExecutionFailed, match="charge failed 3 times"):
+            await engine.result(eid, timeout=10)
+        assert (await folds(engine, eid))["status"] == "failed"
+
+
+async def test_a_cancel_ends_the_order_and_fences_out_the_open_attempt(db_url: str, tmp_path: Any) -> None:
+    engine = await connect(db_url, tmp_path)
+    async with engine, engine.worker():
+        eid = await engine.start("order", ORDER)
+        consumer, task = await take(engine)
+        await engine.cancel(eid, by="ops@example.com", reason="customer asked")
+        record = await engine.status(eid)  # the cancel is one write: the decider ended it there
+        assert record.status is Status.CANCELLED
+        with pytest.raises((StaleAnswer, flowli.domain.ExecutionTerminalError)):
+            await consumer.answer(task, "late")
+        journal = await engine.journal(eid)
+        assert journal[-1].kind is EntryKind.EXECUTION_CANCELLED
+        assert journal[-1].provenance.actor.id == "ops@example.com"
+        assert (await folds(engine, eid))["status"] == "cancelled"
+        assert [t.state for t in await engine.tasks(eid=eid, include_acked=True) if t.kind.value == "DELEGATE"] == ["withdrawn"]
+
+
+async def test_a_middleware_refusal_writes_nothing(db_url: str, tmp_path: Any) -> None:
+    engine = await connect(db_url, tmp_path)
+    refusing = True
+    seen: list[tuple[str, str | None]] = []
+
+    async def no_shipping(t: Any, call_next: Any) -> Any:
+        seen.append((t.kind, t.workflow))
+        if refusing and t.kind == "signal" and t.workflow == "order":
+            raise PermissionError("no shipping today")
+        return await call_next()
+
+    engine.use(no_shipping)
+    async with engine, engine.worker():
+        eid = await engine.start("order", ORDER)
+        consumer, task = await take(engine)
+        await consumer.answer(task, "r-1")
+        await state_is(engine, eid, "charged")
+        before = await engine.decider_state(eid)
+        with pytest.raises(PermissionError):
+            await engine.signal(eid, "ship", "Main St")
+        assert await engine.decider_state(eid) == before
+        assert (await engine.status(eid)).status is Status.SUSPENDED
+        refusing = False
+        await engine.signal(eid, "ship", "Main St")
+        assert (await engine.result(eid, timeout=10))["parcel"] == "parcel-o-1-Main St"
+        await folds(engine, eid)
+        # the middleware saw the decider's transitions as any execution's
+        assert {("start", "order"), ("decide", "order"), ("answer", "order"), ("signal", "order")} <= set(seen)
+
+
+async def test_two_commands_racing_on_one_version_are_both_applied_once(db_url: str, tmp_path: Any) -> None:
+    engine = await connect(db_url, tmp_path)
+    async with engine, engine.worker():
+        eid = await engine.start("order", ORDER)
+        await state_is(engine, eid, "charging")
+        version, _ = await engine.decider_state(eid)
+        store = store_of(engine)
+        read = store.read_state
+        reads: list[int] = []
+        both = asyncio.Event()
+
+        async def together(eid_: str) -> Any:  # the two signals read the same version
+            got = await read(eid_)
+            reads.append(got[0] if got else 0)
+            if len(reads) == 2:
+                both.set()
+            if len(reads) <= 2:
+                await asyncio.wait_for(both.wait(), 10)
+            return got
+
+        store.read_state = together  # type: ignore[method-assign]
+        try:
+            await asyncio.gather(engine.signal(eid, "note", "a"), engine.signal(eid, "note", "b"))
+        finally:
+            del store.read_state
+        assert reads == [version, version, version + 1]  # the loser decided again on the fresh state
+        after, state = await engine.decider_state(eid)
+        assert after == version + 2 and sorted(state["notes"]) == ["a", "b"]
+        journal = await engine.journal(eid)
+        assert sorted(e.value["data"] for e in journal if e.kind is EntryKind.EVENT and e.value["event"] == "note.added") == ["a", "b"]
+        await folds(engine, eid)
+
+
+async def test_a_fresh_engine_continues_after_a_crash_between_any_two_writes(db_url: str, tmp_path: Any) -> None:
+    """Each command is one write; between two of them everything lives in the store. Each step
+    here runs in an engine of its own, closed after it (a process that ends), and workers die
+    holding a task: a fresh engine on the same store continues, and applies each command once."""
+    clock = Clock()
+    async with await connect(db_url, tmp_path, clock) as engine:  # no worker: only the start's write
+        eid = await engine.start("order", ORDER)
+        assert (await engine.status(eid)).status is Status.PENDING
+        dead = await store_of(engine).dequeue(["default"], [flowli.domain.TaskKind.START], "dead-worker", 1,
+                                              timedelta(seconds=5), clock.now())
+        assert [t.eid for t in dead] == [eid]  # a worker took the START task and died before its write
+    await clock.advance(timedelta(seconds=6))
+    engine = await connect(db_url, tmp_path, clock)
+    async with engine, engine.worker():
+        await state_is(engine, eid, "charging")
+        consumer, task = await take(engine)
+    async with await connect(db_url, tmp_path, clock) as engine:  # a consumer's answer, from another process
+        await engine.consumer("payments", name="pay", lease=timedelta(seconds=60)).answer(task, "r-1")
+    async with await connect(db_url, tmp_path, clock) as engine:
+        await engine.signal(eid, "ship", "Main St")  # the child's START is written; no worker runs it
+        dead = await store_of(engine).dequeue(["default"], [flowli.domain.TaskKind.START], "dead-worker", 1,
+                                              timedelta(seconds=5), clock.now())
+        assert len(dead) == 1 and dead[0].eid != eid  # the child's START, taken by a worker that dies
+    await clock.advance(timedelta(seconds=6))
+    engine = await connect(db_url, tmp_path, clock)
+    async with engine, engine.worker():
+        assert (await engine.result(eid, timeout=10))["parcel"] == "parcel-o-1-Main St"
+        state = await folds(engine, eid)
+        events = [e.value["event"] for e in await engine.journal(eid) if e.kind is EntryKind.EVENT]
+        assert events == ["order.placed", "charge.succeeded", "ship.requested", "order.shipped"]
+        assert state["status"] == "shipped" and (await engine.decider_state(eid))[0] == 4

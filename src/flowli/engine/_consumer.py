@@ -200,8 +200,7 @@ async def _settle_decided(rt: Runtime, task: Task, value: Any, failure: tuple[st
                                       principal=principal, payload=payload)
     except (ExecutionStateError, UnknownExecutionError):
         result = None
-    if result is None:
-        await rt.store.write(Write(acks=[(task.id, None)]), rt.clock.now())  # nobody waits for it any more
+    if result is None:  # its end withdrew the task already: nothing to end here
         record = await rt.store.read_execution(task.eid)
         raise ExecutionTerminalError(task.eid, record.status.value if record else "unknown", f"{kind} task {task.id} of")
     if rt.tracing is not None:
