@@ -340,3 +340,40 @@ async def test_a_fresh_engine_continues_after_a_crash_between_any_two_writes(db_
         events = [e.value["event"] for e in await engine.journal(eid) if e.kind is EntryKind.EVENT]
         assert events == ["order.placed", "charge.succeeded", "ship.requested", "order.shipped"]
         assert state["status"] == "shipped" and (await engine.decider_state(eid))[0] == 4
+
+
+async def test_a_finished_order_is_archived_with_its_state_and_verify_tells_a_changed_evolve(
+        db_url: str, tmp_path: Any) -> None:
+    clock = Clock()
+    engine = await flowli.connect(db_url, make_registry(), clock=clock, bucket=str(tmp_path / "bucket"),
+                                  retention=timedelta(days=30), **FAST)
+    committed: list[str] = []
+    engine.observe(lambda t, result: committed.append(t.kind) if t.workflow == "order" else None)
+    async with engine, engine.worker():
+        eid = await engine.start("order", ORDER)
+        consumer, task = await take(engine)
+        await consumer.answer(task, "r-1")
+        await state_is(engine, eid, "charged")
+        await engine.signal(eid, "ship", "Main St")
+        await engine.result(eid, timeout=10)
+        assert {"start", "decide", "answer", "signal"} <= set(committed)  # observers see its commits
+        state = await folds(engine, eid)
+        await drain(engine)
+
+        changed = Registry()  # a new evolve that forgets the receipt: its fold differs
+        changed.decider("order", version="1", initial=INITIAL,
+                        evolve=lambda s, e: {k: v for k, v in evolve(s, e).items() if k != "receipt"})(decide)
+        [checked] = [c for c in (await engine.verify(changed)).checked if c.eid == eid]
+        assert not checked.compatible and checked.difference is not None
+        assert "another state" in checked.difference.detail
+
+        journal = await engine.journal(eid)
+        await clock.advance(timedelta(days=30, seconds=1))
+        assert await engine.retain() == 2  # the order and its child
+        assert await engine.statuses([eid]) == []
+        assert await engine.journal(eid) == journal  # from the archive
+        archived = await engine.archived(eid)
+        assert archived is not None and archived["decider_state"] == {"version": 4, "state": state}
+        assert await store_of(engine).read_state(eid) is None  # the live state went with the execution
+        [row] = [r for r in (await engine.list()).items if r.eid == eid]
+        assert row.status is Status.COMPLETED
