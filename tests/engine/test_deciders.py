@@ -377,3 +377,65 @@ async def test_a_finished_order_is_archived_with_its_state_and_verify_tells_a_ch
         assert await store_of(engine).read_state(eid) is None  # the live state went with the execution
         [row] = [r for r in (await engine.list()).items if r.eid == eid]
         assert row.status is Status.COMPLETED
+
+
+def batch_decide(state: dict[str, Any], command: Any) -> tuple[list[Event], list[Any]]:
+    """A decider whose children are deciders: one order per input, ended when all have."""
+    match command:
+        case Start(input=orders):
+            return [Event("batch.started", [o["id"] for o in orders])], [Child(o["id"], "order", (o,)) for o in orders]
+        case ChildEnded(key=key, status=status, result=result):
+            events = [Event("order.ended", {"key": key, "status": status, "result": result})]
+            if len(state["ended"]) + 1 < len(state["orders"]):
+                return events, []
+            return events, [Complete(sorted([*state["ended"], key]))]
+    return [], []
+
+
+def batch_evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
+    if event.kind == "batch.started":
+        return {**state, "orders": event.data}
+    return {**state, "ended": [*state["ended"], event.data["key"]]}
+
+
+async def test_a_workflow_and_a_decider_start_deciders_as_children(db_url: str, tmp_path: Any) -> None:
+    registry = make_registry()
+    registry.decider("batch", initial={"orders": [], "ended": []}, evolve=batch_evolve)(batch_decide)
+
+    @registry.workflow("checkout")
+    async def checkout(ctx: Context, order: dict[str, Any]) -> Any:
+        return await ctx.child("order", order)
+
+    engine = await flowli.connect(db_url, registry, bucket=str(tmp_path / "bucket"), **FAST)
+    async with engine, engine.worker():
+        parent = await engine.start("checkout", {"id": "o-9", "amount": 1})
+        batch = await engine.start("batch", [{"id": "o-7", "amount": 2}, {"id": "o-8", "amount": 3}])
+        for _ in range(3):  # each order's charge, answered; then each order is shipped
+            consumer, task = await take(engine)
+            await consumer.answer(task, f"r-{task.payload['id']}")
+            await state_is(engine, task.eid, "charged")
+            await engine.signal(task.eid, "ship", "Dock 4")
+        assert await engine.result(parent, timeout=10) == {"order": "o-9", "parcel": "parcel-o-9-Dock 4"}
+        assert await engine.result(batch, timeout=10) == ["o-7", "o-8"]
+        batch_decider = engine.registry.decider_of("batch")
+        assert batch_decider is not None
+        journal = await engine.journal(batch)
+        events = [Event(e.value["event"], e.value["data"]) for e in journal if e.kind is EntryKind.EVENT]
+        assert batch_decider.fold(events) == (await engine.decider_state(batch))[1]
+
+
+async def test_explain_tells_what_an_order_has_open_and_replays_are_refused(db_url: str, tmp_path: Any) -> None:
+    clock = Clock()
+    engine = await connect(db_url, tmp_path, clock)
+    async with engine, engine.worker():
+        eid = await engine.start("order", ORDER)
+        await state_is(engine, eid, "charging")
+        explained = await engine.explain(eid)
+        assert [(w["kind"], w["fid"], w["queue"]) for w in explained.waits] == [("delegate", "decider/charge", "payments")]
+        consumer, task = await take(engine)
+        await consumer.fail(task, "DECLINED", "no")
+        await state_is(engine, eid, "waiting_retry")
+        assert [(w["kind"], w["fid"]) for w in (await engine.explain(eid)).waits] == [("timer", "decider/timer:retry")]
+        for refused in (engine.retry(eid), engine.migrate(eid, "1")):
+            with pytest.raises(flowli.domain.OperationRefused, match="never replayed"):
+                await refused

@@ -109,7 +109,7 @@ def start_execution(rt: Runtime, decider: Decider, eid: str, args: list[Any], *,
     the Start command to a worker, which decides it. (A start is not decided in the caller's
     write: a keyed start that finds its execution must change nothing, and the store creates an
     execution if absent, not the rest of a write.)"""
-    new = new_execution(rt, decider, eid, args, queue=queue, key=key, actor=actor, application=application,  # type: ignore[arg-type]
+    new = new_execution(rt, decider, eid, args, queue=queue, key=key, actor=actor, application=application,
                         parent=parent)
     assert new.task is not None
     return dataclasses.replace(new, task=dataclasses.replace(new.task, payload=dict(DECIDER_TASK)))

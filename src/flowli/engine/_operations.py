@@ -194,6 +194,13 @@ async def cancel(rt: Runtime, archive: Archive, eid: str, by: By, application: s
     return record
 
 
+def _not_decided(rt: Runtime, record: ExecutionRecord, action: str) -> None:
+    """Migrate and retry work on a replay; a decider's execution is never replayed."""
+    if rt.registry.decider_of(record.workflow) is not None:
+        raise OperationRefused(record.eid, action, f"it runs the decider {record.workflow!r}, which is never replayed"
+                                                   " (its state moves by commands only)")
+
+
 async def _cancel_decided(rt: Runtime, record: ExecutionRecord, request: dict[str, Any], principal: Principal) -> None:
     """A cancel of a decider's execution: the request recorded and the command CancelRequested
     decided in one write; the decider says what it means (usually the effect Cancel)."""
@@ -213,6 +220,7 @@ async def migrate(rt: Runtime, archive: Archive, registry: Registry, eid: str, v
     """Point a suspended execution at another version of its workflow, and resume it. The version
     must replay its journal first (a dry replay: nothing written, no step run), unless ``force``."""
     record = await read_record(rt, archive, eid, application)
+    _not_decided(rt, record, "migrate")
     wf = registry.get(record.workflow, version)
     if not force and record.status is Status.SUSPENDED:
         diverged = await dry_replay(rt, wf, record, await rt.store.read_journal(eid))
@@ -248,6 +256,7 @@ async def retry(rt: Runtime, archive: Archive, eid: str, by: By, reason: str | N
     because its child execution failed reopens the child first, the same way. Returns the fid
     reopened (None when the workflow itself raised: the replay runs it again from its start)."""
     record = await read_record(rt, archive, eid, application)
+    _not_decided(rt, record, "retry")
     if record.status is not Status.FAILED:
         raise ExecutionStateError(eid, record.status.value, "retry", "failed")
     journal = await rt.store.read_journal(eid)
