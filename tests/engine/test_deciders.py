@@ -159,6 +159,19 @@ async def connect(url: str, tmp_path: Any, clock: Clock | None = None) -> flowli
 
 async def test_an_order_runs_start_charge_signal_child_end(db_url: str, tmp_path: Any) -> None:
     engine = await connect(db_url, tmp_path)
+    store = store_of(engine)
+    replayed: list[str] = []  # never replayed: no command reads its journal or takes its lease
+    journal_of, acquire_many = store.read_journal, store.acquire_many
+
+    async def reading(eid_: str, after: int = 0) -> Any:
+        replayed.append(eid_)
+        return await journal_of(eid_, after)
+
+    async def acquiring(wanted: Any, *args: Any) -> Any:
+        replayed.extend(e for e, _ in wanted)
+        return await acquire_many(wanted, *args)
+
+    store.read_journal, store.acquire_many = reading, acquiring  # type: ignore[method-assign]
     async with engine, engine.worker():
         eid = await engine.start("order", ORDER, by="alice@example.com")
         consumer, task = await take(engine)
@@ -168,6 +181,8 @@ async def test_an_order_runs_start_charge_signal_child_end(db_url: str, tmp_path
         assert (await engine.status(eid)).status is Status.SUSPENDED
         await engine.signal(eid, "ship", "Main St", by="bob@example.com")
         assert await engine.result(eid, timeout=10) == {"order": "o-1", "parcel": "parcel-o-1-Main St"}
+        assert eid not in replayed and replayed  # (the child, a workflow, was replayed)
+        del store.read_journal, store.acquire_many
         state = await folds(engine, eid)
         assert state["status"] == "shipped"
         journal = await engine.journal(eid)
