@@ -254,6 +254,8 @@ async def test_a_cancel_ends_the_order_and_fences_out_the_open_attempt(db_url: s
         assert record.status is Status.CANCELLED
         with pytest.raises((StaleAnswer, flowli.domain.ExecutionTerminalError)):
             await consumer.answer(task, "late")
+        with pytest.raises(flowli.domain.ExecutionTerminalError, match="cancelled"):
+            await engine.signal(eid, "ship", "Main St")
         journal = await engine.journal(eid)
         assert journal[-1].kind is EntryKind.EXECUTION_CANCELLED
         assert journal[-1].provenance.actor.id == "ops@example.com"

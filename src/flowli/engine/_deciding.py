@@ -338,6 +338,3 @@ def expired_command(task: Task) -> Command:
 def cancel_command(request: dict[str, Any]) -> Command:
     return CancelRequested(request.get("by"), request.get("reason"))
 
-
-__all__ = ["DECIDER_TASK", "ChildEnded", "answer_command", "apply", "cancel_command", "carries_command",
-           "child_end_payload", "expired_command", "handle", "start_execution"]

@@ -115,8 +115,8 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
     prov = rt.provenance(actor=principal.actor)
     if rt.registry.has_deciders:
         record = await rt.store.read_execution(eid)
-        if visible(record, application) and rt.registry.decider_of(record.workflow) is not None:  # type: ignore[union-attr]
-            return await _signal_decided(rt, eid, channel, payload, principal, prov, application)
+        if record is not None and visible(record, application) and rt.registry.decider_of(record.workflow) is not None:
+            return await _signal_decided(rt, record, channel, payload, principal, prov, application)
     resume = Resume(
         id=task_id(TaskKind.RESUME, eid, f"signal:{new_eid()}"), eid=eid, payload={"channel": channel},
         provenance=prov, visible_at=rt.clock.now(),
@@ -136,22 +136,25 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
     return int(result.message_seqs[0])
 
 
-async def _signal_decided(rt: Runtime, eid: str, channel: str, payload: Any, principal: Principal, prov: Any,
-                          application: str | None) -> int:
+async def _signal_decided(rt: Runtime, record: ExecutionRecord, channel: str, payload: Any, principal: Principal,
+                          prov: Any, application: str | None) -> int:
     """A signal to a decider's execution: the message on its channel and the command Signal,
     decided in one write (no RESUME: nothing is replayed)."""
+    eid = record.eid
+
     def base() -> Write:
         return Write(expect=(eid, NOT_TERMINAL), application=application,
                      messages=[NewMessage(f"{eid}.{channel}", payload, prov, application=application)])
 
     try:
         result = await deciding.apply(rt, eid, Signal(channel, payload, str(principal.actor)), kind="signal", base=base,
-                                      principal=principal, payload={"channel": channel, "payload": payload})
+                                      principal=principal, payload={"channel": channel, "payload": payload},
+                                      record=record)
     except ExecutionStateError as exc:
         raise ExecutionTerminalError(eid, exc.status, f"signal {channel!r} to") from None
     if result is None:
-        record = await rt.store.read_execution(eid)
-        raise ExecutionTerminalError(eid, record.status.value if record else "unknown", f"signal {channel!r} to")
+        ended = await rt.store.read_execution(eid)
+        raise ExecutionTerminalError(eid, ended.status.value if ended else "unknown", f"signal {channel!r} to")
     return int(result.message_seqs[0])
 
 
@@ -208,7 +211,7 @@ async def _cancel_decided(rt: Runtime, record: ExecutionRecord, request: dict[st
     try:
         result = await deciding.apply(
             rt, eid, deciding.cancel_command(request), kind="cancel", principal=principal, payload=request,
-            base=lambda: Write(expect=(eid, NOT_TERMINAL), cancel_request=(eid, request)))
+            base=lambda: Write(expect=(eid, NOT_TERMINAL), cancel_request=(eid, request)), record=record)
     except ExecutionStateError as exc:
         raise ExecutionTerminalError(eid, exc.status, "cancel") from None
     if result is None:
