@@ -456,3 +456,30 @@ async def test_explain_tells_what_an_order_has_open_and_replays_are_refused(db_u
         for refused in (engine.retry(eid), engine.migrate(eid, "1")):
             with pytest.raises(flowli.domain.OperationRefused, match="never replayed"):
                 await refused
+
+
+async def test_a_traced_order_writes_a_span_per_command_its_delegate_and_its_end(db_url: str, tmp_path: Any) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    engine = await flowli.connect(db_url, make_registry(), bucket=str(tmp_path / "bucket"), tracer_provider=provider,
+                                  **FAST)
+    async with engine, engine.worker():
+        eid = await engine.start("order", ORDER)
+        consumer, task = await take(engine)
+        await consumer.answer(task, "r-1")
+        await state_is(engine, eid, "charged")
+        await engine.signal(eid, "ship", "Main St")
+        await engine.result(eid, timeout=10)
+    spans = [s for s in exporter.get_finished_spans() if (s.attributes or {}).get("flowli.eid") == eid]
+    names = sorted(s.name for s in spans)
+    assert names == ["decide order"] * 4 + ["delegate payments", "workflow order"]
+    [execution] = [s for s in spans if s.name == "workflow order"]
+    assert execution.context is not None and {s.context.trace_id for s in spans if s.context} == {execution.context.trace_id}
+    assert all(s.parent is not None and s.parent.span_id == execution.context.span_id for s in spans if s is not execution)
+    assert sorted((s.attributes or {}).get("flowli.command") for s in spans if s.name == "decide order") == \
+        ["Answered", "ChildEnded", "Signal", "Start"]

@@ -84,6 +84,7 @@ from ._decider import (
 )
 from ._errors import error_data
 from ._runtime import Runtime
+from ._tracing import derived, execution_context, traceparent
 from ._transitions import Transition, commit
 from ._waits import new_execution
 
@@ -154,14 +155,42 @@ async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Bas
         stored = await rt.store.read_state(eid)
         version, state = stored if stored is not None else (0, plain(decider.start_state()))
         write = base()
+        began = rt.clock.now()
         decide(rt, decider, record, state, version, command, principal.actor, write)
         try:
             result = await commit(rt, Transition(kind, write, eid, record.workflow, principal, record.application, payload))
         except StaleState:
             record = None  # another command advanced it: decide again against the fresh state
             continue
+        if rt.tracing is not None:
+            _trace(rt, decider, record, command, version + 1, write, began)
         return result
     raise StaleState(eid, -1)
+
+
+def _trace(rt: Runtime, decider: Decider, record: ExecutionRecord, command: Command, version: int, write: Write,
+           began: datetime) -> None:
+    """The spans of a command (tracing on): one ``decide`` span per command, a child of the
+    execution's span, which is written when the execution ends (as a workflow's). The trace of a
+    decider's execution derives from its eid: reading the trace its started entry recorded would
+    read its journal."""
+    tracing = rt.tracing
+    assert tracing is not None
+    own = decider_trace(record.eid)
+    attrs = {"flowli.eid": record.eid, "flowli.workflow": decider.name, "flowli.version": decider.version}
+    now = rt.clock.now()
+    tracing.finish(f"decide {decider.name}", derived(own, "decide", record.eid, version), own,
+                   {**attrs, "flowli.command": type(command).__name__, "flowli.state_version": version}, began, now)
+    end = write.status
+    if end is not None and end.status.terminal:
+        error = None if end.status is Status.COMPLETED else (end.error or {}).get("message") or end.status.value
+        tracing.finish(f"workflow {decider.name}", own, None, {**attrs, "flowli.status": end.status.value},
+                       record.created_at, now, error=error)
+
+
+def decider_trace(eid: str) -> Any:
+    """The span context of a decider's execution (see ``_trace``)."""
+    return execution_context(eid, None)[0]
 
 
 def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, version: int, command: Command,
@@ -203,6 +232,8 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
     for effect in effects:
         if isinstance(effect, Delegate):
             write.tasks.append(_delegate_task(rt, decider, record, effect, now))
+            if rt.tracing is not None:  # its consumer's spans join the execution's trace
+                write.tasks[-1].frame["trace"] = traceparent(decider_trace(eid))  # type: ignore[index]
         elif isinstance(effect, Timer):
             write.timers.append(StoreTimer(eid, timer_fid(effect.key), effect.instant(now)))
         elif isinstance(effect, Child):
