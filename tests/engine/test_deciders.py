@@ -66,6 +66,10 @@ def decide(state: dict[str, Any], command: Any) -> tuple[list[Event], list[Any]]
         case Signal(channel="ship", payload=address) if state["status"] == "charged":
             return [Event("ship.requested", {"address": address})], \
                 [Child("ship", "shipping", (state["order"]["id"], address))]
+        case Signal(channel="boom"):
+            raise RuntimeError("the decider's own defect")
+        case Signal(channel="end_and_more"):
+            return [], [Complete(None), Timer("late", after=RETRY)]
         case Signal(channel="note", payload=note):
             return [Event("note.added", note)], []
         case ChildEnded(key="ship", status="completed", result=parcel):
@@ -568,3 +572,22 @@ async def test_an_order_completes_once_whichever_write_the_process_died_after(
         for once in ("order.placed", "charge.succeeded", "ship.requested", "order.shipped"):
             assert events.count(once) == 1, events
         assert state["status"] == "shipped" and len(state["failures"]) <= 1
+
+
+@pytest.mark.parametrize("channel", ["boom", "end_and_more"])
+async def test_a_decider_that_raises_or_decides_the_impossible_fails_its_execution(
+        db_url: str, tmp_path: Any, channel: str) -> None:
+    engine = await connect(db_url, tmp_path)
+    async with engine, engine.worker():
+        eid = await engine.start("order", ORDER)
+        await state_is(engine, eid, "charging")
+        version, before = await engine.decider_state(eid)
+        await engine.signal(eid, channel, None)
+        # its error, as its own (built-in) type
+        with pytest.raises(RuntimeError if channel == "boom" else ValueError,
+                           match="defect" if channel == "boom" else "an end comes alone"):
+            await engine.result(eid, timeout=10)
+        assert await engine.decider_state(eid) == (version + 1, before)  # the command counted, no event
+        assert await engine.timers(eid) == [] and await folds(engine, eid) == before
+        assert [t.state for t in await engine.tasks(eid=eid, include_acked=True)
+                if t.kind.value == "DELEGATE"] == ["withdrawn"]

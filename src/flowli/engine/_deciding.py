@@ -202,66 +202,73 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
     now = rt.clock.now()
     code = Code(decider.name, decider.version, "decider", type(command).__name__, decider.ref)
     prov = rt.provenance(actor=actor, code=code)
-    events: list[Event]
+    write.expect = write.expect or (eid, NOT_TERMINAL)
+    decided_ = Write()  # what the decider decided, merged into the command's write when all of it holds
     try:
-        got_events, got_effects = decider.decide(state, command)
-        events, effects = list(got_events), list(got_effects)
-        for e in events:
-            if not isinstance(e, Event):
-                raise TypeError(f"decide returned {e!r} among its events: each is a flowli.engine.Event")
-            check_json(e.data, f"the data of event {e.kind!r} of decider {decider.name!r}")
-        new_state = decider.fold(events, state, start=False)
-        new_state = plain(check_json(new_state, f"the state of decider {decider.name!r}"))
-        ends = [x for x in effects if isinstance(x, END)]
-        if len(ends) > 1:
-            raise ValueError(f"decide returned {len(ends)} ends; an execution ends once")
+        new_state = _decided(rt, decider, record, state, command, actor, prov, now, decided_)
     except Exception as exc:
         log.warning("decider %s version %s failed on %s for execution %s: %s", decider.name, decider.version,
                     type(command).__name__, eid, exc)
-        write.expect = write.expect or (eid, NOT_TERMINAL)
         write.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_FAILED, provenance=prov, fid=ROOT,
                                    error=error_data(exc)))
         _end(rt, record, write, StatusChange(eid, Status.FAILED, error=error_data(exc)), prov, now)
         write.advance = Advance(eid, version + 1, state)
         return
-    write.expect = write.expect or (eid, NOT_TERMINAL)
     write.advance = Advance(eid, version + 1, new_state)
-    write.entries.extend(Entry(eid=eid, kind=EntryKind.EVENT, provenance=prov, fid=ROOT, value=event_value(e))
-                         for e in events)
-    ended = False
+    write.entries += decided_.entries
+    write.tasks += decided_.tasks
+    write.timers += decided_.timers
+    write.executions += decided_.executions
+    write.status = decided_.status
+    write.clear_timers, write.withdraw_delegates = decided_.clear_timers, decided_.withdraw_delegates
+
+
+def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, command: Command, actor: Actor,
+             prov: Any, now: datetime, out: Write) -> Any:
+    """Call decide and evolve; put the events and the effects in ``out``; return the next state.
+    Raises what the decider's code did wrong (the caller fails the execution with it)."""
+    eid = record.eid
+    got_events, got_effects = decider.decide(state, command)
+    events, effects = list(got_events), list(got_effects)
+    for e in events:
+        if not isinstance(e, Event):
+            raise TypeError(f"decide returned {e!r} among its events: each is a flowli.engine.deciders.Event")
+        check_json(e.data, f"the data of event {e.kind!r} of decider {decider.name!r}")
+    new_state = plain(check_json(decider.fold(events, state, start=False), f"the state of decider {decider.name!r}"))
+    ends = [x for x in effects if isinstance(x, END)]
+    if len(ends) > 1 or (ends and len(effects) > 1):
+        raise ValueError(f"decide returned {effects!r}: an end comes alone, and once")
+    out.entries.extend(Entry(eid=eid, kind=EntryKind.EVENT, provenance=prov, fid=ROOT, value=event_value(e))
+                       for e in events)
     for effect in effects:
         if isinstance(effect, Delegate):
-            write.tasks.append(_delegate_task(rt, decider, record, effect, now))
+            out.tasks.append(_delegate_task(rt, decider, record, effect, now))
             if rt.tracing is not None:  # its consumer's spans join the execution's trace
-                write.tasks[-1].frame["trace"] = traceparent(decider_trace(eid))  # type: ignore[index]
+                out.tasks[-1].frame["trace"] = traceparent(decider_trace(eid))  # type: ignore[index]
         elif isinstance(effect, Timer):
-            write.timers.append(StoreTimer(eid, timer_fid(effect.key), effect.instant(now)))
+            out.timers.append(StoreTimer(eid, timer_fid(effect.key), effect.instant(now)))
         elif isinstance(effect, Child):
-            write.executions.append(_child(rt, record, effect, actor))
+            out.executions.append(_child(rt, record, effect, actor))
         elif isinstance(effect, Complete):
             value = check_json(effect.value, f"the value of decider {decider.name!r}")
-            write.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_COMPLETED, provenance=prov, fid=ROOT, value=value))
-            _end(rt, record, write, StatusChange(eid, Status.COMPLETED, result=value), prov, now)
-            ended = True
+            out.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_COMPLETED, provenance=prov, fid=ROOT, value=value))
+            _end(rt, record, out, StatusChange(eid, Status.COMPLETED, result=value), prov, now)
         elif isinstance(effect, Fail):
             error = {"type": effect.type, "module": None, "message": effect.message}
-            write.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_FAILED, provenance=prov, fid=ROOT, error=error))
-            _end(rt, record, write, StatusChange(eid, Status.FAILED, error=error), prov, now)
-            ended = True
+            out.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_FAILED, provenance=prov, fid=ROOT, error=error))
+            _end(rt, record, out, StatusChange(eid, Status.FAILED, error=error), prov, now)
         elif isinstance(effect, Cancel):
-            by = (record.cancel_requested or {}).get("by")
-            write.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_CANCELLED, fid=ROOT,
-                                       provenance=prov.with_(on_behalf_of=by) if by else prov,
-                                       value={"reason": effect.reason} if effect.reason else None))
-            _end(rt, record, write, StatusChange(eid, Status.CANCELLED), prov, now)
-            ended = True
+            out.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_CANCELLED, fid=ROOT, provenance=prov,
+                                     value={"reason": effect.reason} if effect.reason else None))
+            _end(rt, record, out, StatusChange(eid, Status.CANCELLED), prov, now)
         else:
             raise TypeError(f"decider {decider.name!r} returned {effect!r}: not an effect")
-    if not ended and record.status is not Status.SUSPENDED:
+    if not ends and record.status is not Status.SUSPENDED:
         # its first command: from now on it waits for the next one, holding nothing
-        write.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_SUSPENDED, provenance=prov, fid=ROOT,
-                                   value={"reason": "decider"}))
-        write.status = StatusChange(eid, Status.SUSPENDED)
+        out.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_SUSPENDED, provenance=prov, fid=ROOT,
+                                 value={"reason": "decider"}))
+        out.status = StatusChange(eid, Status.SUSPENDED)
+    return new_state
 
 
 def _end(rt: Runtime, record: ExecutionRecord, write: Write, status: StatusChange, prov: Any, now: datetime) -> None:
