@@ -291,9 +291,20 @@ async def test_a_middleware_refusal_writes_nothing(db_url: str, tmp_path: Any) -
         assert await engine.decider_state(eid) == before
         assert (await engine.status(eid)).status is Status.SUSPENDED
         refusing = False
+
+        async def watch() -> list[Any]:  # watch follows its journal live, as any execution's
+            seen = []
+            async for entry in engine.watch(eid):
+                seen.append(entry)
+                if entry.kind is EntryKind.EXECUTION_COMPLETED:
+                    return seen
+            return seen
+
+        watching = asyncio.ensure_future(watch())
         await engine.signal(eid, "ship", "Main St")
         assert (await engine.result(eid, timeout=10))["parcel"] == "parcel-o-1-Main St"
         await folds(engine, eid)
+        assert await asyncio.wait_for(watching, 10) == await engine.journal(eid)
         # the middleware saw the decider's transitions as any execution's
         assert {("start", "order"), ("decide", "order"), ("answer", "order"), ("signal", "order")} <= set(seen)
 

@@ -11,7 +11,7 @@ import pytest
 
 from flowli import Registry
 from flowli.domain import Actor, Code, Entry, EntryKind, Provenance, RegistrationError, Site
-from flowli.engine._decider import event_value, events_of
+from flowli.engine._decider import event_value, events_of  # private: the journal form of events, which verify folds
 from flowli.engine.deciders import Event, Signal, Timer
 
 pytestmark = pytest.mark.unit
