@@ -31,6 +31,7 @@ from flowli.engine.deciders import (
     Start,
     Timer,
     TimerFired,
+    Withdraw,
 )
 from flowli.testing import Clock, drain, store_of
 
@@ -517,3 +518,39 @@ async def test_a_decider_that_raises_or_decides_the_impossible_fails_its_executi
         assert await engine.timers(eid) == [] and await folds(engine, eid) == before
         assert [t.state for t in await engine.tasks(eid=eid, include_acked=True)
                 if t.kind.value == "DELEGATE"] == ["withdrawn"]
+
+
+def job_decide(state: dict[str, Any], command: Any) -> tuple[list[Event], list[Any]]:
+    """A job with a deadline per attempt: past it, the attempt is withdrawn and the next one sent."""
+    match command:
+        case Start():
+            return [Event("job.sent", 1)], [Delegate("job", "jobs", attempt=1), Timer("deadline", after=RETRY)]
+        case TimerFired(key="deadline"):
+            return [Event("job.sent", state["attempt"] + 1)], [
+                Withdraw("job", state["attempt"]), Delegate("job", "jobs", attempt=state["attempt"] + 1)]
+        case Answered(key="job", attempt=attempt, value=value) if attempt == state["attempt"]:
+            return [Event("job.done", value)], [Complete(value)]
+    return [], []
+
+
+async def test_a_deadline_withdraws_an_attempt_and_its_late_answer_is_stale(db_url: str, tmp_path: Any) -> None:
+    registry = Registry()
+    registry.decider("job", initial={"attempt": 0},
+                     evolve=lambda s, e: {"attempt": e.data} if e.kind == "job.sent" else {**s, "done": e.data})(job_decide)
+    clock = Clock()
+    engine = await flowli.connect(db_url, registry, clock=clock, bucket=str(tmp_path / "bucket"), **FAST)
+    async with engine, engine.worker():
+        eid = await engine.start("job", None)
+        consumer = engine.consumer("jobs", name="slow", lease=timedelta(minutes=5))
+        [first] = await consumer.dequeue(wait=5)
+        await clock.advance(RETRY)  # the deadline: attempt 1 withdrawn, attempt 2 sent
+        [second] = await consumer.dequeue(wait=5)
+        assert (first.attempt, second.attempt) == (1, 2)
+        with pytest.raises(StaleAnswer):
+            await consumer.answer(first, "late")
+        await consumer.answer(second, "done")
+        assert await engine.result(eid, timeout=10) == "done"
+        decider = engine.registry.decider_of("job")
+        assert decider is not None
+        events = [Event(e.value["event"], e.value["data"]) for e in await engine.journal(eid) if e.kind is EntryKind.EVENT]
+        assert decider.fold(events) == (await engine.decider_state(eid))[1] == {"attempt": 2, "done": "done"}

@@ -164,6 +164,15 @@ class Delegate:
 
 
 @dataclass(frozen=True)
+class Withdraw:
+    """End attempt ``attempt`` of the DELEGATE ``key`` unanswered (a deadline passed, say): its
+    task is withdrawn, so its consumer finds nothing and a late answer is stale."""
+
+    key: str
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
 class Timer:
     """Fire ``TimerFired(key)`` at ``at``, or ``after`` the command's instant (decide stays pure:
     it reads no clock). A timer of the same key replaces it."""
@@ -211,7 +220,7 @@ class Cancel:
     reason: str | None = None
 
 
-Effect = Delegate | Timer | Child | Complete | Fail | Cancel
+Effect = Delegate | Withdraw | Timer | Child | Complete | Fail | Cancel
 END = (Complete, Fail, Cancel)
 
 Decide = Callable[[Any, Any], tuple[Iterable[Event], Iterable[Effect]]]

@@ -53,7 +53,7 @@ from flowli.domain import (
     task_id,
 )
 from flowli.domain import Timer as StoreTimer
-from flowli.store import Advance, Intent, NewExecution, StatusChange, TaskHold, Write, WriteResult
+from flowli.store import Advance, Intent, NewExecution, StatusChange, TaskHold, Withdrawal, Write, WriteResult
 
 from ._decider import (
     DECIDER_TASK,
@@ -75,6 +75,7 @@ from ._decider import (
     Start,
     Timer,
     TimerFired,
+    Withdraw,
     child_fid,
     decided,
     delegate_fid,
@@ -219,6 +220,7 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
     write.tasks += decided_.tasks
     write.timers += decided_.timers
     write.executions += decided_.executions
+    write.withdrawals += decided_.withdrawals
     write.status = decided_.status
     write.clear_timers, write.withdraw_delegates = decided_.clear_timers, decided_.withdraw_delegates
 
@@ -245,6 +247,8 @@ def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any,
             out.tasks.append(_delegate_task(rt, decider, record, effect, now))
             if rt.tracing is not None:  # its consumer's spans join the execution's trace
                 out.tasks[-1].frame["trace"] = traceparent(decider_trace(eid))  # type: ignore[index]
+        elif isinstance(effect, Withdraw):
+            out.withdrawals.append(Withdrawal(task_id(TaskKind.DELEGATE, eid, f"{delegate_fid(effect.key)}@{effect.attempt}")))
         elif isinstance(effect, Timer):
             out.timers.append(StoreTimer(eid, timer_fid(effect.key), effect.instant(now)))
         elif isinstance(effect, Child):

@@ -23,6 +23,7 @@ from ._decider import Signal as Signal
 from ._decider import Start as Start
 from ._decider import Timer as Timer
 from ._decider import TimerFired as TimerFired
+from ._decider import Withdraw as Withdraw
 
 __all__ = [
     "Answered",
@@ -43,4 +44,5 @@ __all__ = [
     "Start",
     "Timer",
     "TimerFired",
+    "Withdraw",
 ]
