@@ -18,6 +18,7 @@ from ._errors import OperationRefused as OperationRefused
 from ._errors import OutputInvalid as OutputInvalid
 from ._errors import RegistrationError as RegistrationError
 from ._errors import StaleAnswer as StaleAnswer
+from ._errors import StaleState as StaleState
 from ._errors import StepFailed as StepFailed
 from ._errors import UnknownExecutionError as UnknownExecutionError
 from ._errors import UnknownTaskError as UnknownTaskError
@@ -96,6 +97,7 @@ __all__ = [
     "RetryPolicy",
     "Site",
     "StaleAnswer",
+    "StaleState",
     "Status",
     "StepFailed",
     "TERMINAL",

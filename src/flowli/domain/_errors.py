@@ -206,6 +206,17 @@ class OperationRefused(FlowliError):
         super().__init__(f"cannot {action} execution {eid}: {reason}")
 
 
+class StaleState(FlowliError):
+    """A write that advances the state of a decider's execution from a version that is not the
+    stored one any more: another command advanced it first. Nothing changed; the engine decides
+    the command again against the fresh state."""
+
+    def __init__(self, eid: str, version: int):
+        self.eid = eid
+        self.version = version
+        super().__init__(f"the state of execution {eid} is not at version {version} any more")
+
+
 class InvalidDatabaseURL(FlowliError):
     def __init__(self, url: str, detail: str):
         self.url = url

@@ -64,6 +64,8 @@ class EntryKind(enum.StrEnum):
     FRAME_COMPLETED = "frame.completed"
     FRAME_FAILED = "frame.failed"
     ANNOUNCED = "announced"
+    EVENT = "event"
+    """An event of a decider (its own word and data in the value): its history, folded into its state."""
 
     def __str__(self) -> str:
         return self.value

@@ -8,6 +8,7 @@ from ._clock import SystemClock as SystemClock
 from ._consumer import Consumer as Consumer
 from ._consumer import reply_channel as reply_channel
 from ._context import Context as Context
+from ._decider import Decider as Decider
 from ._engine import Engine as Engine
 from ._explain import Explanation as Explanation
 from ._frames import FrameIds as FrameIds
@@ -42,6 +43,7 @@ from ._views import FrameView as FrameView
 from ._views import RunView as RunView
 
 __all__ = [
+    "Decider",
     "AttemptView",
     "Checked",
     "Difference",

@@ -34,6 +34,7 @@ from flowli.domain import (
 from flowli.store import Intent, StatusChange, WakeCheck, Write
 
 from ._core import Stopping, StoreFailure
+from ._decider import DECIDER_TASK, decided
 from ._errors import error_data
 from ._frames import ROOT
 from ._tasks import cancel_and_wait
@@ -248,7 +249,8 @@ class Activation(Waits):
             # a child runs on the queue of its parent
             write.tasks.append(Task(
                 id=task_id(TaskKind.RESUME, self.record.parent_eid, f"child:{self.eid}@{self.epoch}"), kind=TaskKind.RESUME,
-                queue=self.record.queue, eid=self.record.parent_eid, payload=None,
+                queue=self.record.queue, eid=self.record.parent_eid,
+                payload={**DECIDER_TASK, "child": self.eid} if decided(self.record.parent_fid) else None,
                 provenance=self.rt.provenance(epoch=self.epoch), visible_at=self.rt.clock.now(),
                 application=self.record.application,
             ))

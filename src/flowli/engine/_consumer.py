@@ -39,12 +39,14 @@ from flowli.domain import (
     Status,
     Task,
     TaskKind,
+    UnknownExecutionError,
     check_json,
     principal_for,
     task_id,
 )
 from flowli.store import Acquisition, NewMessage, Resume, TaskHold, Write
 
+from . import _deciding as deciding
 from ._handoff import Poll
 from ._runtime import WORK, Runtime
 from ._steps import failure_entry_value, policy_from_json
@@ -184,6 +186,28 @@ class Consumer:
                      TaskHold(task.id, owner=self.name))
 
 
+async def _settle_decided(rt: Runtime, task: Task, value: Any, failure: tuple[str, str, bool] | None,
+                          principal: Principal, hold: TaskHold) -> None:
+    """An answer or a failure of a decider's DELEGATE task: the command goes to its decider in
+    the write that ends the task under ``hold`` (a fenced answer: a stale one changes nothing)."""
+    assert task.eid is not None
+    command = deciding.answer_command(task, value, failure, str(principal.actor))
+    kind = "answer" if failure is None else "fail"
+    payload = {"task": task.id, "attempt": task.attempt, "value": value} if failure is None else \
+        {"task": task.id, "attempt": task.attempt, "error_type": failure[0], "message": failure[1]}
+    try:
+        result = await deciding.apply(rt, task.eid, command, kind=kind, base=lambda: Write(hold=hold),
+                                      principal=principal, payload=payload)
+    except (ExecutionStateError, UnknownExecutionError):
+        result = None
+    if result is None:  # its end withdrew the task already: nothing to end here
+        record = await rt.store.read_execution(task.eid)
+        raise ExecutionTerminalError(task.eid, record.status.value if record else "unknown", f"{kind} task {task.id} of")
+    if rt.tracing is not None:
+        rt.tracing.delegate_ended(task, rt.clock.now(), None if failure is None else f"{failure[0]}: {failure[1]}",
+                                  **{"flowli.answered_by": str(principal.actor)})
+
+
 async def settle(
     rt: Runtime, name: str, task: Task, value: Any, failure: tuple[str, str, bool] | None,
     by: str | Principal | None, hold: TaskHold,
@@ -197,6 +221,9 @@ async def settle(
     principal = principal_for(by, Actor("system", name), task.application)
     actor = principal.actor
     frame = task.frame
+    if frame is not None and frame.get("decider"):
+        await _settle_decided(rt, task, value, failure, principal, hold)
+        return None
     code = Code(frame.get("workflow"), frame.get("version"), FrameKind.DELEGATE.value, "delegate") if frame else Code()
     prov = rt.provenance(actor=actor, code=code, attempt=task.attempt,
                          on_behalf_of=by if isinstance(by, str) and actor.kind != "human" else None)

@@ -32,6 +32,7 @@ from . import _schedules as sched
 from ._archive import Archive
 from ._clock import Clock, SystemClock
 from ._consumer import Consumer, settle
+from ._deciding import start_decided
 from ._dry import Divergence, dry_replay
 from ._dry import inspect as inspect_run
 from ._errors import rebuild_error
@@ -200,6 +201,9 @@ class Engine:
         join the trace of ``traceparent`` (a W3C header, or a bare trace id), else of the
         caller's current span (with tracing on)."""
         app = scope_of(by, application)
+        decider = self.registry.decider_of(workflow, version)
+        if decider is not None:
+            return await start_decided(self._rt, decider, args, by=by, key=key, queue=queue, application=app)
         wf = self.registry.get(workflow, version)
         wf.bind(args)
         json_args = check_json(list(args), f"the arguments of workflow {wf.name!r}", "args")
@@ -229,6 +233,13 @@ class Engine:
     async def status(self, eid: str, *, application: str | None = None) -> ExecutionRecord:
         """The execution record: status, result or error, version, lease state (live or archived)."""
         return await read_record(self._rt, self._archive, eid, application)
+
+    async def decider_state(self, eid: str, *, application: str | None = None) -> tuple[int, Any]:
+        """The stored state of a decider's execution and its version (the number of commands it
+        applied; 0 and None before its start is decided)."""
+        await read_record(self._rt, self._archive, eid, application)
+        stored = await self._store.read_state(eid)
+        return stored if stored is not None else (0, None)
 
     async def wait_suspended(self, eid: str, timeout: float | None = 30.0, *, application: str | None = None) -> ExecutionRecord:
         """Wait until the execution is suspended (its timers and waits are set: a test may advance

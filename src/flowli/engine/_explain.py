@@ -81,6 +81,11 @@ async def explain(rt: Runtime, archive: Archive, eid: str, application: str | No
     suspended = next((e for e in reversed(journal) if e.kind is EntryKind.EXECUTION_SUSPENDED), None)
     described = (suspended.value or {}).get("waits", []) if suspended is not None and isinstance(suspended.value, dict) else []
     timers = {t.fid: t.at for t in await rt.store.read_timers(eid)}
+    if suspended is not None and suspended.value == {"reason": "decider"}:
+        # a decider's execution describes no wait: what it has open is its tasks and its timers
+        described = [{"fid": t.frame["fid"], "kind": "delegate", "queue": t.queue} for t in tasks
+                     if t.kind is TaskKind.DELEGATE and t.frame is not None] + \
+                    [{"fid": fid, "kind": "timer"} for fid in sorted(timers)]
     for w in described:
         fid, kind = w.get("fid"), w.get("kind")
         if kind == "timer" or (w.get("until") and kind not in ("message", "delegate")):

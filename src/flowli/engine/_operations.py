@@ -36,8 +36,10 @@ from flowli.domain import (
 )
 from flowli.store import Guard, Intent, JournalFilter, NewMessage, Resume, StatusChange, WakeWaiters, Write
 
+from . import _deciding as deciding
 from ._archive import Archive, entry_from, record_from
 from ._core import global_channel
+from ._decider import Signal
 from ._dry import dry_replay
 from ._frames import ROOT
 from ._registry import Registry
@@ -111,6 +113,10 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
     payload = check_json(payload, f"the payload of signal {channel!r} to execution {eid}", "payload")
     principal = principal_for(by, ENGINE_ACTOR, application)
     prov = rt.provenance(actor=principal.actor)
+    if rt.registry.has_deciders:
+        record = await rt.store.read_execution(eid)
+        if record is not None and visible(record, application) and rt.registry.decider_of(record.workflow) is not None:
+            return await _signal_decided(rt, record, channel, payload, principal, prov, application)
     resume = Resume(
         id=task_id(TaskKind.RESUME, eid, f"signal:{new_eid()}"), eid=eid, payload={"channel": channel},
         provenance=prov, visible_at=rt.clock.now(),
@@ -127,6 +133,28 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
         if archived is None or not visible(record_from(archived["record"]), application):
             raise
         raise ExecutionTerminalError(eid, archived["record"]["status"], f"signal {channel!r} to") from None
+    return int(result.message_seqs[0])
+
+
+async def _signal_decided(rt: Runtime, record: ExecutionRecord, channel: str, payload: Any, principal: Principal,
+                          prov: Any, application: str | None) -> int:
+    """A signal to a decider's execution: the message on its channel and the command Signal,
+    decided in one write (no RESUME: nothing is replayed)."""
+    eid = record.eid
+
+    def base() -> Write:
+        return Write(expect=(eid, NOT_TERMINAL), application=application,
+                     messages=[NewMessage(f"{eid}.{channel}", payload, prov, application=application)])
+
+    try:
+        result = await deciding.apply(rt, eid, Signal(channel, payload, str(principal.actor)), kind="signal", base=base,
+                                      principal=principal, payload={"channel": channel, "payload": payload},
+                                      record=record)
+    except ExecutionStateError as exc:
+        raise ExecutionTerminalError(eid, exc.status, f"signal {channel!r} to") from None
+    if result is None:
+        ended = await rt.store.read_execution(eid)
+        raise ExecutionTerminalError(eid, ended.status.value if ended else "unknown", f"signal {channel!r} to")
     return int(result.message_seqs[0])
 
 
@@ -158,6 +186,9 @@ async def cancel(rt: Runtime, archive: Archive, eid: str, by: By, application: s
         payload={"cancel": True}, provenance=rt.provenance(actor=actor), visible_at=now,
         application=record.application,
     )
+    if rt.registry.decider_of(record.workflow) is not None:
+        await _cancel_decided(rt, record, request, principal)
+        return record
     write = Write(expect=(eid, NOT_TERMINAL), cancel_request=(eid, request), tasks=[resume])
     try:
         await commit(rt, Transition("cancel", write, eid, record.workflow, principal, record.application, request))
@@ -166,11 +197,33 @@ async def cancel(rt: Runtime, archive: Archive, eid: str, by: By, application: s
     return record
 
 
+def _not_decided(rt: Runtime, record: ExecutionRecord, action: str) -> None:
+    """Migrate and retry work on a replay; a decider's execution is never replayed."""
+    if rt.registry.decider_of(record.workflow) is not None:
+        raise OperationRefused(record.eid, action, f"it runs the decider {record.workflow!r}, which is never replayed"
+                                                   " (its state moves by commands only)")
+
+
+async def _cancel_decided(rt: Runtime, record: ExecutionRecord, request: dict[str, Any], principal: Principal) -> None:
+    """A cancel of a decider's execution: the request recorded and the command CancelRequested
+    decided in one write; the decider says what it means (usually the effect Cancel)."""
+    eid = record.eid
+    try:
+        result = await deciding.apply(
+            rt, eid, deciding.cancel_command(request), kind="cancel", principal=principal, payload=request,
+            base=lambda: Write(expect=(eid, NOT_TERMINAL), cancel_request=(eid, request)), record=record)
+    except ExecutionStateError as exc:
+        raise ExecutionTerminalError(eid, exc.status, "cancel") from None
+    if result is None:
+        raise ExecutionTerminalError(eid, "ended", "cancel")
+
+
 async def migrate(rt: Runtime, archive: Archive, registry: Registry, eid: str, version: str, by: By,
                   application: str | None, force: bool = False) -> None:
     """Point a suspended execution at another version of its workflow, and resume it. The version
     must replay its journal first (a dry replay: nothing written, no step run), unless ``force``."""
     record = await read_record(rt, archive, eid, application)
+    _not_decided(rt, record, "migrate")
     wf = registry.get(record.workflow, version)
     if not force and record.status is Status.SUSPENDED:
         diverged = await dry_replay(rt, wf, record, await rt.store.read_journal(eid))
@@ -206,6 +259,7 @@ async def retry(rt: Runtime, archive: Archive, eid: str, by: By, reason: str | N
     because its child execution failed reopens the child first, the same way. Returns the fid
     reopened (None when the workflow itself raised: the replay runs it again from its start)."""
     record = await read_record(rt, archive, eid, application)
+    _not_decided(rt, record, "retry")
     if record.status is not Status.FAILED:
         raise ExecutionStateError(eid, record.status.value, "retry", "failed")
     journal = await rt.store.read_journal(eid)

@@ -17,6 +17,8 @@ from flowli.domain import (
     type_metadata,
 )
 
+from ._decider import Decide, Decider, Evolve, check
+
 F = TypeVar("F", bound=Callable[..., Any])
 E = TypeVar("E", bound=type)
 _ATTR = "__flowli_workflow__"
@@ -117,6 +119,7 @@ class Registry:
     def __init__(self) -> None:
         self._defs: dict[str, dict[str, WorkflowDef]] = {}
         self._errors: dict[tuple[str, str], type[Exception]] = {}
+        self._deciders: dict[str, dict[str, Decider]] = {}
 
     def error(self, cls: E) -> E:
         """Declare an exception type of the application's own, so that ``engine.result`` raises
@@ -155,6 +158,8 @@ class Registry:
         if not isinstance(version, str) or not version:
             raise RegistrationError(f"workflow {wf_name!r}: version must be a non-empty string, got {version!r}")
         meta = type_metadata(wf_name, version, metadata)
+        if wf_name in self._deciders:
+            raise RegistrationError(f"workflow {wf_name!r}: a decider has that name already")
         versions = self._defs.setdefault(wf_name, {})
         if version in versions:
             raise RegistrationError(
@@ -165,6 +170,49 @@ class Registry:
         versions[version] = wf
         setattr(fn, _ATTR, wf)
         return wf
+
+    def decider(self, name: str, *, version: str = "1", initial: Any, evolve: Evolve) -> Callable[[Decide], Decider]:
+        """Register ``decide(state, command) -> (events, effects)`` as the decider ``name`` of
+        ``version``, with ``evolve(state, event) -> state`` and the ``initial`` state (JSON).
+        Its executions start as a workflow's (``engine.start(name, input)``) but are never
+        replayed: see ``flowli.engine.Decider``. Returns the Decider (which ``engine.start``
+        also takes)."""
+
+        def register(decide: Decide) -> Decider:
+            return self.add_decider(Decider(name, version, initial, decide, evolve))
+
+        return register
+
+    def add_decider(self, decider: Decider) -> Decider:
+        check(decider.name, decider.version, decider.initial, decider.decide, decider.evolve)
+        if decider.name in self._defs:
+            raise RegistrationError(f"decider {decider.name!r}: a workflow has that name already")
+        versions = self._deciders.setdefault(decider.name, {})
+        if decider.version in versions:
+            raise RegistrationError(f"decider {decider.name!r} version {decider.version!r} is registered already"
+                                    f" (by {versions[decider.version].ref}); give the new code another version")
+        versions[decider.version] = decider
+        return decider
+
+    def decider_of(self, name: str | Any, version: str | None = None) -> Decider | None:
+        """The decider ``name`` (the highest version when ``version`` is None), or None when
+        ``name`` is not a decider's (a workflow's, or unknown). UnknownWorkflowError for a
+        decider's name with a version it lacks."""
+        if isinstance(name, Decider):
+            version, name = version or name.version, name.name
+        versions = self._deciders.get(name) if isinstance(name, str) else None
+        if not versions:
+            return None
+        if version is None:
+            return versions[max(versions, key=_version_key)]
+        if version not in versions:
+            raise UnknownWorkflowError(name, version, [f"{name}@{v}" for v in versions])
+        return versions[version]
+
+    @property
+    def has_deciders(self) -> bool:
+        """Whether any decider is registered: a signal then reads the record it goes to, to tell."""
+        return bool(self._deciders)
 
     def get(self, workflow: str | Callable[..., Any], version: str | None = None) -> WorkflowDef:
         if callable(workflow):
@@ -185,7 +233,11 @@ class Registry:
         return versions[version]
 
     def names(self) -> list[str]:
+        """The workflows' names (deciders are ``decider_names``)."""
         return sorted(self._defs)
+
+    def decider_names(self) -> list[str]:
+        return sorted(self._deciders)
 
     def versions(self, name: str) -> list[str]:
         return sorted(self._defs.get(name, {}), key=_version_key)

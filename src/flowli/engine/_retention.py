@@ -41,6 +41,9 @@ async def fold(rt: Runtime, eid: str, archive: Archive) -> bool:
         "journal": [entry_json(e) for e in journal],
         "channels": channels,
     }
+    state = await rt.store.read_state(eid)
+    if state is not None:  # a decider's: its state and version go with its journal
+        obj["decider_state"] = {"version": state[0], "state": state[1]}
     await asyncio.to_thread(archive.write, eid, obj)
     write = Write(expect=(eid, TERMINAL), delete_executions=[eid])
     try:

@@ -28,7 +28,9 @@ from flowli.domain import (
 )
 from flowli.store import Intent, Resume, TaskHold, Write
 
+from . import _deciding as deciding
 from ._archive import Archive
+from ._decider import DECIDER_TASK, decided
 from ._retention import retain
 from ._runtime import SWEEPER, WORK, Runtime
 from ._tasks import cancel_and_wait
@@ -110,7 +112,8 @@ class Sweeper:
         resumes = [
             Resume(
                 id=task_id(TaskKind.RESUME, t.eid, f"timer:{t.fid}@{t.at.timestamp()}"), eid=t.eid,
-                payload={"timer": t.fid}, provenance=prov, visible_at=now,
+                payload={"timer": t.fid, **DECIDER_TASK} if decided(t.fid) else {"timer": t.fid},
+                provenance=prov, visible_at=now,
             )
             for t in timers
         ]
@@ -149,6 +152,9 @@ class Sweeper:
         for task in await rt.store.expired_tasks(now, _BATCH):
             assert task.frame is not None and task.eid is not None
             frame = task.frame
+            if frame.get("decider"):
+                ended += await self._expire_decided(task, now)
+                continue
             expiries = frame["expiries"] + 1
             final = expiries >= frame["max_expiries"]
             value: dict[str, Any] = {"final": final, "expired": True}
@@ -177,6 +183,28 @@ class Sweeper:
                 with contextlib.suppress(StaleAnswer):
                     await rt.store.write(Write(hold=hold), now)
         return ended
+
+    async def _expire_decided(self, task: Task, now: datetime) -> int:
+        """End an attempt of a decider's DELEGATE whose lease expired: the command Expired goes to
+        its decider in the write that withdraws the task (a late answer to it is then stale)."""
+        rt = self.rt
+        assert task.eid is not None
+        hold = TaskHold(task.id, expired=True, end="withdrawn")
+        try:
+            result = await deciding.apply(rt, task.eid, deciding.expired_command(task), kind="expire",
+                                          base=lambda: Write(hold=hold), principal=SWEEPER,
+                                          payload={"task": task.id, "attempt": task.attempt})
+        except StaleAnswer:
+            return 0  # renewed, answered or failed meanwhile
+        except (ExecutionStateError, UnknownExecutionError):
+            result = None
+        if result is None:  # its execution ended: nobody waits for the attempt any more
+            with contextlib.suppress(StaleAnswer):
+                await rt.store.write(Write(hold=hold), now)
+            return 0
+        if rt.tracing is not None:
+            rt.tracing.delegate_ended(task, now, "LEASE_EXPIRED")
+        return 1
 
     async def repair(self) -> int:
         rt = self.rt

@@ -28,8 +28,11 @@ from ._runtime import LOG, Runtime
 KINDS = frozenset({
     "start", "signal", "broadcast", "cancel", "migrate", "answer", "fail", "expire", "step_outcome",
     "hand_back", "suspend", "block", "end", "fire", "recover", "fold", "retry", "terminate", "append",
+    "decide",
 })
-"""Every transition kind. ``append`` is the fast lane of a running activation's frame writes."""
+"""Every transition kind. ``append`` is the fast lane of a running activation's frame writes;
+``decide`` applies to a decider's execution a command that a task carried (its start, a fired
+timer, a child's end: see ``_deciding``)."""
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from typing import Any
 from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, UnknownExecutionError
 
 from ._archive import Archive
+from ._decider import events_of, plain
 from ._dry import Divergence, dry_replay
 from ._operations import read_journal, read_record
 from ._projection import Projection
@@ -148,6 +149,24 @@ def _plain(value: Any) -> Any:
     return None if value is None else json.loads(json.dumps(value, default=repr))
 
 
+async def _fold_check(rt: Runtime, registry: Registry, record: ExecutionRecord, journal: list[Entry]) -> Difference | None:
+    """A decider's execution is not replayed: its journal's events, folded with the new code's
+    ``evolve``, must give the state stored beside it (an archived one has none left: the fold
+    must only run)."""
+    try:
+        decider = registry.decider_of(record.workflow, record.version)
+        if decider is None:
+            raise ValueError(f"no decider {record.workflow!r} in the new code")
+        folded = plain(decider.fold(events_of(journal)))
+    except Exception as exc:
+        return Difference("decider", f"the new code cannot fold its journal: {type(exc).__name__}: {exc}", None, None)
+    stored = await rt.store.read_state(record.eid)
+    if stored is not None and stored[1] != folded:
+        return Difference("decider", f"folding its journal gives another state than the one stored"
+                                     f" (version {stored[0]})", _plain({"state": stored[1]}), _plain({"state": folded}))
+    return None
+
+
 async def verify(rt: Runtime, archive: Archive, projection: Projection, registry: Registry, *,
                  workflow: str | None = None, limit: int = 20) -> Verification:
     checked = []
@@ -158,6 +177,10 @@ async def verify(rt: Runtime, archive: Archive, projection: Projection, registry
         except UnknownExecutionError:
             continue  # folded and gone meanwhile, or never announced
         status = record.status.value
+        if record.workflow in registry.decider_names() or await rt.store.read_state(eid) is not None:
+            checked.append(Checked(eid, record.workflow, record.version, status,
+                                   await _fold_check(rt, registry, record, journal)))
+            continue
         try:
             wf = registry.get(record.workflow, record.version)
         except Exception as exc:  # the new code has no such workflow or version

@@ -35,6 +35,7 @@ from flowli.store import NewExecution, TaskHold, Write
 
 from ._context import Scope
 from ._core import frame_failed, plain, store_call
+from ._decider import DECIDER_TASK, Decider
 from ._frames import ROOT, Wait
 from ._registry import WorkflowDef
 from ._runtime import Runtime
@@ -44,7 +45,7 @@ from ._tracing import context_of, traceparent
 
 def new_execution(
     rt: Runtime,
-    wf: WorkflowDef,
+    wf: WorkflowDef | Decider,
     eid: str,
     args: list[Any],
     *,
@@ -211,8 +212,11 @@ class Waits(Steps):
         return Pending(fid, self._spawn(run()))
 
     def child(self, workflow: str | Callable[..., Any], /, *args: Any, key: str | None = None) -> Awaitable[Any]:
-        wf = self.rt.registry.get(workflow)
-        wf.bind(args)
+        # a decider's execution may be a child too: it takes one input, and its end resumes this one
+        decider = self.rt.registry.decider_of(workflow) if isinstance(workflow, str) else None
+        wf: WorkflowDef | Decider = decider if decider is not None else self.rt.registry.get(workflow)
+        if isinstance(wf, WorkflowDef):
+            wf.bind(args)
         child_args = check_json(list(args), f"the arguments of child workflow {wf.name!r}", "args")
         dig = digest({"workflow": wf.name, "args": child_args})
         fid, outcome = self._frame(wf.name, key, FrameKind.CHILD, dig, {"args": child_args})
@@ -220,7 +224,7 @@ class Waits(Steps):
             return Pending(fid, self._outcome_value(fid, outcome))
         return Pending(fid, self._spawn(self._child(fid, wf, child_args, dig)))
 
-    async def _child(self, fid: str, wf: WorkflowDef, args: list[Any], dig: str) -> Any:
+    async def _child(self, fid: str, wf: WorkflowDef | Decider, args: list[Any], dig: str) -> Any:
         ceid = child_eid(self.eid, fid)
         if fid not in self.memo.started:
             started = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.CHILD, name=wf.name, attempt=1, dig=dig,
@@ -228,6 +232,8 @@ class Waits(Steps):
             # a child runs on its parent's queue, in its parent's application
             new = new_execution(self.rt, wf, ceid, args, queue=self.record.queue, parent=(self.eid, fid),
                                 application=self.record.application, trace=self._child_trace())
+            if isinstance(wf, Decider) and new.task is not None:  # its start is a command to it
+                new = dataclasses.replace(new, task=dataclasses.replace(new.task, payload=dict(DECIDER_TASK)))
             await self._write(Write(entries=[started], executions=[new]))
             self.memo.started[fid] = started
         record = await store_call(self.rt.store.read_execution(ceid))

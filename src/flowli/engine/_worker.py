@@ -35,6 +35,7 @@ from flowli.store import Acquired, Fence, Resume, StatusChange, Write
 
 from ._activation import Activation
 from ._core import Stopping, StoreFailure, store_call
+from ._deciding import carries_command, handle
 from ._errors import error_data
 from ._runtime import Runtime
 from ._steps import failure_entry_value, import_ref, policy_from_json, run_function
@@ -165,10 +166,13 @@ class Worker:
             rt.work.clear()
             tasks = await self._dequeue(free)
             # the executions of the tasks dequeued together are acquired together (one store call)
-            acquisitions = self._acquire_all([t for t in tasks if t.kind is not TaskKind.RUN_STEP])
+            # a task that carries a command to a decider is applied, not activated (no lease, no replay)
+            acquisitions = self._acquire_all([t for t in tasks if t.kind is not TaskKind.RUN_STEP
+                                              and not carries_command(t)])
             for task in tasks:
                 key = task.id
-                work = self._run_step(task) if task.kind is TaskKind.RUN_STEP else self._activate(acquisitions[key])
+                work = self._run_step(task) if task.kind is TaskKind.RUN_STEP else \
+                    handle(rt, task) if carries_command(task) else self._activate(acquisitions[key])
                 self.running[key] = asyncio.create_task(self._handle(key, work), name=f"flowli-task-{key}")
             if tasks:
                 idle = 0.0

@@ -3,6 +3,7 @@
 from ._journal_sql import JournalFilter as JournalFilter
 from ._protocol import Acquired as Acquired
 from ._protocol import Acquisition as Acquisition
+from ._protocol import Advance as Advance
 from ._protocol import Announcement as Announcement
 from ._protocol import Claim as Claim
 from ._protocol import Fence as Fence

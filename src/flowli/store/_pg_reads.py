@@ -60,6 +60,11 @@ class PostgresReads:
         row = await self._pool.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1", eid)
         return None if row is None else c.execution_record(row)
 
+    async def read_state(self, eid: str) -> tuple[int, Any] | None:
+        assert self._pool is not None
+        row = await self._pool.fetchrow("SELECT version, state FROM decider_states WHERE eid = $1", eid)
+        return None if row is None else (int(row[0]), c.unjs(row[1]))
+
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
         assert self._pool is not None
         rows = await self._pool.fetch(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = ANY($1::text[])", list(eids))

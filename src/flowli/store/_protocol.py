@@ -174,6 +174,18 @@ class WakeWaiters:
     provenance: Any
 
 
+@dataclass(frozen=True)
+class Advance:
+    """The state of a decider's execution ``eid`` moved from ``version - 1`` to ``version`` (1:
+    created), checked in the write's transaction: refused with StaleState (and nothing of the
+    write applied) when the stored version is not ``version - 1``. The compare-and-set that fences
+    a decider's commands, as the epoch fences a lease."""
+
+    eid: str
+    version: int
+    state: Any
+
+
 class Intent(enum.StrEnum):
     """What a write is for, said by the engine that builds it. A backend may apply a write of a
     known intent by a form of its own (PostgreSQL: one statement); a write without an intent, or
@@ -247,6 +259,8 @@ class Write:
     wake: WakeCheck | None = None
     wake_waiters: list[WakeWaiters] = field(default_factory=list)
     announcements: list[Announcement] = field(default_factory=list)
+    advance: Advance | None = None
+    """Advance the state of a decider's execution (see Advance); checked before anything is applied."""
     acquire: Acquisition | None = None
     """Lease the resumed execution to the writer's process (see Acquisition); WriteResult.acquired says."""
 
@@ -463,6 +477,9 @@ class Store(Protocol):
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]: ...
 
     async def read_journal(self, eid: str, after: int = 0) -> list[Entry]: ...
+
+    async def read_state(self, eid: str) -> tuple[int, Any] | None:
+        """The version and state of a decider's execution (None: no command advanced it yet)."""
 
     async def read_journal_page(self, eid: str, f: JournalFilter, before: int | None, limit: int,
                                 ) -> tuple[list[Entry], int]:

@@ -305,6 +305,13 @@ class SQLiteStore:
     async def read_execution(self, eid: str) -> ExecutionRecord | None:
         return await self._r(lambda conn: _execution(conn, eid))
 
+    async def read_state(self, eid: str) -> tuple[int, Any] | None:
+        def run(conn: sqlite3.Connection) -> tuple[int, Any] | None:
+            row = conn.execute("SELECT version, state FROM decider_states WHERE eid = ?", (eid,)).fetchone()
+            return None if row is None else (int(row[0]), c.unjs(row[1]))
+
+        return await self._r(run)
+
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
         marks = ",".join("?" * len(eids))
 

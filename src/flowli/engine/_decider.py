@@ -1,0 +1,291 @@
+"""Deciders: the declarative form of a workflow, a registered and versioned pair of pure
+functions (the event-sourcing "decider"):
+
+    decide(state, command) -> (events, effects)
+    evolve(state, event) -> state
+
+A command is what reaches the execution (its start, a DELEGATE answer or failure, a lease
+expiry, a signal, a timer, a child's end, a cancel request). The events are journaled (the
+execution's history speaks the decider's own words); folding them with ``evolve`` from
+``initial`` gives the state, which the engine stores beside the execution and advances in the
+write of the command, fenced by its version. The effects are the engine's own: DELEGATE tasks,
+timers, child executions, the end. No coroutine runs and nothing is replayed, so the cost of a
+command does not grow with the length of the run.
+
+This module holds the pure part (the types, the fold, the frame ids an effect gets); applying a
+command to an execution is ``_deciding``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from flowli.domain import Entry, EntryKind, RegistrationError
+
+ROOT = "decider"
+"""The frame id under which a decider's effects get theirs: ``decider/charge`` for a DELEGATE of
+key ``charge``, ``decider/timer:retry`` for a timer, ``decider/child:ship`` for a child. A
+workflow's frames are under ``root``: a RESUME (a fired timer, a child's end) for an id under
+this one is a decider's command."""
+
+DECIDER_TASK: dict[str, Any] = {"decider": True}
+"""The payload mark of a START or RESUME task that carries a command to a decider (its start, a
+fired timer of one of its frames, the end of a child it started): a worker applies it with
+``_deciding.handle`` instead of acquiring the execution's lease and replaying it."""
+
+
+def delegate_fid(key: str) -> str:
+    return f"{ROOT}/{key}"
+
+
+def timer_fid(key: str) -> str:
+    return f"{ROOT}/timer:{key}"
+
+
+def child_fid(key: str) -> str:
+    return f"{ROOT}/child:{key}"
+
+
+def decided(fid: str | None) -> bool:
+    """Whether ``fid`` is the frame of a decider's effect (a timer, a child, a DELEGATE)."""
+    return fid is not None and fid.startswith(ROOT + "/")
+
+
+# ---- events ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    """One fact a decider records: ``kind`` in its own words (``charge.dispatched``), ``data``
+    JSON. Journaled as one entry of kind ``event`` (frame ``decider``) with the provenance of
+    the command that decided it; ``evolve`` folds them."""
+
+    kind: str
+    data: Any = None
+
+
+# ---- commands ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    """The execution starts with ``input`` (the one argument of ``engine.start``)."""
+
+    input: Any
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A consumer answered attempt ``attempt`` of the DELEGATE ``key`` (a fenced answer: only
+    the open attempt's holder gets here)."""
+
+    key: str
+    attempt: int
+    value: Any
+    by: str | None = None
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A consumer failed attempt ``attempt`` of the DELEGATE ``key``."""
+
+    key: str
+    attempt: int
+    error_type: str
+    message: str
+    retryable: bool = True
+    by: str | None = None
+
+
+@dataclass(frozen=True)
+class Expired:
+    """The lease of the consumer holding attempt ``attempt`` of the DELEGATE ``key`` expired:
+    the attempt is over (its task withdrawn, a late answer is stale)."""
+
+    key: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A message on the execution's ``channel`` (``engine.signal``)."""
+
+    channel: str
+    payload: Any
+    by: str | None = None
+
+
+@dataclass(frozen=True)
+class TimerFired:
+    """The timer ``key`` (an effect ``Timer``) is due."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class ChildEnded:
+    """The child execution ``key`` ended: ``status`` completed, failed or cancelled."""
+
+    key: str
+    eid: str
+    status: str
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class CancelRequested:
+    """``engine.cancel``: the decider decides what a cancel means (usually the effect Cancel)."""
+
+    by: str | None = None
+    reason: str | None = None
+
+
+Command = Start | Answered | Failed | Expired | Signal | TimerFired | ChildEnded | CancelRequested
+
+# ---- effects -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Delegate:
+    """A DELEGATE task on ``queue``: attempt ``attempt`` of the work ``key``. A consumer dequeues
+    it, renews its lease, answers or fails it; an expired lease ends the attempt. Another attempt
+    is another Delegate of the same key with a higher attempt (the decider owns its retries)."""
+
+    key: str
+    queue: str
+    payload: Any = None
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class Withdraw:
+    """End attempt ``attempt`` of the DELEGATE ``key`` unanswered (a deadline passed, say): its
+    task is withdrawn, so its consumer finds nothing and a late answer is stale."""
+
+    key: str
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class Timer:
+    """Fire ``TimerFired(key)`` at ``at``, or ``after`` the command's instant (decide stays pure:
+    it reads no clock). A timer of the same key replaces it."""
+
+    key: str
+    at: datetime | None = None
+    after: timedelta | None = None
+
+    def instant(self, now: datetime) -> datetime:
+        if (self.at is None) == (self.after is None):
+            raise ValueError(f"Timer {self.key!r} takes one of at= and after=")
+        return self.at if self.at is not None else now + self.after  # type: ignore[operator]
+
+
+@dataclass(frozen=True)
+class Child:
+    """Start the child execution ``key`` of ``workflow`` (a workflow or a decider) with ``args``,
+    on the parent's queue; its end comes back as ``ChildEnded(key, ...)``."""
+
+    key: str
+    workflow: str
+    args: tuple[Any, ...] = ()
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class Complete:
+    """The execution ends completed with ``value``."""
+
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Fail:
+    """The execution ends failed."""
+
+    message: str
+    type: str = "DeciderFailed"
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """The execution ends cancelled (its open DELEGATE tasks withdrawn)."""
+
+    reason: str | None = None
+
+
+Effect = Delegate | Withdraw | Timer | Child | Complete | Fail | Cancel
+END = (Complete, Fail, Cancel)
+
+Decide = Callable[[Any, Any], tuple[Iterable[Event], Iterable[Effect]]]
+Evolve = Callable[[Any, Event], Any]
+
+
+@dataclass(frozen=True)
+class Decider:
+    """A registered decider: ``name`` and ``version`` as a workflow's, ``initial`` the state
+    before any event (JSON; copied for each execution), ``decide`` and ``evolve`` pure."""
+
+    name: str
+    version: str
+    initial: Any
+    decide: Decide
+    evolve: Evolve
+
+    typed = False
+    """As a workflow's: a decider's input reaches it as the journal holds it (JSON)."""
+
+    @property
+    def ref(self) -> str:
+        fn = self.decide
+        return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+
+    def start_state(self) -> Any:
+        return copy.deepcopy(self.initial)
+
+    def fold(self, events: Iterable[Event], state: Any = None, *, start: bool = True) -> Any:
+        """The state after ``events``, from ``initial`` (``start``) or from ``state``: what the
+        engine stores, and what ``verify`` compares with the stored state."""
+        out = self.start_state() if start else state
+        for event in events:
+            out = self.evolve(out, event)
+        return out
+
+
+def check(name: str, version: str, initial: Any, decide: Any, evolve: Any) -> None:
+    """Refuse a decider whose parts cannot work: a state that is not JSON, functions that are
+    not callable, a coroutine function (a decider is pure and synchronous)."""
+    import inspect
+
+    if not isinstance(version, str) or not version:
+        raise RegistrationError(f"decider {name!r}: version must be a non-empty string, got {version!r}")
+    for part, fn in (("decide", decide), ("evolve", evolve)):
+        if not callable(fn) or inspect.iscoroutinefunction(fn):
+            raise RegistrationError(f"decider {name!r} version {version!r}: {part} must be a plain function"
+                                    f" (pure, synchronous), got {fn!r}")
+    try:
+        json.dumps(initial)
+    except (TypeError, ValueError) as exc:
+        raise RegistrationError(f"decider {name!r} version {version!r}: its initial state is not JSON: {exc}") from None
+
+
+def plain(state: Any) -> Any:
+    """The state as the store gives it back (JSON): what is compared and what decide sees."""
+    return json.loads(json.dumps(state))
+
+
+def event_value(event: Event) -> dict[str, Any]:
+    """The journal value of an event's entry (kind ``event``)."""
+    return {"event": event.kind, "data": event.data}
+
+
+def events_of(journal: Iterable[Entry]) -> list[Event]:
+    """The events of a decider's journal, in order: what ``fold`` takes."""
+    return [Event(e.value["event"], e.value.get("data")) for e in journal
+            if e.kind is EntryKind.EVENT and isinstance(e.value, dict)]

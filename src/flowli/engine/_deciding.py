@@ -1,0 +1,382 @@
+"""Applying a command to a decider's execution: one write, through the one transition path.
+
+Each command is applied by reading the execution's record and its stored state (two reads
+whatever the length of its journal), calling ``decide``, folding its events into the state with
+``evolve``, and committing one ``Write`` that holds all of it: the command's own part (a signal's
+message, the hold on a DELEGATE task being answered, the hold on the RESUME task that carried a
+fired timer or a child's end), the events as journal entries with the command's provenance, the
+effects (DELEGATE tasks, timers, children, the end), and the state's compare-and-set
+(``Advance``: from the version read to the next). A concurrent command that advanced the state
+first makes the store refuse the write with StaleState; the command is then decided again
+against the fresh state: never lost, never applied twice.
+
+Where commands come from:
+
+- directly, in the caller's write: a signal (``engine.signal``), a cancel request, a consumer's
+  answer or failure (``Consumer``), the sweeper ending an attempt whose lease expired;
+- through a task, for what the engine learns asynchronously: the START task of the execution,
+  the RESUME of a fired timer, the RESUME of a child's end. These tasks carry ``DECIDER_TASK``
+  in their payload; a worker that dequeues one applies it here (``handle``) with a hold on it, so
+  a worker that crashes before its write leaves the task to be dequeued again, and one whose
+  task lease was taken over writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from flowli.domain import (
+    TERMINAL,
+    Actor,
+    Code,
+    Entry,
+    EntryKind,
+    ExecutionRecord,
+    ExecutionStateError,
+    Principal,
+    StaleAnswer,
+    StaleState,
+    Status,
+    Task,
+    TaskKind,
+    UnknownExecutionError,
+    WorkflowArgumentsError,
+    check_json,
+    child_eid,
+    keyed_eid,
+    new_eid,
+    principal_for,
+    task_id,
+)
+from flowli.domain import Timer as StoreTimer
+from flowli.store import Advance, Intent, NewExecution, StatusChange, TaskHold, Withdrawal, Write, WriteResult
+
+from ._decider import (
+    DECIDER_TASK,
+    END,
+    ROOT,
+    Answered,
+    Cancel,
+    CancelRequested,
+    Child,
+    ChildEnded,
+    Command,
+    Complete,
+    Decider,
+    Delegate,
+    Event,
+    Expired,
+    Fail,
+    Failed,
+    Start,
+    Timer,
+    TimerFired,
+    Withdraw,
+    child_fid,
+    decided,
+    delegate_fid,
+    event_value,
+    plain,
+    timer_fid,
+)
+from ._errors import error_data
+from ._runtime import Runtime
+from ._tracing import derived, execution_context, traceparent
+from ._transitions import Transition, commit
+from ._waits import new_execution
+
+log = logging.getLogger("flowli.deciders")
+NOT_TERMINAL = frozenset(Status) - TERMINAL
+_TRIES = 100
+"""Decisions of one command against a state that others keep advancing, before giving up."""
+
+
+def carries_command(task: Task) -> bool:
+    """Whether a START or RESUME task carries a command to a decider (see ``handle``)."""
+    return isinstance(task.payload, dict) and task.payload.get("decider") is True
+
+
+def child_end_payload(parent_fid: str | None, child: str) -> dict[str, Any] | None:
+    """The payload of the RESUME that a child's end sends its parent: marked for a decider."""
+    return {**DECIDER_TASK, "child": child} if decided(parent_fid) else None
+
+
+def start_execution(rt: Runtime, decider: Decider, eid: str, args: list[Any], *, queue: str, key: str | None,
+                    actor: Actor, application: str | None, parent: tuple[str, str] | None = None) -> NewExecution:
+    """The record, started entry and START task of a decider's execution; the START task carries
+    the Start command to a worker, which decides it. (A start is not decided in the caller's
+    write: a keyed start that finds its execution must change nothing, and the store creates an
+    execution if absent, not the rest of a write.)"""
+    new = new_execution(rt, decider, eid, args, queue=queue, key=key, actor=actor, application=application,
+                        parent=parent)
+    assert new.task is not None
+    return dataclasses.replace(new, task=dataclasses.replace(new.task, payload=dict(DECIDER_TASK)))
+
+
+async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *, by: Any, key: str | None, queue: str,
+                        application: str | None) -> str:
+    """``engine.start`` of a decider: its execution, with the START task that carries its input
+    to a worker (the command Start). Returns the eid; a keyed start returns the first one's."""
+    if len(args) > 1:
+        raise WorkflowArgumentsError(decider.name, f"a decider takes one input, got {len(args)} arguments")
+    json_args = check_json(list(args), f"the input of decider {decider.name!r}", "args")
+    eid = keyed_eid(decider.name, key if application is None else f"{application}/{key}") if key is not None else new_eid()
+    principal = principal_for(by, Actor("system", "engine"), application)
+    new = start_execution(rt, decider, eid, json_args, queue=queue, key=key, actor=principal.actor,
+                          application=application)
+    await commit(rt, Transition("start", Write(intent=Intent.START, executions=[new]), eid, decider.name, principal,
+                                application, {"args": json_args, "version": decider.version, "queue": queue, "key": key}))
+    return eid
+
+
+Base = Callable[[], Write]
+"""The command's own part of the write, made afresh for each try."""
+
+
+async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Base, principal: Principal,
+                payload: Any, record: ExecutionRecord | None = None) -> WriteResult | None:
+    """Decide ``command`` for ``eid`` and commit it with ``base()`` in one write, fenced by the
+    state's version; decided again on StaleState. None when the execution ended already (nothing
+    written: the caller ends what it holds). Raises what the write raises otherwise (a
+    middleware's refusal, StaleAnswer for a hold that is gone, ...)."""
+    for _ in range(_TRIES):
+        if record is None:
+            record = await rt.store.read_execution(eid)
+            if record is None:
+                raise UnknownExecutionError(eid)
+        if record.terminal:
+            return None
+        decider = rt.registry.decider_of(record.workflow, record.version)
+        if decider is None:
+            raise ValueError(f"execution {eid} runs {record.workflow} version {record.version}, not a decider")
+        stored = await rt.store.read_state(eid)
+        version, state = stored if stored is not None else (0, plain(decider.start_state()))
+        write = base()
+        began = rt.clock.now()
+        decide(rt, decider, record, state, version, command, principal.actor, write)
+        try:
+            result = await commit(rt, Transition(kind, write, eid, record.workflow, principal, record.application, payload))
+        except StaleState:
+            record = None  # another command advanced it: decide again against the fresh state
+            continue
+        if rt.tracing is not None:
+            _trace(rt, decider, record, command, version + 1, write, began)
+        return result
+    raise StaleState(eid, -1)
+
+
+def _trace(rt: Runtime, decider: Decider, record: ExecutionRecord, command: Command, version: int, write: Write,
+           began: datetime) -> None:
+    """The spans of a command (tracing on): one ``decide`` span per command, a child of the
+    execution's span, which is written when the execution ends (as a workflow's). The trace of a
+    decider's execution derives from its eid: reading the trace its started entry recorded would
+    read its journal."""
+    tracing = rt.tracing
+    assert tracing is not None
+    own = decider_trace(record.eid)
+    attrs = {"flowli.eid": record.eid, "flowli.workflow": decider.name, "flowli.version": decider.version}
+    now = rt.clock.now()
+    tracing.finish(f"decide {decider.name}", derived(own, "decide", record.eid, version), own,
+                   {**attrs, "flowli.command": type(command).__name__, "flowli.state_version": version}, began, now)
+    end = write.status
+    if end is not None and end.status.terminal:
+        error = None if end.status is Status.COMPLETED else (end.error or {}).get("message") or end.status.value
+        tracing.finish(f"workflow {decider.name}", own, None, {**attrs, "flowli.status": end.status.value},
+                       record.created_at, now, error=error)
+
+
+def decider_trace(eid: str) -> Any:
+    """The span context of a decider's execution (see ``_trace``)."""
+    return execution_context(eid, None)[0]
+
+
+def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, version: int, command: Command,
+           actor: Actor, write: Write) -> None:
+    """Fill ``write`` with what ``decider`` decides for ``command`` in ``state``: its events, its
+    effects, the next state and its compare-and-set. A decide or evolve that raises (a defect of
+    the decider's code) ends the execution failed with that error, journaled."""
+    eid = record.eid
+    now = rt.clock.now()
+    code = Code(decider.name, decider.version, "decider", type(command).__name__, decider.ref)
+    prov = rt.provenance(actor=actor, code=code)
+    write.expect = write.expect or (eid, NOT_TERMINAL)
+    decided_ = Write()  # what the decider decided, merged into the command's write when all of it holds
+    try:
+        new_state = _decided(rt, decider, record, state, command, actor, prov, now, decided_)
+    except Exception as exc:
+        log.warning("decider %s version %s failed on %s for execution %s: %s", decider.name, decider.version,
+                    type(command).__name__, eid, exc)
+        write.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_FAILED, provenance=prov, fid=ROOT,
+                                   error=error_data(exc)))
+        _end(rt, record, write, StatusChange(eid, Status.FAILED, error=error_data(exc)), prov, now)
+        write.advance = Advance(eid, version + 1, state)
+        return
+    write.advance = Advance(eid, version + 1, new_state)
+    write.entries += decided_.entries
+    write.tasks += decided_.tasks
+    write.timers += decided_.timers
+    write.executions += decided_.executions
+    write.withdrawals += decided_.withdrawals
+    write.status = decided_.status
+    write.clear_timers, write.withdraw_delegates = decided_.clear_timers, decided_.withdraw_delegates
+
+
+def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, command: Command, actor: Actor,
+             prov: Any, now: datetime, out: Write) -> Any:
+    """Call decide and evolve; put the events and the effects in ``out``; return the next state.
+    Raises what the decider's code did wrong (the caller fails the execution with it)."""
+    eid = record.eid
+    got_events, got_effects = decider.decide(state, command)
+    events, effects = list(got_events), list(got_effects)
+    for e in events:
+        if not isinstance(e, Event):
+            raise TypeError(f"decide returned {e!r} among its events: each is a flowli.engine.deciders.Event")
+        check_json(e.data, f"the data of event {e.kind!r} of decider {decider.name!r}")
+    new_state = plain(check_json(decider.fold(events, state, start=False), f"the state of decider {decider.name!r}"))
+    ends = [x for x in effects if isinstance(x, END)]
+    if len(ends) > 1 or (ends and len(effects) > 1):
+        raise ValueError(f"decide returned {effects!r}: an end comes alone, and once")
+    out.entries.extend(Entry(eid=eid, kind=EntryKind.EVENT, provenance=prov, fid=ROOT, value=event_value(e))
+                       for e in events)
+    for effect in effects:
+        if isinstance(effect, Delegate):
+            out.tasks.append(_delegate_task(rt, decider, record, effect, now))
+            if rt.tracing is not None:  # its consumer's spans join the execution's trace
+                out.tasks[-1].frame["trace"] = traceparent(decider_trace(eid))  # type: ignore[index]
+        elif isinstance(effect, Withdraw):
+            out.withdrawals.append(Withdrawal(task_id(TaskKind.DELEGATE, eid, f"{delegate_fid(effect.key)}@{effect.attempt}")))
+        elif isinstance(effect, Timer):
+            out.timers.append(StoreTimer(eid, timer_fid(effect.key), effect.instant(now)))
+        elif isinstance(effect, Child):
+            out.executions.append(_child(rt, record, effect, actor))
+        elif isinstance(effect, Complete):
+            value = check_json(effect.value, f"the value of decider {decider.name!r}")
+            out.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_COMPLETED, provenance=prov, fid=ROOT, value=value))
+            _end(rt, record, out, StatusChange(eid, Status.COMPLETED, result=value), prov, now)
+        elif isinstance(effect, Fail):
+            error = {"type": effect.type, "module": None, "message": effect.message}
+            out.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_FAILED, provenance=prov, fid=ROOT, error=error))
+            _end(rt, record, out, StatusChange(eid, Status.FAILED, error=error), prov, now)
+        elif isinstance(effect, Cancel):
+            out.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_CANCELLED, fid=ROOT, provenance=prov,
+                                     value={"reason": effect.reason} if effect.reason else None))
+            _end(rt, record, out, StatusChange(eid, Status.CANCELLED), prov, now)
+        else:
+            raise TypeError(f"decider {decider.name!r} returned {effect!r}: not an effect")
+    if not ends and record.status is not Status.SUSPENDED:
+        # its first command: from now on it waits for the next one, holding nothing
+        out.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_SUSPENDED, provenance=prov, fid=ROOT,
+                                 value={"reason": "decider"}))
+        out.status = StatusChange(eid, Status.SUSPENDED)
+    return new_state
+
+
+def _end(rt: Runtime, record: ExecutionRecord, write: Write, status: StatusChange, prov: Any, now: datetime) -> None:
+    """The end's part of a write: the status, no timer left, its open DELEGATE tasks withdrawn
+    (a late answer is stale), and a RESUME for its parent."""
+    write.status = status
+    write.clear_timers = [record.eid]
+    write.withdraw_delegates = [record.eid]
+    if record.parent_eid is not None:
+        write.tasks.append(Task(
+            id=task_id(TaskKind.RESUME, record.parent_eid, f"child:{record.eid}@end"), kind=TaskKind.RESUME,
+            queue=record.queue, eid=record.parent_eid, payload=child_end_payload(record.parent_fid, record.eid),
+            provenance=prov, visible_at=now, application=record.application,
+        ))
+
+
+def _delegate_task(rt: Runtime, decider: Decider, record: ExecutionRecord, d: Delegate, now: datetime) -> Task:
+    if not isinstance(d.attempt, int) or d.attempt < 1:
+        raise ValueError(f"Delegate {d.key!r}: attempt must be a number from 1, got {d.attempt!r}")
+    fid = delegate_fid(d.key)
+    frame = {"fid": fid, "decider": True, "key": d.key, "workflow": decider.name, "version": decider.version,
+             "expiries": 0, "max_expiries": 1}
+    return Task(id=task_id(TaskKind.DELEGATE, record.eid, f"{fid}@{d.attempt}"), kind=TaskKind.DELEGATE, queue=d.queue,
+                eid=record.eid, payload=check_json(d.payload, f"the payload of Delegate {d.key!r}"),
+                provenance=rt.provenance(code=Code(decider.name, decider.version, "delegate", d.key), attempt=d.attempt),
+                visible_at=now, application=record.application, attempt=d.attempt, frame=frame)
+
+
+def _child(rt: Runtime, record: ExecutionRecord, c: Child, actor: Actor) -> NewExecution:
+    fid = child_fid(c.key)
+    ceid = child_eid(record.eid, fid)
+    args = check_json(list(c.args), f"the arguments of child {c.key!r}", "args")
+    sub = rt.registry.decider_of(c.workflow, c.version)
+    if sub is not None:
+        return start_execution(rt, sub, ceid, args, queue=record.queue, key=None, actor=actor,
+                               application=record.application, parent=(record.eid, fid))
+    wf = rt.registry.get(c.workflow, c.version)
+    wf.bind(args)
+    return new_execution(rt, wf, ceid, args, queue=record.queue, parent=(record.eid, fid), actor=actor,
+                         application=record.application)
+
+
+# ---- commands from tasks: START, a fired timer, a child's end -----------------------------------
+
+
+async def handle(rt: Runtime, task: Task) -> None:
+    """Apply the command that a START or RESUME task carries (see ``carries_command``), with a
+    hold on the task: the write acks it, and is refused when this worker lost the task's lease."""
+    assert task.eid is not None
+    eid = task.eid
+    record = await rt.store.read_execution(eid)
+    if record is None:
+        return
+    p = task.payload
+    command: Command
+    if task.kind is TaskKind.START:
+        args = record.args
+        command = Start(args[0] if len(args) == 1 else (None if not args else args))
+    elif "timer" in p:
+        command = TimerFired(str(p["timer"]).split("/timer:", 1)[-1])
+    elif "child" in p:
+        child = await rt.store.read_execution(p["child"])
+        if child is None or not child.terminal or not decided(child.parent_fid):
+            await _ack(rt, task)
+            return
+        command = ChildEnded(str(child.parent_fid).split("/child:", 1)[-1], child.eid, child.status.value,
+                             child.result, child.error)
+    else:
+        log.warning("task %s carries no command a decider knows: %r", task.id, p)
+        await _ack(rt, task)
+        return
+    hold = TaskHold(task.id, owner=rt.owner)
+    try:
+        result = await apply(rt, eid, command, kind="decide", base=lambda: Write(hold=hold), principal=rt.principal,
+                             payload={"command": type(command).__name__, "task": task.id}, record=record)
+    except StaleAnswer:
+        return  # this worker's lease on the task ran out: whoever holds it now applies it
+    except ExecutionStateError:
+        result = None
+    if result is None:
+        await _ack(rt, task)
+
+
+async def _ack(rt: Runtime, task: Task) -> None:
+    await rt.store.write(Write(acks=[(task.id, rt.owner)]), rt.clock.now())
+
+
+# ---- commands in their caller's write -----------------------------------------------------------
+
+
+def answer_command(task: Task, value: Any, failure: tuple[str, str, bool] | None, by: str | None) -> Command:
+    """The command of a consumer's answer (``failure`` None) or failure of a decider's task."""
+    assert task.frame is not None
+    key, attempt = task.frame["key"], task.attempt or 1
+    if failure is None:
+        return Answered(key, attempt, value, by)
+    return Failed(key, attempt, failure[0], failure[1], failure[2], by)
+
+
+def expired_command(task: Task) -> Command:
+    assert task.frame is not None
+    return Expired(task.frame["key"], task.attempt or 1)
+
+
+def cancel_command(request: dict[str, Any]) -> Command:
+    return CancelRequested(request.get("by"), request.get("reason"))
+
