@@ -176,7 +176,7 @@ async def test_a_failed_run_diagnosed_through_the_prompt_over_stdio(tmp_path: Pa
         assert reason["step"] == "probe"
         assert isinstance(reason["code"], str) and reason["code"]
         assert "feed is down" in reason["message"]
-        assert {s["name"]: s["status"] for s in status["steps"]}["create"] == "completed"
+        assert {s["name"]: s["status"] for s in status["steps"]}["create"] == "COMPLETED"
 
         history = (await call(client, "get_workflow_history", workflow_id=wid, include_state_data=True))["history"]
         failing = [h for h in history if h.get("error") and "feed is down" in json.dumps(h["error"])]

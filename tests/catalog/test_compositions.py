@@ -71,8 +71,8 @@ async def test_the_reference_authoring_example_validates_saves_and_runs(open_eng
         # data threaded between layers: s2 tagged the bucket s1 created, with the static tag set
         assert status["output"] == {"s2": {"bucket": "demo-1", "tags": 1}}
         assert status["state_data"]["steps"]["s1"] == {"bucket_name": "demo-1", "arn": "arn:aws:s3:::demo-1"}
-        assert status["steps"] == [{"name": "s1", "layer": "layer_1", "status": "completed"},
-                                   {"name": "s2", "layer": "layer_2", "status": "completed"}]
+        assert status["steps"] == [{"name": "s1", "layer": "layer_1", "status": "COMPLETED"},
+                                   {"name": "s2", "layer": "layer_2", "status": "COMPLETED"}]
         assert effects() == ["create:demo-1", "tag:demo-1"]
         dag = await catalog.dag("virtual.vw_demo@1.0")
         assert dag["layers"] == [{"name": "layer_1", "steps": [{"name": "s1", "workflow_type": "aws.s3.create_bucket"}]},

@@ -186,8 +186,10 @@ async def test_a_dag_started_on_the_engine_directly_needs_its_steps_permissions(
              "input_mapping": {"bucket": {"source": "static", "value": "z"}}}]}]}
         compiled = catalog.compile(definition)
         operator = Principal("olga@example.com", roles=("operator",))
-        with pytest.raises(PermissionDenied, match="'s3:write'"):
-            await engine.start("flowli.dag", "virtual.mk@1", compiled, {}, by=operator)
+        with pytest.raises(PermissionDenied, match="'s3:write'"):  # the decider's one input
+            await engine.start("flowli.dag", ["virtual.mk@1", compiled, {}], by=operator)
+        with pytest.raises(PermissionDenied, match="'s3:write'"):  # the version 1 workflow's arguments
+            await engine.start("flowli.dag", "virtual.mk@1", compiled, {}, by=operator, version="1")
         assert len(await engine.list()) == 0 and effects() == []
 
 

@@ -84,7 +84,7 @@ def test_a_valid_composition_compiles_to_one_hash_and_runs_to_completed(definiti
     with tempfile.TemporaryDirectory() as tmp:
         status = asyncio.run(run_one(definition, Path(tmp)))
     assert status["status"] == "COMPLETED", status
-    assert {s["name"] for s in status["steps"] if s["status"] == "completed"} == {s["name"] for s in steps_of(definition)}
+    assert {s["name"] for s in status["steps"] if s["status"] == "COMPLETED"} == {s["name"] for s in steps_of(definition)}
 
 
 MUTATIONS = ("workflow_type", "source_field", "step_ref", "param_name", "static_type", "duplicate_name")

@@ -52,7 +52,7 @@ async def test_remediated_re_runs_only_the_parked_step(open_engine):
             "step": "tag", "reason": "bucket locked-1 has a legal hold",
             "fix": {"action": "release_hold", "bucket": "locked-1"}}
         assert {s["name"]: s["status"] for s in status["steps"]} == {
-            "create": "completed", "version": "completed", "tag": "remediation_pending"}
+            "create": "COMPLETED", "version": "COMPLETED", "tag": "remediation_pending"}
         assert engine.running() == []  # a parked run holds no worker
         with pytest.raises(CatalogError, match="resolution must be 'remediated' or 'denied', got 'fixed'"):
             await catalog.resolve(wid, "fixed")

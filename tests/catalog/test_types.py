@@ -191,7 +191,7 @@ async def test_a_composition_run_archived_keeps_its_steps_state_data_and_history
         wid = (await catalog.start("virtual.pair@1", {"bucket": "kept"}))["workflow_id"]
         await engine.result(wid, timeout=20)
         live = (await catalog.status(wid), await catalog.history(wid), await catalog.history(wid, include_state_data=True))
-        assert live[0]["status"] == "COMPLETED" and [s["status"] for s in live[0]["steps"]] == ["completed"] * 2
+        assert live[0]["status"] == "COMPLETED" and [s["status"] for s in live[0]["steps"]] == ["COMPLETED"] * 2
         assert live[0]["state_data"]["steps"]["make"]["bucket_name"] == "kept"
         await clock.advance(timedelta(days=2))
         await engine.retain()

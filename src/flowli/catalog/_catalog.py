@@ -211,9 +211,8 @@ class Catalog:
                 checked = model.model_validate(inputs).model_dump(mode="json")
             except ValidationError as exc:
                 raise InputsInvalid(workflow_type, problems(exc)) from None
-            eid = await self.engine.start(DAG, workflow_type, compiled,
-                                          {k: val for k, val in checked.items() if val is not None or k in inputs},
-                                          by=by, key=key, application=application)
+            given = {k: val for k, val in checked.items() if val is not None or k in inputs}
+            eid = await self.engine.start(DAG, [workflow_type, compiled, given], by=by, key=key, application=application)
         else:
             t = self._type(workflow_type)
             args = t.arguments(inputs)
@@ -226,14 +225,23 @@ class Catalog:
         return record, await self.engine.journal(workflow_id, application=app)
 
     async def _answered(self, record: ExecutionRecord, journal: list[Any]) -> bool:
-        """Whether a parked dag has a resolution on its way (sent, not read yet): it is PENDING
-        from the moment ``resolve`` returns."""
-        if runs.state_of(record, journal) != runs.PARKED:
+        """Whether a parked dag of the version 1 workflow has a resolution on its way (sent, not
+        read yet): it is PENDING from the moment ``resolve`` returns. (The decider takes a
+        resolution in the write that sends it.)"""
+        if runs.decided(record) or runs.state_of(record, journal) != runs.PARKED:
             return False
         sent = await self.engine.messages(record.eid, RESOLUTION)
         return len(sent) > runs.resolutions_read(journal)
 
-    async def _state(self, record: ExecutionRecord, journal: list[Any]) -> str:
+    async def _dstate(self, record: ExecutionRecord) -> Any:
+        """The stored state of a dag run of the decider (None for any other run)."""
+        if not runs.decided(record):
+            return None
+        return (await self.engine.decider_state(record.eid, application=record.application))[1]
+
+    async def _state(self, record: ExecutionRecord, journal: list[Any], dstate: Any = None) -> str:
+        if runs.decided(record):
+            return runs.state_of(record, journal, False, dstate if dstate is not None else await self._dstate(record))
         return runs.state_of(record, journal, await self._answered(record, journal))
 
     def _fn(self, record: ExecutionRecord) -> Any:
@@ -246,7 +254,7 @@ class Catalog:
         """``get_workflow_status``: the three-state view of a run."""
         self._read(by, f"read run {workflow_id}")
         record, journal = await self._run(workflow_id, by, application)
-        return runs.view(record, journal, await self._answered(record, journal))
+        return runs.view(record, journal, await self._answered(record, journal), await self._dstate(record))
 
     async def history(self, workflow_id: str, include_state_data: bool = False, *, by: By = None,
                       application: str | None = None) -> list[dict[str, Any]]:
@@ -287,7 +295,7 @@ class Catalog:
                 if record.workflow.startswith("flowli.") and record.workflow != DAG:
                     continue
                 journal = await self.engine.journal(record.eid, application=app) \
-                    if record.workflow == DAG and not record.terminal else []
+                    if record.workflow == DAG and not record.terminal and not runs.decided(record) else []
                 state = await self._state(record, journal)
                 if status is not None and state != status:
                     continue
@@ -312,8 +320,12 @@ class Catalog:
             state = await self._state(record, journal)
             why = "it was cancelled" if record.status is Status.CANCELLED else f"it is {state}"
             raise RunStateError(f"run {workflow_id} cannot be retried: {why}; only a FAILED run can be retried")
+        dstate = await self._dstate(record)
         fid = await self.engine.retry(workflow_id, by=by, application=application)
         out: dict[str, Any] = {"workflow_id": workflow_id, "status": runs.PENDING}
+        if isinstance(dstate, dict) and (dstate.get("failure") or {}).get("step"):
+            out["step"] = dstate["failure"]["step"]
+            return out
         failed = next((e for e in reversed(journal) if e.fid == fid), None) if fid else None
         if failed is not None and (step := runs.step_name(record, failed)) is not None:
             out["step"] = step
@@ -327,8 +339,9 @@ class Catalog:
         if resolution not in ("remediated", "denied"):
             raise CatalogError(f"resolution must be 'remediated' or 'denied', got {resolution!r}")
         record, journal = await self._run(workflow_id, by, application)
-        state = await self._state(record, journal)
-        parked = runs.remediation(record, journal) if state == runs.PARKED else None
+        dstate = await self._dstate(record)
+        state = await self._state(record, journal, dstate)
+        parked = runs.remediation(record, journal, dstate) if state == runs.PARKED else None
         if parked is None:
             if await self._answered(record, journal):
                 raise RunStateError(f"run {workflow_id} is resolved already: its resolution is on its way to it")

@@ -1,6 +1,7 @@
 """The built-in workflows of the catalog: ``flowli.dag``, which runs a compiled composition
 layer by layer (the steps of a layer are child executions that run together), with remediation
-gates and compensation; and ``composition.save``, which validates, compiles and stores a
+gates and compensation (version 2 is a decider, ``_dag_decider``; version 1, the Python workflow
+below, is kept to finish the runs it started); and ``composition.save``, which validates, compiles and stores a
 composition durably, for the caller's application."""
 
 from __future__ import annotations
@@ -12,22 +13,15 @@ from flowli.domain import NO_RETRY, StepFailed
 from flowli.engine import Context, Registry
 
 from ._compose import compile_definition, validate, virtual_name
-from ._errors import (
-    CompositionConflict,
-    CompositionInvalid,
-    InputsInvalid,
-    RemediationDenied,
-    StepInputInvalid,
-    UnknownType,
-)
+from ._dag_decider import INITIAL, REMEDIATION, RESOLUTION, VERSION, arguments, decider, evolve, kwargs_of, step_key
+from ._errors import CompositionConflict, CompositionInvalid, InputsInvalid, RemediationDenied, UnknownType
 from ._types import lookup
 
 DAG = "flowli.dag"
 SAVE = "composition.save"
-RESOLUTION = "resolution"
 COMPOSITION = "composition"
 """The item kind of a saved composition (key ``name@version``, scoped by application)."""
-REMEDIATION = "REMEDIATION_REQUIRED"
+__all__ = ["DAG", "REMEDIATION", "RESOLUTION", "SAVE", "COMPOSITION", "VERSION", "install"]
 
 
 def conflict(name: str, version: str, saved_hash: str) -> CompositionConflict:
@@ -35,37 +29,16 @@ def conflict(name: str, version: str, saved_hash: str) -> CompositionConflict:
                                f" ({saved_hash}); give the changed definition a new version")
 
 
-def step_key(step: str, attempt: int) -> str:
-    """The child key of a step's run: its name, then ``name#2`` for a remediated re-run."""
-    return step if attempt == 1 else f"{step}#{attempt}"
-
-
 def step_of_key(key: str) -> str:
     return key.split("#", 1)[0].split("~", 1)[0]
 
 
-def _kwargs(step: dict[str, Any], inputs: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for param, value in step.get("input", {}).items():
-        if isinstance(value, dict) and set(value) == {"$input"}:
-            if value["$input"] in inputs:
-                out[param] = inputs[value["$input"]]
-        else:
-            out[param] = value
-    for param, ref in step.get("state_data", {}).items():
-        produced = state["steps"].get(ref["step"])
-        if not isinstance(produced, dict) or ref["field"] not in produced:
-            raise StepInputInvalid(step["name"], f"input '{param}' maps field '{ref['field']}' of step '{ref['step']}',"
-                                                 " which its output does not hold")
-        out[param] = produced[ref["field"]]
-    return out
-
-
-def _arguments(registry: Registry, step: dict[str, Any], kwargs: dict[str, Any]) -> list[Any]:
-    try:
-        return lookup(registry, step["workflow_type"]).arguments(kwargs)
-    except (UnknownType, InputsInvalid) as exc:
-        raise StepInputInvalid(step["name"], str(exc)) from None
+def dag_args(args: list[Any]) -> list[Any]:
+    """A dag run's arguments ``[workflow_type, compiled, inputs]``: a run of the decider has them
+    as its one input, a run of the version 1 workflow as its arguments."""
+    if len(args) == 1 and isinstance(args[0], list):
+        return list(args[0])
+    return list(args)
 
 
 async def run_dag(ctx: Context, registry: Registry, compiled: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
@@ -73,8 +46,8 @@ async def run_dag(ctx: Context, registry: Registry, compiled: dict[str, Any], in
     done: list[tuple[dict[str, Any], dict[str, Any], Any]] = []
 
     async def attempt(step: dict[str, Any], n: int) -> tuple[str, Any, dict[str, Any]]:
-        kwargs = _kwargs(step, inputs, state)
-        args = _arguments(registry, step, kwargs)
+        kwargs = kwargs_of(step, inputs, state["steps"])
+        args = arguments(registry, step, kwargs)
         try:
             return "ok", await ctx.child(step["workflow_type"], *args, key=step_key(step["name"], n)), kwargs
         except StepFailed as exc:
@@ -174,7 +147,8 @@ def install(registry: Registry) -> None:
 
         return await ctx.step(store, made, retry=NO_RETRY)
 
-    registry.add(dag, DAG)
+    registry.add(dag, DAG)  # version 1: it finishes the runs it started before the decider
+    registry.decider(DAG, version=VERSION, initial=INITIAL, evolve=evolve)(decider(registry))
     registry.add(save, SAVE, kind="state_machine", permissions=["catalog:write"],
                  description="Validate, compile and store a composition; it becomes runnable as"
                              " virtual.<name>@<version>.")

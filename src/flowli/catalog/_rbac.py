@@ -14,7 +14,7 @@ from typing import Any
 from flowli.domain import Principal
 from flowli.engine import CallNext, Engine, Registry, Transition
 
-from ._dag import DAG
+from ._dag import DAG, dag_args
 from ._errors import ApprovalNeeded, PermissionDenied
 
 READ, START, OPERATE, WRITE = "runs:read", "runs:start", "runs:operate", "catalog:write"
@@ -101,6 +101,7 @@ def start_needs(registry: Registry, workflow: Any, args: list[Any]) -> list[tupl
     if meta is not None:
         out += [(p, f"start {workflow}") for p in meta.permissions]
     if workflow == DAG:
+        args = dag_args(args)
         compiled = args[1] if len(args) > 1 and isinstance(args[1], dict) else {}
         for layer in compiled.get("layers", []):
             for step in layer.get("steps", []):

@@ -1,6 +1,8 @@
 """A run as the catalog shows it: the three-state view (``PENDING``, ``COMPLETED``, ``FAILED``,
 and ``remediation_pending`` for a dag parked on a fixable step) and the history of its
-transitions, both read from the record and the journal (live or archived), never reconstructed."""
+transitions, both read from the record and the journal (live or archived), never reconstructed.
+A dag run of the decider (``flowli.dag`` version 2) is read from its stored state (``state``:
+its steps, gate and failure) and its events; a run of the version 1 workflow from its frames."""
 
 from __future__ import annotations
 
@@ -8,24 +10,35 @@ import inspect
 from typing import Any
 
 from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, redact, sensitive_keys
+from flowli.engine.deciders import Event
 
-from ._dag import DAG, REMEDIATION, RESOLUTION, step_of_key
+from ._dag import DAG, REMEDIATION, RESOLUTION, VERSION, dag_args, step_of_key
+from ._dag_decider import INITIAL, evolve
 
 PENDING, COMPLETED, FAILED, PARKED = "PENDING", "COMPLETED", "FAILED", "remediation_pending"
 STATES = (PENDING, COMPLETED, FAILED, PARKED)
 
 
+_WORDS = {"running": PENDING, "pending": PENDING, "completed": COMPLETED, "failed": FAILED, PARKED: PARKED}
+"""A step's status in the run's own words."""
+
+
+def decided(record: ExecutionRecord) -> bool:
+    """Whether a run is a dag run of the decider (its views read its stored state)."""
+    return record.workflow == DAG and record.version == VERSION
+
+
 def workflow_type(record: ExecutionRecord) -> str:
     """The catalog type of a run: a dag run's is the virtual type it was started as."""
     if record.workflow == DAG and record.args:
-        return str(record.args[0])
+        return str(dag_args(record.args)[0])
     return record.workflow
 
 
 def inputs_of(record: ExecutionRecord, fn: Any | None) -> Any:
     """The inputs of a run by name (a dag's are its composition inputs)."""
-    if record.workflow == DAG and len(record.args) >= 3:
-        return record.args[2]
+    if record.workflow == DAG and len(dag_args(record.args)) >= 3:
+        return dag_args(record.args)[2]
     if fn is None:
         return record.args
     names = [p.name for p in list(inspect.signature(fn).parameters.values())[1:]]
@@ -73,8 +86,12 @@ def _parked(record: ExecutionRecord, journal: list[Entry], answered: bool = Fals
     return remediation(record, journal)
 
 
-def remediation(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any] | None:
-    """The last fixable failure of a dag step: ``{"step", "reason", "fix", "fid"}``."""
+def remediation(record: ExecutionRecord, journal: list[Entry], state: Any = None) -> dict[str, Any] | None:
+    """The last fixable failure of a dag step: ``{"step", "reason", "fix", "fid"}`` (a decider's:
+    the gate it is parked on)."""
+    if isinstance(state, dict):
+        gate = state.get("gate")
+        return dict(gate) if gate is not None and state.get("phase") == "parked" else None
     for e in reversed(journal):
         if e.kind is EntryKind.FRAME_FAILED and (e.error or {}).get("code") == REMEDIATION:
             details = (e.error or {}).get("details") or {}
@@ -87,20 +104,25 @@ def remediation(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any]
     return None
 
 
-def state_of(record: ExecutionRecord, journal: list[Entry], answered: bool = False) -> str:
+def state_of(record: ExecutionRecord, journal: list[Entry], answered: bool = False, state: Any = None) -> str:
     if record.status is Status.COMPLETED:
         return COMPLETED
     if record.status in (Status.FAILED, Status.CANCELLED):
         return FAILED
+    if decided(record):
+        return PARKED if isinstance(state, dict) and state.get("phase") == "parked" else PENDING
     return PARKED if _parked(record, journal, answered) is not None else PENDING
 
 
-def reason_of(record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any]:
+def reason_of(record: ExecutionRecord, journal: list[Entry], state: Any = None) -> dict[str, Any]:
     """The structured reason of a FAILED run: ``{"code", "message", "step"?}``."""
     error = record.error or {}
     if record.status is Status.CANCELLED:
         by = (record.cancel_requested or {}).get("actor") or error.get("by")
         return {"code": "CANCELLED", "message": f"cancelled by {by}" if by else "cancelled"}
+    failure = state.get("failure") if isinstance(state, dict) else None
+    if isinstance(failure, dict) and record.status is Status.FAILED and error.get("type") != "Terminated":
+        return {k: failure[k] for k in ("code", "message", "step") if k in failure}
     if error.get("type") == "StepFailed":
         code = error.get("code") or _upper(error.get("cause") or "StepFailed")
         message = error.get("cause_message") or error.get("message", "")
@@ -130,28 +152,45 @@ def _upper(name: str) -> str:
     return "".join(out)
 
 
-def state_data(record: ExecutionRecord, journal: list[Entry], answered: bool = False) -> dict[str, Any] | None:
+def state_data(record: ExecutionRecord, journal: list[Entry], answered: bool = False,
+               state: Any = None) -> dict[str, Any] | None:
     """A dag's data threaded between steps: ``{"steps": {name: output}}``, and ``remediation``
     while it is parked."""
     if record.workflow != DAG:
         return None
+    if decided(record):
+        s = state if isinstance(state, dict) else {}
+        data: dict[str, Any] = {"steps": dict(s.get("steps") or {})}
+        gate = remediation(record, journal, s)
+        if gate is not None and not record.terminal:
+            data["remediation"] = {k: gate[k] for k in ("step", "reason", "fix")}
+        return data
     steps: dict[str, Any] = {}
     for e in journal:
         if e.kind is EntryKind.FRAME_COMPLETED and e.provenance.code.frame_kind == "child":
             key = _key_of(e.fid)
             if key and "~" not in key:
                 steps[step_of_key(key)] = e.value
-    data: dict[str, Any] = {"steps": steps}
+    data = {"steps": steps}
     parked = _parked(record, journal, answered)
     if parked is not None:
         data["remediation"] = {k: parked[k] for k in ("step", "reason", "fix")}
     return data
 
 
-def steps_of(record: ExecutionRecord, journal: list[Entry]) -> list[dict[str, Any]] | None:
-    """Each step of a dag and its state, in layer order."""
-    if record.workflow != DAG or len(record.args) < 2 or not isinstance(record.args[1], dict):
+def steps_of(record: ExecutionRecord, journal: list[Entry], state: Any = None) -> list[dict[str, Any]] | None:
+    """Each step of a dag and its state in the run's words (``PENDING``, ``COMPLETED``,
+    ``FAILED``, ``remediation_pending``), in layer order."""
+    args = dag_args(record.args) if record.workflow == DAG else []
+    if len(args) < 2 or not isinstance(args[1], dict):
         return None
+    layers = args[1].get("layers", [])
+    if decided(record):
+        status = dict((state or {}).get("status") or {}) if isinstance(state, dict) else {}
+        if record.terminal:  # a step that waited on a gate when the run ended failed with it
+            status = {k: FAILED if v == PARKED else v for k, v in status.items()}
+        return [{"name": s["name"], "layer": layer["name"], "status": status.get(s["name"], PENDING)}
+                for layer in layers for s in layer.get("steps", [])]
     status: dict[str, str] = {}
     for e in journal:
         name = step_name(record, e)
@@ -171,23 +210,23 @@ def steps_of(record: ExecutionRecord, journal: list[Entry]) -> list[dict[str, An
             for f in journal:
                 if f.fid == fid and (n := step_name(record, f)) is not None and status.get(n) == "failed":
                     status[n] = "running"
-    return [{"name": s["name"], "layer": layer["name"], "status": status.get(s["name"], "pending")}
-            for layer in record.args[1].get("layers", []) for s in layer.get("steps", [])]
+    return [{"name": s["name"], "layer": layer["name"], "status": _WORDS[status.get(s["name"], "pending")]}
+            for layer in layers for s in layer.get("steps", [])]
 
 
-def view(record: ExecutionRecord, journal: list[Entry], answered: bool = False) -> dict[str, Any]:
-    """``get_workflow_status``: the three-state view of a run."""
-    state = state_of(record, journal, answered)
+def view(record: ExecutionRecord, journal: list[Entry], answered: bool = False, dstate: Any = None) -> dict[str, Any]:
+    """``get_workflow_status``: the three-state view of a run (``dstate``: a decider's state)."""
+    state = state_of(record, journal, answered, dstate)
     out: dict[str, Any] = {"workflow_id": record.eid, "workflow_type": workflow_type(record), "status": state}
-    keys = run_sensitive_keys(record, journal)
+    keys = run_sensitive_keys(record, journal) if dstate is None else sensitive_keys([record.args, dstate])
     if state == COMPLETED:
         out["output"] = redact(record.result, keys)
     if state == FAILED:
-        out["reason"] = reason_of(record, journal)
-    data = state_data(record, journal, answered)
+        out["reason"] = reason_of(record, journal, dstate)
+    data = state_data(record, journal, answered, dstate)
     if data is not None:
         out["state_data"] = redact(data, keys)
-    steps = steps_of(record, journal)
+    steps = steps_of(record, journal, dstate)
     if steps is not None:
         out["steps"] = steps
     out["created_at"] = record.created_at.isoformat()
@@ -221,6 +260,8 @@ def history(record: ExecutionRecord, journal: list[Entry], include_state_data: b
 
 
 def _history(record: ExecutionRecord, journal: list[Entry], include_state_data: bool, fn: Any | None) -> list[dict[str, Any]]:
+    if decided(record):
+        return _decided_history(record, journal, include_state_data)
     out: list[dict[str, Any]] = []
     state = PENDING
     steps: dict[str, Any] = {}
@@ -259,3 +300,48 @@ def _history(record: ExecutionRecord, journal: list[Entry], include_state_data: 
                     row["state_data"] = data
         out.append(row)
     return out
+
+
+def _decided_history(record: ExecutionRecord, journal: list[Entry], include_state_data: bool) -> list[dict[str, Any]]:
+    """The history of a dag run of the decider: its entries, each event by its own name (``step.
+    completed``, ``step.parked``, ...), the state after it folded from the events before it."""
+    out: list[dict[str, Any]] = []
+    state = PENDING
+    folded: dict[str, Any] = {}
+    for e in journal:
+        state = _STATE_AFTER.get(e.kind, state)
+        event, data = None, None
+        if e.kind is EntryKind.EVENT and isinstance(e.value, dict):
+            event, data = str(e.value.get("event")), e.value.get("data") or {}
+            folded = evolve(folded or INITIAL, Event(event, data))
+            if event == "step.parked":
+                state = PARKED
+            elif event in ("step.remediated", "step.denied", "dag.retried"):
+                state = PENDING
+        row: dict[str, Any] = {"seq": e.seq, "at": e.at.isoformat(), "event": event or e.kind.value, "state": state}
+        step = data.get("step") if isinstance(data, dict) else None
+        if step is not None:
+            row["step"] = step
+        row["actor"] = str(e.provenance.actor)
+        if include_state_data:
+            if e.kind is EntryKind.EXECUTION_STARTED:
+                row["input"] = inputs_of(record, None)
+            elif event == "step.started":
+                row["input"] = data.get("kwargs")
+            if event in ("step.completed", "step.compensated"):
+                row["output"] = data.get("output")
+            elif e.kind is EntryKind.EXECUTION_COMPLETED:
+                row["output"] = e.value
+            if event == "step.failed":
+                row["error"] = data.get("error")
+            elif e.error is not None:
+                row["error"] = e.error
+            if step is not None or e.kind in (EntryKind.EXECUTION_SUSPENDED, EntryKind.EXECUTION_COMPLETED):
+                shown: dict[str, Any] = {"steps": dict(folded.get("steps") or {})}
+                if state == PARKED and folded.get("gate"):
+                    shown["remediation"] = {k: folded["gate"][k] for k in ("step", "reason", "fix")}
+                row["state_data"] = shown
+        out.append(row)
+    return out
+
+

@@ -146,7 +146,18 @@ class CancelRequested:
     reason: str | None = None
 
 
-Command = Start | Answered | Failed | Expired | Signal | TimerFired | ChildEnded | CancelRequested
+@dataclass(frozen=True)
+class Retried:
+    """``engine.retry`` of the failed execution: it is reopened (suspended again) in the write
+    of this command, after an ``execution.retried`` entry; the decider says how it goes on from
+    its last good point (its effects: a fresh attempt of what failed, say). A decider that
+    decides nothing leaves it suspended until its next command."""
+
+    by: str | None = None
+    reason: str | None = None
+
+
+Command = Start | Answered | Failed | Expired | Signal | TimerFired | ChildEnded | CancelRequested | Retried
 
 # ---- effects -----------------------------------------------------------------------------------
 

@@ -138,17 +138,18 @@ Base = Callable[[], Write]
 
 
 async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Base, principal: Principal,
-                payload: Any, record: ExecutionRecord | None = None) -> WriteResult | None:
+                payload: Any, record: ExecutionRecord | None = None, reopen: bool = False) -> WriteResult | None:
     """Decide ``command`` for ``eid`` and commit it with ``base()`` in one write, fenced by the
     state's version; decided again on StaleState. None when the execution ended already (nothing
     written: the caller ends what it holds). Raises what the write raises otherwise (a
-    middleware's refusal, StaleAnswer for a hold that is gone, ...)."""
+    middleware's refusal, StaleAnswer for a hold that is gone, ...). With ``reopen``, a failed
+    execution takes the command too (a retry: ``base`` expects it failed)."""
     for _ in range(_TRIES):
         if record is None:
             record = await rt.store.read_execution(eid)
             if record is None:
                 raise UnknownExecutionError(eid)
-        if record.terminal:
+        if record.terminal and not (reopen and record.status is Status.FAILED):
             return None
         decider = rt.registry.decider_of(record.workflow, record.version)
         if decider is None:

@@ -236,9 +236,14 @@ class Engine:
 
     async def decider_state(self, eid: str, *, application: str | None = None) -> tuple[int, Any]:
         """The stored state of a decider's execution and its version (the number of commands it
-        applied; 0 and None before its start is decided)."""
+        applied; 0 and None before its start is decided), live or archived."""
         await read_record(self._rt, self._archive, eid, application)
         stored = await self._store.read_state(eid)
+        if stored is None:
+            archived = await asyncio.to_thread(self._archive.read, eid)
+            kept = (archived or {}).get("decider_state")
+            if isinstance(kept, dict):
+                return int(kept["version"]), kept["state"]
         return stored if stored is not None else (0, None)
 
     async def wait_suspended(self, eid: str, timeout: float | None = 30.0, *, application: str | None = None) -> ExecutionRecord:

@@ -39,7 +39,8 @@ from flowli.store import Guard, Intent, JournalFilter, NewMessage, Resume, Statu
 from . import _deciding as deciding
 from ._archive import Archive, entry_from, record_from
 from ._core import global_channel
-from ._decider import Signal
+from ._decider import ROOT as DECIDED
+from ._decider import Retried, Signal
 from ._dry import dry_replay
 from ._frames import ROOT
 from ._registry import Registry
@@ -115,7 +116,7 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
     prov = rt.provenance(actor=principal.actor)
     if rt.registry.has_deciders:
         record = await rt.store.read_execution(eid)
-        if record is not None and visible(record, application) and rt.registry.decider_of(record.workflow) is not None:
+        if record is not None and visible(record, application) and rt.registry.decider_of(record.workflow, record.version) is not None:
             return await _signal_decided(rt, record, channel, payload, principal, prov, application)
     resume = Resume(
         id=task_id(TaskKind.RESUME, eid, f"signal:{new_eid()}"), eid=eid, payload={"channel": channel},
@@ -186,7 +187,7 @@ async def cancel(rt: Runtime, archive: Archive, eid: str, by: By, application: s
         payload={"cancel": True}, provenance=rt.provenance(actor=actor), visible_at=now,
         application=record.application,
     )
-    if rt.registry.decider_of(record.workflow) is not None:
+    if rt.registry.decider_of(record.workflow, record.version) is not None:
         await _cancel_decided(rt, record, request, principal)
         return record
     write = Write(expect=(eid, NOT_TERMINAL), cancel_request=(eid, request), tasks=[resume])
@@ -199,7 +200,7 @@ async def cancel(rt: Runtime, archive: Archive, eid: str, by: By, application: s
 
 def _not_decided(rt: Runtime, record: ExecutionRecord, action: str) -> None:
     """Migrate and retry work on a replay; a decider's execution is never replayed."""
-    if rt.registry.decider_of(record.workflow) is not None:
+    if rt.registry.decider_of(record.workflow, record.version) is not None:
         raise OperationRefused(record.eid, action, f"it runs the decider {record.workflow!r}, which is never replayed"
                                                    " (its state moves by commands only)")
 
@@ -259,9 +260,10 @@ async def retry(rt: Runtime, archive: Archive, eid: str, by: By, reason: str | N
     because its child execution failed reopens the child first, the same way. Returns the fid
     reopened (None when the workflow itself raised: the replay runs it again from its start)."""
     record = await read_record(rt, archive, eid, application)
-    _not_decided(rt, record, "retry")
     if record.status is not Status.FAILED:
         raise ExecutionStateError(eid, record.status.value, "retry", "failed")
+    if rt.registry.decider_of(record.workflow, record.version) is not None:
+        return await _retry_decided(rt, record, by, reason, application, signal)
     journal = await rt.store.read_journal(eid)
     error = record.error or {}
     fid = error.get("fid") if isinstance(error.get("fid"), str) else None
@@ -288,6 +290,38 @@ async def retry(rt: Runtime, archive: Archive, eid: str, by: By, reason: str | N
         await commit(rt, Transition("retry", write, eid, record.workflow, principal, record.application, value))
     except ExecutionStateError as exc:
         raise ExecutionStateError(eid, exc.status, "retry", "failed") from None
+    return fid
+
+
+async def _retry_decided(rt: Runtime, record: ExecutionRecord, by: By, reason: str | None,
+                         application: str | None, signal: tuple[str, Any] | None) -> str | None:
+    """A retry of a decider's failed execution: the ``execution.retried`` entry (and the message
+    of ``signal``) and the command Retried, decided in one write that reopens it. Returns the
+    fid its failure named, if any (a decider's failure names none: None)."""
+    eid = record.eid
+    principal = principal_for(by, ENGINE_ACTOR, application)
+    prov = rt.provenance(actor=principal.actor, code=Code(record.workflow, record.version, "decider", "retry"))
+    error = record.error or {}
+    fid = error.get("fid") if isinstance(error.get("fid"), str) else None
+    value = {"fid": fid, "reason": reason, "by": str(principal.actor), "error": error}
+    payload = None
+    if signal is not None:
+        payload = check_json(signal[1], f"the payload of signal {signal[0]!r} to execution {eid}", "payload")
+
+    def base() -> Write:
+        messages = [] if signal is None else [NewMessage(f"{eid}.{signal[0]}", payload, prov,
+                                                         application=record.application)]
+        return Write(expect=(eid, frozenset({Status.FAILED})), messages=messages,
+                     entries=[Entry(eid=eid, kind=EntryKind.EXECUTION_RETRIED, provenance=prov, fid=DECIDED, value=value)])
+
+    try:
+        result = await deciding.apply(rt, eid, Retried(str(principal.actor), reason), kind="retry", base=base,
+                                      principal=principal, payload=value, record=record, reopen=True)
+    except ExecutionStateError as exc:
+        raise ExecutionStateError(eid, exc.status, "retry", "failed") from None
+    if result is None:
+        ended = await rt.store.read_execution(eid)
+        raise ExecutionStateError(eid, ended.status.value if ended else "unknown", "retry", "failed")
     return fid
 
 

@@ -158,8 +158,9 @@ class Registry:
         if not isinstance(version, str) or not version:
             raise RegistrationError(f"workflow {wf_name!r}: version must be a non-empty string, got {version!r}")
         meta = type_metadata(wf_name, version, metadata)
-        if wf_name in self._deciders:
-            raise RegistrationError(f"workflow {wf_name!r}: a decider has that name already")
+        if version in self._deciders.get(wf_name, {}):
+            raise RegistrationError(f"workflow {wf_name!r} version {version!r}: a decider has that name and version"
+                                    " already")
         versions = self._defs.setdefault(wf_name, {})
         if version in versions:
             raise RegistrationError(
@@ -185,8 +186,9 @@ class Registry:
 
     def add_decider(self, decider: Decider) -> Decider:
         check(decider.name, decider.version, decider.initial, decider.decide, decider.evolve)
-        if decider.name in self._defs:
-            raise RegistrationError(f"decider {decider.name!r}: a workflow has that name already")
+        if decider.version in self._defs.get(decider.name, {}):
+            raise RegistrationError(f"decider {decider.name!r} version {decider.version!r}: a workflow has that name"
+                                    " and version already")
         versions = self._deciders.setdefault(decider.name, {})
         if decider.version in versions:
             raise RegistrationError(f"decider {decider.name!r} version {decider.version!r} is registered already"
@@ -206,6 +208,8 @@ class Registry:
         if version is None:
             return versions[max(versions, key=_version_key)]
         if version not in versions:
+            if version in self._defs.get(name, {}):
+                return None
             raise UnknownWorkflowError(name, version, [f"{name}@{v}" for v in versions])
         return versions[version]
 
