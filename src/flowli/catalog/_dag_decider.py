@@ -236,7 +236,7 @@ class _Deciding:
         while c["queue"]:
             name = c["queue"][0]
             step = _step(self.s["compiled"], name)
-            undo = self.registry.get(step["workflow_type"]).meta.compensate
+            undo = str(self.registry.get(step["workflow_type"]).meta.compensate)  # the queue holds those with one
             try:
                 ctype = lookup(self.registry, undo)
                 output = self.s["steps"].get(name)

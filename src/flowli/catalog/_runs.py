@@ -186,10 +186,10 @@ def steps_of(record: ExecutionRecord, journal: list[Entry], state: Any = None) -
         return None
     layers = args[1].get("layers", [])
     if decided(record):
-        status = dict((state or {}).get("status") or {}) if isinstance(state, dict) else {}
+        now: dict[str, str] = dict(state.get("status") or {}) if isinstance(state, dict) else {}
         if record.terminal:  # a step that waited on a gate when the run ended failed with it
-            status = {k: FAILED if v == PARKED else v for k, v in status.items()}
-        return [{"name": s["name"], "layer": layer["name"], "status": status.get(s["name"], PENDING)}
+            now = {k: FAILED if v == PARKED else v for k, v in now.items()}
+        return [{"name": s["name"], "layer": layer["name"], "status": now.get(s["name"], PENDING)}
                 for layer in layers for s in layer.get("steps", [])]
     status: dict[str, str] = {}
     for e in journal:
@@ -310,16 +310,19 @@ def _decided_history(record: ExecutionRecord, journal: list[Entry], include_stat
     folded: dict[str, Any] = {}
     for e in journal:
         state = _STATE_AFTER.get(e.kind, state)
-        event, data = None, None
+        event: str | None = None
+        data: dict[str, Any] = {}
         if e.kind is EntryKind.EVENT and isinstance(e.value, dict):
-            event, data = str(e.value.get("event")), e.value.get("data") or {}
+            event = str(e.value.get("event"))
+            given = e.value.get("data")
+            data = given if isinstance(given, dict) else {}
             folded = evolve(folded or INITIAL, Event(event, data))
             if event == "step.parked":
                 state = PARKED
             elif event in ("step.remediated", "step.denied", "dag.retried"):
                 state = PENDING
         row: dict[str, Any] = {"seq": e.seq, "at": e.at.isoformat(), "event": event or e.kind.value, "state": state}
-        step = data.get("step") if isinstance(data, dict) else None
+        step = data.get("step")
         if step is not None:
             row["step"] = step
         row["actor"] = str(e.provenance.actor)
