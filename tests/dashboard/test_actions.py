@@ -365,7 +365,7 @@ async def test_a_composition_is_drawn_and_its_remediation_gate_is_resolved_from_
             await catalog_status(api, eid, "remediation_pending")
             html = (await ann.get(f"/runs/{eid}")).text
             steps = re.findall(r'role="img" aria-label="([^"]+)"', html)
-            assert steps == ["create: completed", "version: completed", "tag: remediation_pending"], steps
+            assert steps == ["create: COMPLETED", "version: COMPLETED", "tag: remediation_pending"], steps
             assert "Step <code>tag</code> waits at a remediation gate." in html and ">Resolve as remediated</button>" in html
             fix(locked)
             r = await act(ann, f"/runs/{eid}", html, action="remediated")

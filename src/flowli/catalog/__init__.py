@@ -29,6 +29,7 @@ from ._rbac import ROLES as ROLES
 from ._rbac import Roles as Roles
 from ._rbac import install as install_rbac
 from ._rbac import require_approval as require_approval
+from ._runs import decided as decided
 from ._runs import remediation as remediation
 from ._runs import steps_of as steps_of
 
@@ -49,6 +50,7 @@ __all__ = [
     "RemediationDenied",
     "RemediationRequired",
     "Roles",
+    "decided",
     "remediation",
     "steps_of",
     "RunStateError",

@@ -253,8 +253,12 @@ class Catalog:
     async def status(self, workflow_id: str, *, by: By = None, application: str | None = None) -> dict[str, Any]:
         """``get_workflow_status``: the three-state view of a run."""
         self._read(by, f"read run {workflow_id}")
-        record, journal = await self._run(workflow_id, by, application)
-        return runs.view(record, journal, await self._answered(record, journal), await self._dstate(record))
+        app = _scope(by, application)
+        record = await self.engine.status(checked_eid(workflow_id), application=app)
+        if runs.decided(record):  # its stored state holds the view: no journal read
+            return runs.view(record, [], False, await self._dstate(record))
+        journal = await self.engine.journal(workflow_id, application=app)
+        return runs.view(record, journal, await self._answered(record, journal))
 
     async def history(self, workflow_id: str, include_state_data: bool = False, *, by: By = None,
                       application: str | None = None) -> list[dict[str, Any]]:

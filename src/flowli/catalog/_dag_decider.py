@@ -280,7 +280,7 @@ class _Deciding:
             self.emit("step.failed", {"step": name, "key": cmd.key, "error": child_error(cmd.status, cmd.error)})
         self.advance()
 
-    def resolved(self, payload: Any) -> None:
+    def resolved(self, payload: Any, by: str | None) -> None:
         gate = self.s["gate"]
         if self.s["phase"] != "parked" or gate is None or not isinstance(payload, dict):
             return
@@ -288,13 +288,13 @@ class _Deciding:
         if payload.get("fid") != gate["fid"] or resolution not in ("remediated", "denied"):
             return
         if resolution == "remediated":
-            self.emit("step.remediated", {"step": gate["step"], "fid": gate["fid"]})
+            self.emit("step.remediated", {"step": gate["step"], "fid": gate["fid"], "by": by})
             self.start_steps([_step(self.s["compiled"], gate["step"])])
             self.advance()
             return
         queue = [n for n in reversed(self.s["done"])
                  if self.registry.get(_step(self.s["compiled"], n)["workflow_type"]).meta.compensate is not None]
-        self.emit("step.denied", {"step": gate["step"], "reason": gate["reason"], "queue": queue})
+        self.emit("step.denied", {"step": gate["step"], "reason": gate["reason"], "queue": queue, "by": by})
         self.compensate_next()
 
     def retried(self) -> None:
@@ -323,7 +323,7 @@ def decider(registry: Registry) -> Callable[[dict[str, Any], Any], tuple[list[Ev
         elif isinstance(command, ChildEnded):
             run.child_ended(command)
         elif isinstance(command, Signal) and command.channel == RESOLUTION:
-            run.resolved(command.payload)
+            run.resolved(command.payload, command.by)
         elif isinstance(command, Retried):
             run.retried()
         elif isinstance(command, CancelRequested):

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from flowli.catalog import DAG, steps_of
+from flowli.catalog import DAG, decided, steps_of
 from flowli.catalog import remediation as remediation_of
 from flowli.domain import EntryKind, ExecutionRecord, FlowliError, Status, UnknownExecutionError, is_eid
 from flowli.pipelines import WORKFLOW, Access, ServiceError
@@ -109,9 +109,13 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
     access = await d.access(user, application)
     pid = _pipeline_id(record)
     # the whole journal only where a view is built from it: a pipeline's stages, a dag's steps, a
-    # remediation gate (a suspended run); the timeline reads its page on its own
+    # remediation gate (a suspended run); the timeline reads its page on its own. A dag run of the
+    # decider is read from its stored state instead.
     journal: list[Any] = []
-    if pid is not None or record.workflow == DAG or record.status is Status.SUSPENDED:
+    dstate: Any = None
+    if decided(record):
+        dstate = (await d.engine.decider_state(record.eid, application=application))[1]
+    elif pid is not None or record.workflow == DAG or record.status is Status.SUSPENDED:
         journal = await d.engine.journal(record.eid, application=application)
     view = await d.pipelines.get(access, pid, journal=journal) if pid is not None else None
     nodes: list[_graph.Node] = []
@@ -120,7 +124,7 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
         nodes = [_graph.Node(s["name"], tuple(s["dependsOn"]), s["status"], _label(s["status"], s["attempt"]))
                  for s in view["stages"]]
         title = f"Stages of pipeline {view['name']}"
-    elif steps := steps_of(record, journal):
+    elif steps := steps_of(record, journal, dstate):
         nodes = _graph.layered([(x["name"], x["layer"], x["status"]) for x in steps])
         title = f"Steps of {record.eid}"
     graph, too_large = None, None
@@ -131,7 +135,8 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
             graph = _graph.svg(nodes, title)
         except _graph.TooLarge as exc:
             too_large = str(exc)
-    gate = remediation_of(record, journal) if view is None and journal else None
+    gate = remediation_of(record, journal, dstate) if view is None and (journal or dstate) and not record.terminal \
+        else None
     status = view["status"] if view is not None else record.status.value
     live = not record.terminal
     actions = {

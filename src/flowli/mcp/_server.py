@@ -311,6 +311,10 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
     return server
 
 
+PARKS = ("step.parked",)
+"""The events of a decider after which a run may have parked (``flowli.dag``'s remediation gate)."""
+
+
 async def _watch(engine: Engine, catalog: Catalog, ctx: Context[Any, Any], by: Principal, workflow_id: str,
                  timeout: float) -> dict[str, Any]:
     """Block until the run ends or parks, on the engine's wake-ups (``engine.watch``), reporting
@@ -327,9 +331,11 @@ async def _watch(engine: Engine, catalog: Catalog, ctx: Context[Any, Any], by: P
         async with asyncio.timeout(timeout):
             async for entry in engine.watch(workflow_id, after=after, application=by.application):
                 seen += 1
+                # a decider's event (a dag's step.parked, say) is named by its own word
+                event = entry.value.get("event") if entry.kind.value == "event" and isinstance(entry.value, dict) else None
                 with contextlib.suppress(Exception):  # a client that asked for no progress
-                    await ctx.report_progress(seen, None, f"{entry.kind.value} (seq {entry.seq})")
-                if entry.kind.value.startswith("execution."):
+                    await ctx.report_progress(seen, None, f"{event or entry.kind.value} (seq {entry.seq})")
+                if entry.kind.value.startswith("execution.") or event in PARKS:
                     status = await catalog.status(workflow_id, by=by)
                     if status["status"] in ENDS:
                         return status
