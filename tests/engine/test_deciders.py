@@ -457,7 +457,7 @@ async def test_a_workflow_and_a_decider_start_deciders_as_children(db_url: str, 
         assert batch_decider.fold(events) == (await engine.decider_state(batch))[1]
 
 
-async def test_explain_tells_what_an_order_has_open_and_replays_are_refused(db_url: str, tmp_path: Any) -> None:
+async def test_explain_tells_what_an_order_has_open_and_a_replay_is_refused(db_url: str, tmp_path: Any) -> None:
     clock = Clock()
     engine = await connect(db_url, tmp_path, clock)
     async with engine, engine.worker():
@@ -469,9 +469,10 @@ async def test_explain_tells_what_an_order_has_open_and_replays_are_refused(db_u
         await consumer.fail(task, "DECLINED", "no")
         await state_is(engine, eid, "waiting_retry")
         assert [(w["kind"], w["fid"]) for w in (await engine.explain(eid)).waits] == [("timer", "decider/timer:retry")]
-        for refused in (engine.retry(eid), engine.migrate(eid, "1")):
-            with pytest.raises(flowli.domain.OperationRefused, match="never replayed"):
-                await refused
+        with pytest.raises(flowli.domain.OperationRefused, match="never replayed"):
+            await engine.migrate(eid, "1")
+        with pytest.raises(flowli.domain.ExecutionStateError, match="it must be failed"):
+            await engine.retry(eid)  # a failed decider is retried with the command Retried (test_decider_retry)
 
 
 async def test_a_traced_order_writes_a_span_per_command_its_delegate_and_its_end(db_url: str, tmp_path: Any) -> None:

@@ -241,6 +241,8 @@ class Catalog:
 
     async def _state(self, record: ExecutionRecord, journal: list[Any], dstate: Any = None) -> str:
         if runs.decided(record):
+            if record.terminal:  # its status says it
+                return runs.state_of(record, journal)
             return runs.state_of(record, journal, False, dstate if dstate is not None else await self._dstate(record))
         return runs.state_of(record, journal, await self._answered(record, journal))
 

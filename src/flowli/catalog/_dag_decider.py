@@ -35,7 +35,6 @@ Commands and what they decide (events in the run's words; effects):
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -103,49 +102,56 @@ def child_error(status: str, error: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
-    s = copy.deepcopy(state)
+    """The state after ``event``: a new dict, the parts that change copied (never in place)."""
+    s = dict(state)
     d = event.data or {}
     kind = event.kind
+
+    def put(part: str, key: str, value: Any) -> None:
+        s[part] = {**s[part], key: value}
+
+    def drop(part: str, key: Any) -> None:
+        s[part] = {k: v for k, v in s[part].items() if k != key}
+
     if kind == "dag.started":
-        s.update(type=d["type"], compiled=d["compiled"], inputs=d["inputs"])
-        for layer in d["compiled"].get("layers", []):
-            for step in layer.get("steps", []):
-                s["status"][step["name"]] = "PENDING"
+        s.update(type=d["type"], compiled=d["compiled"], inputs=d["inputs"],
+                 status={st["name"]: "PENDING" for layer in d["compiled"].get("layers", []) for st in layer.get("steps", [])})
     elif kind == "layer.started":
         s["layer"] = d["layer"]
     elif kind == "step.started":
-        s["attempts"][d["step"]] = d["attempt"]
-        s["running"][d["key"]] = d["step"]
-        s["kwargs"][d["step"]] = d["kwargs"]
-        s["status"][d["step"]] = "PENDING"
-        s["errors"].pop(d["step"], None)
+        put("attempts", d["step"], d["attempt"])
+        put("running", d["key"], d["step"])
+        put("kwargs", d["step"], d["kwargs"])
+        put("status", d["step"], "PENDING")
+        drop("errors", d["step"])
     elif kind == "step.completed":
-        s["running"].pop(d["key"], None)
-        s["status"][d["step"]] = "COMPLETED"
-        s["steps"][d["step"]] = d["output"]
-        s["done"].append(d["step"])
+        drop("running", d["key"])
+        put("status", d["step"], "COMPLETED")
+        put("steps", d["step"], d["output"])
+        s["done"] = [*s["done"], d["step"]]
     elif kind == "step.failed":
-        s["running"].pop(d["key"], None)
-        s["errors"][d["step"]] = d["error"]
-        s["status"][d["step"]] = "remediation_pending" if d["error"]["code"] == REMEDIATION else "FAILED"
+        drop("running", d["key"])
+        put("errors", d["step"], d["error"])
+        put("status", d["step"], "remediation_pending" if d["error"]["code"] == REMEDIATION else "FAILED")
     elif kind == "step.parked":
         s.update(phase="parked", gate=d)
     elif kind == "step.remediated":
         s.update(phase="running", gate=None)
     elif kind == "step.denied":
         s.update(phase="compensating", gate=None,
-                 compensation={"step": d["step"], "reason": d["reason"], "queue": d["queue"], "compensated": [],
+                 compensation={"step": d["step"], "reason": d["reason"], "queue": list(d["queue"]), "compensated": [],
                                "failures": []})
     elif kind == "compensation.started":
-        s["running"][d["key"]] = d["step"]
+        put("running", d["key"], d["step"])
     elif kind in ("step.compensated", "compensation.failed"):
-        s["running"].pop(d.get("key"), None)
-        c = s["compensation"]
+        drop("running", d.get("key"))
+        c = dict(s["compensation"])
         c["queue"] = [n for n in c["queue"] if n != d["step"]]
         if kind == "step.compensated":
-            c["compensated"].append(d["step"])
+            c["compensated"] = [*c["compensated"], d["step"]]
         else:
-            c["failures"].append(f"{d['step']} ({d['message']})")
+            c["failures"] = [*c["failures"], f"{d['step']} ({d['message']})"]
+        s["compensation"] = c
     elif kind == "dag.failed":
         s.update(phase="failed", failure=d)
     elif kind == "dag.retried":
@@ -153,8 +159,7 @@ def evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
     elif kind == "dag.completed":
         s["phase"] = "completed"
     elif kind == "dag.cancelled":
-        s["phase"] = "failed"
-        s["failure"] = {"code": "CANCELLED", "message": d.get("message") or "cancelled"}
+        s.update(phase="failed", failure={"code": "CANCELLED", "message": d.get("message") or "cancelled"})
     return s
 
 
