@@ -315,30 +315,63 @@ async def test_two_commands_racing_on_one_version_are_both_applied_once(db_url: 
         eid = await engine.start("order", ORDER)
         await state_is(engine, eid, "charging")
         version, _ = await engine.decider_state(eid)
-        store = store_of(engine)
-        read = store.read_state
+        # two processes (two engines on one database): the commands of one process take turns,
+        # those of two race on the state's version
+        other = await connect(db_url, tmp_path)
+        stores = [store_of(engine), store_of(other)]
         reads: list[int] = []
         both = asyncio.Event()
 
-        async def together(eid_: str) -> Any:  # the two signals read the same version
-            got = await read(eid_)
-            reads.append(got[0] if got else 0)
-            if len(reads) == 2:
-                both.set()
-            if len(reads) <= 2:
-                await asyncio.wait_for(both.wait(), 10)
-            return got
+        def together(read: Any) -> Any:
+            async def racing(eid_: str) -> Any:  # the two signals read the same version
+                got = await read(eid_)
+                reads.append(got[0] if got else 0)
+                if len(reads) == 2:
+                    both.set()
+                if len(reads) <= 2:
+                    await asyncio.wait_for(both.wait(), 10)
+                return got
 
-        store.read_state = together  # type: ignore[method-assign]
+            return racing
+
+        for store in stores:
+            store.read_state = together(store.read_state)  # type: ignore[method-assign]
         try:
-            await asyncio.gather(engine.signal(eid, "note", "a"), engine.signal(eid, "note", "b"))
+            async with other:
+                await asyncio.gather(engine.signal(eid, "note", "a"), other.signal(eid, "note", "b"))
         finally:
-            del store.read_state
+            for store in stores:
+                del store.read_state
         assert reads == [version, version, version + 1]  # the loser decided again on the fresh state
         after, state = await engine.decider_state(eid)
         assert after == version + 2 and sorted(state["notes"]) == ["a", "b"]
         journal = await engine.journal(eid)
         assert sorted(e.value["data"] for e in journal if e.kind is EntryKind.EVENT and e.value["event"] == "note.added") == ["a", "b"]
+        await folds(engine, eid)
+
+
+async def test_the_commands_of_one_process_take_turns_without_racing(db_url: str, tmp_path: Any) -> None:
+    engine = await connect(db_url, tmp_path)
+    async with engine, engine.worker():
+        eid = await engine.start("order", ORDER)
+        await state_is(engine, eid, "charging")
+        version, _ = await engine.decider_state(eid)
+        store = store_of(engine)
+        read = store.read_state
+        reads: list[int] = []
+
+        async def counted(eid_: str) -> Any:
+            got = await read(eid_)
+            reads.append(got[0] if got else 0)
+            return got
+
+        store.read_state = counted  # type: ignore[method-assign]
+        try:
+            await asyncio.gather(*(engine.signal(eid, "note", n) for n in "abcd"))
+        finally:
+            del store.read_state
+        assert reads == [version, version + 1, version + 2, version + 3]  # each decided once
+        assert sorted((await engine.decider_state(eid))[1]["notes"]) == ["a", "b", "c", "d"]
         await folds(engine, eid)
 
 

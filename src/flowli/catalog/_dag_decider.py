@@ -12,7 +12,7 @@ The state (JSON), which the catalog reads for a run's views:
      "phase": "running" | "parked" | "compensating" | "completed" | "failed",
      "status": {step: "PENDING" | "COMPLETED" | "FAILED" | "remediation_pending"},
      "attempts": {step: n}, "running": {child key: step},
-     "steps": {step: output}, "kwargs": {step: inputs}, "done": [steps, in completion order],
+     "steps": {step: output}, "done": [steps, in completion order],
      "errors": {step: {"code", "message", "fix"?}},
      "gate": {"step", "reason", "fix", "fid"} | None,   # the parked step (fid: its child key)
      "compensation": {"step", "reason", "queue", "compensated", "failures"} | None,
@@ -62,7 +62,7 @@ REMEDIATION = "REMEDIATION_REQUIRED"
 RESOLUTION = "resolution"
 
 INITIAL: dict[str, Any] = {"type": None, "compiled": None, "inputs": {}, "layer": 0, "phase": "running",
-                           "status": {}, "attempts": {}, "running": {}, "steps": {}, "kwargs": {}, "done": [],
+                           "status": {}, "attempts": {}, "running": {}, "steps": {}, "done": [],
                            "errors": {}, "gate": None, "compensation": None, "failure": None}
 
 
@@ -121,7 +121,6 @@ def evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
     elif kind == "step.started":
         put("attempts", d["step"], d["attempt"])
         put("running", d["key"], d["step"])
-        put("kwargs", d["step"], d["kwargs"])
         put("status", d["step"], "PENDING")
         drop("errors", d["step"])
     elif kind == "step.completed":
@@ -245,9 +244,11 @@ class _Deciding:
             try:
                 ctype = lookup(self.registry, undo)
                 output = self.s["steps"].get(name)
-                given = {**(output if isinstance(output, dict) else {}), **self.s["kwargs"].get(name, {})}
+                # the step's inputs, mapped again: from the run's inputs and outputs, which stay
+                kwargs = kwargs_of(step, self.s["inputs"], self.s["steps"])
+                given = {**(output if isinstance(output, dict) else {}), **kwargs}
                 args = ctype.arguments({k: v for k, v in given.items() if k in ctype.model.model_fields})
-            except (UnknownType, InputsInvalid) as exc:
+            except (UnknownType, InputsInvalid, StepInputInvalid) as exc:
                 self.emit("compensation.failed", {"step": name, "message": str(exc)})
                 c = self.s["compensation"]
                 continue

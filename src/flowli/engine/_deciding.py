@@ -23,6 +23,7 @@ Where commands come from:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -144,6 +145,24 @@ async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Bas
     written: the caller ends what it holds). Raises what the write raises otherwise (a
     middleware's refusal, StaleAnswer for a hold that is gone, ...). With ``reopen``, a failed
     execution takes the command too (a retry: ``base`` expects it failed)."""
+    turn = rt.deciding.get(eid)
+    if turn is None:
+        turn = rt.deciding[eid] = [asyncio.Lock(), 0]
+    turn[1] += 1
+    if turn[0].locked():
+        record = None  # read again once its turn comes: the commands before it change it
+    try:
+        async with turn[0]:
+            return await _apply(rt, eid, command, kind=kind, base=base, principal=principal, payload=payload,
+                                record=record, reopen=reopen)
+    finally:
+        turn[1] -= 1
+        if turn[1] == 0:
+            rt.deciding.pop(eid, None)
+
+
+async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Base, principal: Principal,
+                 payload: Any, record: ExecutionRecord | None, reopen: bool) -> WriteResult | None:
     for _ in range(_TRIES):
         if record is None:
             record = await rt.store.read_execution(eid)
@@ -237,7 +256,8 @@ def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any,
         if not isinstance(e, Event):
             raise TypeError(f"decide returned {e!r} among its events: each is a flowli.engine.deciders.Event")
         check_json(e.data, f"the data of event {e.kind!r} of decider {decider.name!r}")
-    new_state = plain(check_json(decider.fold(events, state, start=False), f"the state of decider {decider.name!r}"))
+    # check_json gives the state as the store gives it back (JSON's own types): no round trip
+    new_state = check_json(decider.fold(events, state, start=False), f"the state of decider {decider.name!r}")
     ends = [x for x in effects if isinstance(x, END)]
     if len(ends) > 1 or (ends and len(effects) > 1):
         raise ValueError(f"decide returned {effects!r}: an end comes alone, and once")

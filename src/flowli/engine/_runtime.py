@@ -173,6 +173,10 @@ class Runtime:
         self.polls = Polls()
         """The long polls of this process's consumers (see ``_handoff``)."""
         self.nacking: set[asyncio.Future[Any]] = set()
+        self.deciding: dict[str, list[Any]] = {}
+        """Per decider execution, the commands of this process being decided: [lock, users]. The
+        commands of one process take turns (several children ending at once would otherwise race
+        on the state's version and be decided again); other processes are fenced by the version."""
         """Hand-offs whose poll went away, being given back to the queue."""
         self.workers: list[Any] = []
         """The running workers of this process's engine: a start or an answer made here hands its
