@@ -1,0 +1,80 @@
+"""``flowli.dag`` is a decider: its journal speaks the run's words, folding its events gives its
+stored state (what the views read), a cancel fails it with its gate's step, a denied run retried
+fails again without compensating twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flowli.catalog import Catalog
+from flowli.domain import EntryKind
+
+from .app import app, effects
+from .test_remediation import gated, parked
+
+pytestmark = pytest.mark.integration
+
+
+async def _events(engine: Any, wid: str) -> list[tuple[str, Any]]:
+    return [(e.value["event"], e.value["data"]) for e in await engine.journal(wid) if e.kind is EntryKind.EVENT]
+
+
+async def _folds(engine: Any, wid: str) -> dict[str, Any]:
+    from flowli.engine.deciders import Event
+
+    decider = engine.registry.decider_of("flowli.dag")
+    _, state = await engine.decider_state(wid)
+    assert decider.fold(Event(k, d) for k, d in await _events(engine, wid)) == state
+    return dict(state)
+
+
+async def test_a_parked_run_journals_its_words_and_its_events_fold_to_its_state(open_engine):
+    async with open_engine(app()) as engine:
+        catalog = Catalog(engine)
+        await catalog.save_composition(gated())
+        wid = (await catalog.start("virtual.gated@1", {"bucket": "locked-5"}))["workflow_id"]
+        await parked(catalog, engine, wid)
+        assert (await engine.status(wid)).version == "2"
+        words = [k for k, _ in await _events(engine, wid)]
+        assert words[:3] == ["dag.started", "layer.started", "step.started"] and words[-1] == "step.parked"
+        assert {"step.completed", "step.failed"} <= set(words)
+        state = await _folds(engine, wid)
+        assert state["gate"]["step"] == "tag" and state["phase"] == "parked"
+        history = await catalog.history(wid, include_state_data=True)
+        parked_row = next(h for h in history if h["event"] == "step.parked")
+        assert parked_row["state"] == "remediation_pending" and parked_row["step"] == "tag"
+        assert parked_row["state_data"]["remediation"]["step"] == "tag"
+        # a resolution for another gate is no answer: the run stays parked
+        await engine.signal(wid, "resolution", {"resolution": "remediated", "fid": "create"})
+        assert (await catalog.status(wid))["status"] == "remediation_pending"
+        # cancelled while parked: FAILED, the parked step failed with it
+        await engine.cancel(wid, by="olga@example.com")
+        await engine.wait_suspended(wid, timeout=10)
+        view = await catalog.status(wid)
+        assert view["status"] == "FAILED" and view["reason"]["code"] == "CANCELLED"
+        assert {s["name"]: s["status"] for s in view["steps"]} == {
+            "create": "COMPLETED", "version": "COMPLETED", "tag": "FAILED"}
+        await _folds(engine, wid)
+
+
+async def test_a_denied_run_retried_fails_again_without_compensating_twice(open_engine):
+    async with open_engine(app()) as engine:
+        catalog = Catalog(engine)
+        await catalog.save_composition(gated())
+        wid = (await catalog.start("virtual.gated@1", {"bucket": "locked-6"}))["workflow_id"]
+        await parked(catalog, engine, wid)
+        await catalog.resolve(wid, "denied")
+        with pytest.raises(Exception, match="remediation denied"):
+            await engine.result(wid, timeout=20)
+        retried = await catalog.retry(wid)
+        assert retried["status"] == "PENDING" and retried["step"] == "tag"
+        with pytest.raises(Exception, match="remediation denied"):
+            await engine.result(wid, timeout=20)
+        assert (await catalog.status(wid))["reason"]["code"] == "REMEDIATION_DENIED"
+        assert [e for e in effects() if e.startswith(("unversion:", "delete:"))] == [
+            "unversion:locked-6", "delete:locked-6"]
+        words = [k for k, _ in await _events(engine, wid)]
+        assert words.count("step.compensated") == 2 and words[-2:] == ["dag.retried", "dag.failed"]
+        await _folds(engine, wid)
