@@ -61,7 +61,8 @@ PINNED = {
         "CompositionConflict", "CompositionInvalid", "DAG", "InputsInvalid", "MAX_IDLE_SECONDS",
         "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
         "RunStateError", "SAVE", "StepInputInvalid", "UnknownType", "catalog_of", "compile_definition",
-        "content_hash", "install", "install_rbac", "remediation", "require_approval", "steps_of", "validate"
+        "content_hash", "decided", "install", "install_rbac", "remediation", "require_approval", "steps_of",
+        "validate"
     ],
     flowli.dashboard: ["Dashboard", "MAX_NODES", "Node", "TooLarge", "layered", "layout", "svg"],
     flowli.http: ["AllowedHosts", "MAX_BODY", "create_app", "from_this_machine", "serve"],
