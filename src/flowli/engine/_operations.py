@@ -115,7 +115,7 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
     prov = rt.provenance(actor=principal.actor)
     if rt.registry.has_deciders:
         record = await rt.store.read_execution(eid)
-        if record is not None and visible(record, application) and rt.registry.decider_of(record.workflow) is not None:
+        if record is not None and visible(record, application) and rt.registry.decider_of(record.workflow, record.version) is not None:
             return await _signal_decided(rt, record, channel, payload, principal, prov, application)
     resume = Resume(
         id=task_id(TaskKind.RESUME, eid, f"signal:{new_eid()}"), eid=eid, payload={"channel": channel},
@@ -186,7 +186,7 @@ async def cancel(rt: Runtime, archive: Archive, eid: str, by: By, application: s
         payload={"cancel": True}, provenance=rt.provenance(actor=actor), visible_at=now,
         application=record.application,
     )
-    if rt.registry.decider_of(record.workflow) is not None:
+    if rt.registry.decider_of(record.workflow, record.version) is not None:
         await _cancel_decided(rt, record, request, principal)
         return record
     write = Write(expect=(eid, NOT_TERMINAL), cancel_request=(eid, request), tasks=[resume])
@@ -199,7 +199,7 @@ async def cancel(rt: Runtime, archive: Archive, eid: str, by: By, application: s
 
 def _not_decided(rt: Runtime, record: ExecutionRecord, action: str) -> None:
     """Migrate and retry work on a replay; a decider's execution is never replayed."""
-    if rt.registry.decider_of(record.workflow) is not None:
+    if rt.registry.decider_of(record.workflow, record.version) is not None:
         raise OperationRefused(record.eid, action, f"it runs the decider {record.workflow!r}, which is never replayed"
                                                    " (its state moves by commands only)")
 

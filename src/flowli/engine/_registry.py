@@ -158,8 +158,9 @@ class Registry:
         if not isinstance(version, str) or not version:
             raise RegistrationError(f"workflow {wf_name!r}: version must be a non-empty string, got {version!r}")
         meta = type_metadata(wf_name, version, metadata)
-        if wf_name in self._deciders:
-            raise RegistrationError(f"workflow {wf_name!r}: a decider has that name already")
+        if version in self._deciders.get(wf_name, {}):
+            raise RegistrationError(f"workflow {wf_name!r} version {version!r}: a decider has that name and version"
+                                    " already")
         versions = self._defs.setdefault(wf_name, {})
         if version in versions:
             raise RegistrationError(
@@ -185,8 +186,9 @@ class Registry:
 
     def add_decider(self, decider: Decider) -> Decider:
         check(decider.name, decider.version, decider.initial, decider.decide, decider.evolve)
-        if decider.name in self._defs:
-            raise RegistrationError(f"decider {decider.name!r}: a workflow has that name already")
+        if decider.version in self._defs.get(decider.name, {}):
+            raise RegistrationError(f"decider {decider.name!r} version {decider.version!r}: a workflow has that name"
+                                    " and version already")
         versions = self._deciders.setdefault(decider.name, {})
         if decider.version in versions:
             raise RegistrationError(f"decider {decider.name!r} version {decider.version!r} is registered already"
@@ -197,14 +199,23 @@ class Registry:
     def decider_of(self, name: str | Any, version: str | None = None) -> Decider | None:
         """The decider ``name`` (the highest version when ``version`` is None), or None when
         ``name`` is not a decider's (a workflow's, or unknown). UnknownWorkflowError for a
-        decider's name with a version it lacks."""
+        decider's name with a version it lacks. A name may have workflow versions and decider
+        versions (a workflow's code became a decider: its older executions finish as they began):
+        a workflow's version is None here, and without a version the highest version of the name
+        tells which one a start gets."""
         if isinstance(name, Decider):
             version, name = version or name.version, name.name
         versions = self._deciders.get(name) if isinstance(name, str) else None
         if not versions:
             return None
+        workflows = self._defs.get(name, {})
+        if version is not None and version in workflows:
+            return None
         if version is None:
-            return versions[max(versions, key=_version_key)]
+            newest = max(versions, key=_version_key)
+            if workflows and _version_key(max(workflows, key=_version_key)) > _version_key(newest):
+                return None
+            return versions[newest]
         if version not in versions:
             raise UnknownWorkflowError(name, version, [f"{name}@{v}" for v in versions])
         return versions[version]
