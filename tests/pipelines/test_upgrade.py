@@ -39,7 +39,7 @@ async def create_v1(svc: Service, name: str, *stages: dict[str, Any]) -> tuple[i
     return pid, eid
 
 
-async def test_pipelines_of_the_workflow_finish_and_read_beside_the_deciders(served):
+async def test_pipelines_of_the_workflow_finish_and_read_beside_the_deciders(served):  # noqa: F811 - the fixture
     async with served() as svc:
         await svc.bootstrap("Step", "Review")
         done_id, done_eid = await create_v1(svc, "old-done", {"stageName": "one", "stageHandlerName": "Step"})

@@ -25,6 +25,7 @@ from flowli.domain import (
     FrameKind,
     OperationRefused,
     Principal,
+    StaleState,
     Status,
     Task,
     TaskKind,
@@ -259,9 +260,15 @@ async def retry(rt: Runtime, archive: Archive, eid: str, by: By, reason: str | N
     because its child execution failed reopens the child first, the same way. Returns the fid
     reopened (None when the workflow itself raised: the replay runs it again from its start)."""
     record = await read_record(rt, archive, eid, application)
-    _not_decided(rt, record, "retry")
+    decided = rt.registry.decider_of(record.workflow, record.version) is not None
+    if decided and signal is None:
+        raise OperationRefused(eid, "retry", f"it runs the decider {record.workflow!r}, which is never replayed"
+                                             " (its state moves by commands only): its retry takes a signal")
     if record.status is not Status.FAILED:
         raise ExecutionStateError(eid, record.status.value, "retry", "failed")
+    if decided:
+        await _retry_decided(rt, record, by, reason, application, signal)
+        return None
     journal = await rt.store.read_journal(eid)
     error = record.error or {}
     fid = error.get("fid") if isinstance(error.get("fid"), str) else None
@@ -289,6 +296,31 @@ async def retry(rt: Runtime, archive: Archive, eid: str, by: By, reason: str | N
     except ExecutionStateError as exc:
         raise ExecutionStateError(eid, exc.status, "retry", "failed") from None
     return fid
+
+
+async def _retry_decided(rt: Runtime, record: ExecutionRecord, by: By, reason: str | None, application: str | None,
+                         signal: tuple[str, Any]) -> None:
+    """Reopen a decider's failed execution with a command: its ``execution.retried`` entry and the
+    signal decided against its stored state, in one write fenced on the failed status and on the
+    state's version. The decider says what the signal means (it may end the execution again)."""
+    eid = record.eid
+    principal = principal_for(by, ENGINE_ACTOR, application)
+    channel, payload = signal
+    payload = check_json(payload, f"the payload of signal {channel!r} to execution {eid}", "payload")
+    prov = rt.provenance(actor=principal.actor, code=Code(record.workflow, record.version, FrameKind.ROOT.value, ROOT))
+    value = {"reason": reason, "by": str(principal.actor), "error": record.error or {}}
+    decider = rt.registry.decider_of(record.workflow, record.version)
+    assert decider is not None
+    stored = await rt.store.read_state(eid)
+    version, state = stored if stored is not None else (0, None)
+    write = Write(expect=(eid, frozenset({Status.FAILED})), entries=[
+        Entry(eid=eid, kind=EntryKind.EXECUTION_RETRIED, provenance=prov, fid=ROOT, value=value)])
+    deciding.decide(rt, decider, record, state, version, Signal(channel, payload, str(principal.actor)),
+                    principal.actor, write)
+    try:
+        await commit(rt, Transition("retry", write, eid, record.workflow, principal, record.application, value))
+    except (ExecutionStateError, StaleState) as exc:
+        raise ExecutionStateError(eid, getattr(exc, "status", "changed"), "retry", "failed") from None
 
 
 async def terminate(

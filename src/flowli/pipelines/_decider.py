@@ -13,7 +13,7 @@ Commands and what they decide (events in the pipeline's words, effects the engin
 - Signal on ``pipeline``: pause, resume, append, decide (``stage.approved``/``stage.rejected``),
   skip, rerun; CancelRequested: ``pipeline.cancelled`` and the end Cancel.
 - When nothing is open: all stages done, ``pipeline.completed`` and Complete; one failed,
-  ``pipeline.failed`` (the execution stays open: a rerun reopens the pipeline).
+  ``pipeline.failed`` and Fail (a rerun reopens it: ``engine.retry`` with its signal).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from flowli.engine.deciders import (
     Delegate,
     Event,
     Expired,
+    Fail,
     Failed,
     Signal,
     Start,
@@ -387,6 +388,10 @@ def _advance(d: _Decision) -> None:
         f = failed[0]
         d.emit("pipeline.failed", {"stage": f["name"], "stageId": f["id"], "attempts": f["attempts"],
                                    "errorCode": f["errorCode"], "errorMessage": f["errorMessage"], "at": d.at})
+        code = f["errorCode"] or "FAILED"
+        # the execution ends failed; a rerun reopens it (engine.retry with its signal)
+        d.effects = [Fail(f"stage {f['name']!r} failed after {f['attempts']} attempt(s): {code}:"
+                          f" {f['errorMessage'] or code}", "StageFailed")]
 
 
 def install(registry: Registry) -> None:

@@ -271,7 +271,7 @@ class Pipelines:
                 continue
             value, error = e.value, e.error
             if e.kind is EntryKind.EVENT and isinstance(value, dict):  # the decider's: the pipeline's words
-                data = value.get("data") if isinstance(value.get("data"), dict) else {}
+                data: dict[str, Any] = value["data"] if isinstance(value.get("data"), dict) else {}
                 if value.get("event") in ("stage.failed", "pipeline.failed"):
                     error = {"errorCode": data.get("errorCode"), "errorMessage": data.get("errorMessage")}
                 out.append({"seq": e.seq, "kind": value.get("event"), "frame": None, "attempt": data.get("attempt"),
@@ -395,10 +395,6 @@ class Pipelines:
         record, p = await self._state_now(access, pitem.key)
         status = pipeline_status(record, p)
         message = {"op": "rerun", "stage": stage.body["name"], "next": bool(rerun_next)}
-        if status == "Failed" and record.version == VERSION and not record.terminal:
-            # a failed pipeline's execution stays open for a rerun: the decider takes it
-            await self._signal(access, pitem.key, message, f"rerun stage {stage.id}")
-            return await self._view(access, pitem.id, pitem.key)
         if status == "Failed" and record.status is not Status.FAILED:
             # the workflow has failed the pipeline and its execution is ending: let it end
             deadline = asyncio.get_running_loop().time() + 10
@@ -409,7 +405,8 @@ class Pipelines:
         if status == "Failed":
             try:
                 await self.engine.retry(pitem.key, by=access.principal, application=access.application,
-                                        reason=f"rerun of stage {stage.body['name']}", signal=(REOPEN, message))
+                                        reason=f"rerun of stage {stage.body['name']}",
+                                        signal=(CHANNEL if record.version == VERSION else REOPEN, message))
             except ExecutionStateError as exc:
                 raise Conflict(f"cannot rerun stage {stage.id}: {exc}") from None
         elif status in TERMINAL:
