@@ -19,6 +19,7 @@ Commands and what they decide (events in the pipeline's words, effects the engin
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
 from flowli.engine import Registry
@@ -251,19 +252,13 @@ def _failed(d: _Decision, key: str, attempt: int, code: str | None, message: str
     if details.get("logs"):
         data["logs"] = details["logs"]
     d.emit("stage.failed", data)
-    pid = (d.state["spec"] or {}).get("eid") or d.state["spec"]["pipelineId"]
+    # the jitter's seed: the pipeline, the stage, its run and its retry (the same on any fold)
     seconds = _retry.decide(stage["spec"]["plan"], code, retryable, stage["retries"],
-                            f"{pid}:{stage['id']}:{stage['run']}:{stage['retries']}")
+                            f"{d.state['spec']['pipelineId']}:{stage['id']}:{stage['run']}:{stage['retries']}")
     if seconds is not None:
         d.emit("stage.retry_scheduled", {"stage": name, "attempt": attempt, "retry": stage["retries"] + 1,
                                          "afterSeconds": seconds, "at": d.at})
-        d.effects.append(Timer(f"retry:{stage['id']}:{attempt}", after=_seconds(seconds)))
-
-
-def _seconds(seconds: float) -> Any:
-    from datetime import timedelta
-
-    return timedelta(seconds=seconds)
+        d.effects.append(Timer(f"retry:{stage['id']}:{attempt}", after=timedelta(seconds=seconds)))
 
 
 def _expired(d: _Decision, c: Expired) -> None:
@@ -313,7 +308,7 @@ def _dispatch(d: _Decision, stage: dict[str, Any]) -> None:
             "traceId": s["spec"].get("traceId")}
     d.effects.append(Delegate(str(stage["id"]), queue_of(application, spec["stageHandlerName"]), seed, attempt))
     if timeout:
-        d.effects.append(Timer(f"timeout:{stage['id']}:{attempt}", after=_seconds(timeout)))
+        d.effects.append(Timer(f"timeout:{stage['id']}:{attempt}", after=timedelta(seconds=timeout)))
 
 
 def _append(d: _Decision, stages: list[Any]) -> None:
