@@ -266,7 +266,7 @@ async def retry(rt: Runtime, archive: Archive, eid: str, by: By, reason: str | N
                                              " (its state moves by commands only): its retry takes a signal")
     if record.status is not Status.FAILED:
         raise ExecutionStateError(eid, record.status.value, "retry", "failed")
-    if decided:
+    if decided and signal is not None:
         await _retry_decided(rt, record, by, reason, application, signal)
         return None
     journal = await rt.store.read_journal(eid)
