@@ -92,7 +92,8 @@ async def test_an_operator_logs_in_filters_the_runs_and_opens_a_timeline(tenants
     await accessible(page)
     timeline = page.get_by_role("table", name="Timeline")
     await expect(timeline.get_by_role("cell", name="execution.started", exact=True)).to_be_visible()
-    await expect(timeline.get_by_role("cell", name="frame.started", exact=True).first).to_be_visible()
+    # the pipeline's own events, in its words
+    await expect(timeline.get_by_role("cell", name="stage.dispatched", exact=True).first).to_be_visible()
     await page.screenshot(path=str(ARTIFACTS / "run.png"), full_page=True)
     await page.get_by_role("button", name="Log out").click()
     await expect(page).to_have_url(f"{url}/login")

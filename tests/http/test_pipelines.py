@@ -520,7 +520,10 @@ async def test_a_result_appends_stages_and_edits_context_and_timeout_fails_an_at
         done = await until_status(client, timed["id"], "Completed")
         assert (done["stages"][0]["output"], done["stages"][0]["attempt"]) == ("attempt 2", 2)
         history = await client.history(timed["id"])
-        assert any(h["kind"] == "frame.failed" and (h["error"] or {}).get("type") == "TimeoutError" for h in history)
+        # the history speaks the pipeline's words: the attempt that ran past its timeOut failed with TIMEOUT
+        assert any(h["kind"] == "stage.failed" and (h["error"] or {}).get("errorCode") == "TIMEOUT"
+                   and h["attempt"] == 1 for h in history)
+        assert any(h["kind"] == "stage.retry_scheduled" for h in history)
         assert any(h["actor"].endswith("default") for h in history if h["kind"] == "execution.started")
 
         # a result with appendStages and context edits, sent through the raw protocol

@@ -141,9 +141,10 @@ async def test_a_decision_whose_signal_failed_is_sent_by_the_retry_and_the_stage
         assert other.status_code == 409 and "decided" in other.json()["error"], other.text
 
 
-async def test_a_decision_sent_and_not_yet_taken_is_known_by_its_message(served):
-    """Between the signal and the activation that takes it the stage still waits: a repeat is
-    204 and a different decision 409, from the message sent, not from a record beside it."""
+async def test_a_decision_is_taken_in_the_write_of_its_signal(served):
+    """No activation is needed (the engine's worker is stopped): the pipeline's decider takes
+    the decision in the signal's write; a repeat is 204 and a different decision 409, from the
+    decision its state holds, not from a record beside it."""
     async with served() as svc:
         await svc.bootstrap("Review")
         made = await svc.create({"stageName": "review", "stageHandlerName": "Review"})
@@ -154,14 +155,13 @@ async def test_a_decision_sent_and_not_yet_taken_is_known_by_its_message(served)
         decide = f"/stages/{job['stageId']}/resume"
         assert (await svc.http.post(decide, headers=svc.api, json={"approved": False, "rejectionReason": "no"})
                 ).status_code == 204
+        view = await svc.get(made["id"])
+        assert (view["status"], view["stages"][0]["status"], view["stages"][0]["errorMessage"]) == (
+            "Failed", "Failed", "no"), view
         assert (await svc.http.post(decide, headers=svc.api, json={"approved": False, "rejectionReason": "no"})
                 ).status_code == 204
         other = await svc.http.post(decide, headers=svc.api, json={"approved": True})
         assert other.status_code == 409 and "decided" in other.json()["error"], other.text
-        assert (await svc.get(made["id"]))["stages"][0]["status"] == "WaitingForApproval"  # not taken yet
-        await svc.start()
-        view = await svc.until(made["id"], lambda v: v["status"] == "Failed", "failed")
-        assert view["stages"][0]["errorMessage"] == "no"
 
 
 async def test_of_two_different_decisions_sent_at_once_the_one_written_first_wins(served):
@@ -253,9 +253,9 @@ async def test_a_cancel_keeps_the_stages_that_completed(served):
         assert statuses(view) == [("first", "Completed"), ("second", "Cancelled"), ("third", "Cancelled")]
 
 
-async def test_stages_appended_and_not_taken_yet_are_shown_declared(served):
-    """An append (a route's, a result's) is shown from the write that carries it, before the
-    pipeline's workflow takes it."""
+async def test_stages_appended_are_taken_in_the_write_that_carries_them(served):
+    """An append (a route's, a result's) is in the pipeline's state from the write that carries
+    it, with no activation (the engine's worker is stopped)."""
     async with served() as svc:
         await svc.bootstrap("Discover")
         made = await svc.create({"stageName": "discover", "stageHandlerName": "Discover"})
@@ -264,15 +264,11 @@ async def test_stages_appended_and_not_taken_yet_are_shown_declared(served):
         r = await svc.http.post(f"/pipelines/{made['id']}/stages", headers=svc.api,
                                 json={"stages": [{"stageName": "routed", "stageHandlerName": "Discover"}]})
         assert r.status_code == 200, r.text
+        assert statuses(await svc.get(made["id"]))[1] == ("routed", "NotStarted")
         assert (await svc.result(job, output="found", appendStages=[
             {"stageName": "found", "stageHandlerName": "Nobody"}])).status_code == 202
         view = await svc.get(made["id"])
-        assert ("routed", "NotStarted") in statuses(view) and "found" in {n for n, _ in statuses(view)}, view
-        assert len(view["stages"]) == 3, view
-        await svc.start()
-        view = await svc.until(made["id"], lambda v: v["stages"][0]["status"] == "Completed", "taken")
-        assert {n for n, _ in statuses(view)} == {"discover", "routed", "found"}
-        assert len(view["stages"]) == 3
+        assert statuses(view) == [("discover", "Completed"), ("routed", "Pending"), ("found", "NotStarted")], view
 
 
 async def history_with(svc: Service, pid: int, kind: str) -> list[dict[str, Any]]:
@@ -306,21 +302,23 @@ async def test_a_failed_pipelines_error_names_the_stage_and_its_attempts(served)
             assert job["attempt"] == n + 1
             r = await svc.result(job, isSuccess=False, errorCode="UPSTREAM_ERROR", errorMessage=f"down {n + 1}")
             assert r.status_code == 202, r.text
-        history = await history_with(svc, flaky["id"], "execution.failed")
+        history = await history_with(svc, flaky["id"], "pipeline.failed")
         view = await svc.get(flaky["id"])
         assert (view["status"], view["stages"][0]["attempt"]) == ("Failed", 6)
-        [end] = [h for h in history if h["kind"] == "execution.failed"]
-        error = end["error"]
-        assert error["message"] == "stage 'flaky' failed after 6 attempt(s): UPSTREAM_ERROR: down 6", error
-        assert (error["stage"], error["stageId"], error["attempts"], error["errorCode"]) == (
-            "flaky", view["stages"][0]["id"], 6, "UPSTREAM_ERROR"), error
-        assert "receive" not in str(end) and "nothing came within" not in str(history), history
-        assert [h for h in history if h["kind"] == "frame.failed"] == [], history
-        # a rerun reopens it (the engine's retry of the frame the error names) and says why it failed
+        # the history speaks the pipeline's words: each attempt's failure, and the end names the
+        # stage, its id and its six attempts
+        assert [h["attempt"] for h in history if h["kind"] == "stage.failed"] == [1, 2, 3, 4, 5, 6], history
+        [end] = [h for h in history if h["kind"] == "pipeline.failed"]
+        assert (end["value"]["stage"], end["value"]["stageId"], end["value"]["attempts"]) == (
+            "flaky", view["stages"][0]["id"], 6), end
+        assert end["error"] == {"errorCode": "UPSTREAM_ERROR", "errorMessage": "down 6"}, end
+        assert "receive" not in str(history) and "nothing came within" not in str(history), history
+        assert [h for h in history if h["kind"].startswith("frame.")] == [], history
+        # a rerun reopens it, recorded with its actor
         r = await svc.http.post("/pipelines/rerunStage", headers=svc.api, json={"stageId": view["stages"][0]["id"]})
         assert r.status_code == 200, r.text
         assert (await svc.result(await svc.job(), output="fine")).status_code == 202
         view = await svc.until(flaky["id"], lambda v: v["status"] == "Completed", "completed")
         history = await history_with(svc, flaky["id"], "execution.completed")
-        [retried] = [h for h in history if h["kind"] == "execution.retried"]
-        assert retried["value"]["error"]["stage"] == "flaky" and "receive" not in str(retried), retried
+        [rerun] = [h for h in history if h["kind"] == "stage.rerun"]
+        assert rerun["value"]["stages"] == ["flaky"] and rerun["actor"].endswith("default"), rerun

@@ -47,21 +47,32 @@ def routes(d: Dashboard) -> list[Route]:
             return ((not want["frame"] or row["fid"] == want["frame"]) and (not want["kind"] or row["kind"] == want["kind"])
                     and (not want["attempt"] or str(row["attempt"]) == want["attempt"]))
 
+        async def live_state() -> tuple[Any, dict[str, str]]:
+            now = await d.engine.status(record.eid, application=application)
+            s = await _run.state(d, user, application, now, subset)
+            return now, {"event": "state", "data": live_tpl.render(user=user, application=application,
+                                                                     rerun_warning=_run.RERUN_WARNING, **s)}
+
+        live_tpl = d.templates.get_template("_run_live.html")
+
         async def stream() -> AsyncIterator[dict[str, str]]:
             entry_tpl = d.templates.get_template("_entry.html")
-            live_tpl = d.templates.get_template("_run_live.html")
+            # the state as it is now first: the page's was read before its last entry, and an entry
+            # written in between (a decider writes a command's every change at once) is not streamed
+            yield (await live_state())[1]
             async for batch in _batches(d.engine.watch(record.eid, after, application=application)):
                 for e in batch:
                     row = _run.row(e)
                     if shown(row):
                         yield {"event": "entry", "data": entry_tpl.render(e=row)}
-                now = await d.engine.status(record.eid, application=application)
-                s = await _run.state(d, user, application, now, subset)
-                yield {"event": "state", "data": live_tpl.render(user=user, application=application,
-                                                                 rerun_warning=_run.RERUN_WARNING, **s)}
+                now, shown_state = await live_state()
+                yield shown_state
                 if now.terminal:
                     yield {"event": "end", "data": now.status.value}
                     return
+            now, shown_state = await live_state()  # the watch of a run that ended: nothing more comes
+            yield shown_state
+            yield {"event": "end", "data": now.status.value}
 
         return EventSourceResponse(stream(), ping=PING, headers={"Cache-Control": "no-store"})
 

@@ -231,8 +231,11 @@ def row(entry: Any) -> dict[str, Any]:
     """A journal entry as the timeline shows it (the template escapes every field)."""
     error = entry.error or {}
     prov = entry.provenance
-    return {"seq": entry.seq, "kind": entry.kind.value, "fid": entry.fid or "", "attempt": entry.attempt,
-            "value": _short(redact_value(entry.value)), "error_type": error.get("type"), "error_code": error.get("code"),
+    kind, value = entry.kind.value, entry.value
+    if entry.kind is EntryKind.EVENT and isinstance(value, dict):  # a decider's event, in its own words
+        kind, value = str(value.get("event")), value.get("data")
+    return {"seq": entry.seq, "kind": kind, "fid": entry.fid or "", "attempt": entry.attempt,
+            "value": _short(redact_value(value)), "error_type": error.get("type"), "error_code": error.get("code"),
             "error_message": error.get("message"), "actor": str(prov.actor) if prov else "",
             "site": (prov.site.worker or prov.site.host) if prov and prov.site else "", "at": prov.at if prov else None}
 

@@ -176,14 +176,16 @@ class Consumer:
         return await settle(self.rt, self.name, task, value, None, by, TaskHold(task.id, owner=self.name))
 
     async def fail(
-        self, task: Task, error_type: str, message: str, *, retryable: bool = True, by: str | Principal | None = None
+        self, task: Task, error_type: str, message: str, *, retryable: bool = True, by: str | Principal | None = None,
+        details: Any = None,
     ) -> None:
         """Report that this attempt failed; the frame's retry policy decides whether another one
-        runs (``retryable=False``: none)."""
+        runs (``retryable=False``: none). ``details`` (JSON) reach a decider with its command
+        ``Failed``; a workflow's frame keeps none."""
         if not isinstance(error_type, str) or not error_type:
             raise ValueError(f"fail takes an error type such as 'TIMEOUT', got {error_type!r}")
-        await settle(self.rt, self.name, task, None, (error_type, str(message), retryable), by,
-                     TaskHold(task.id, owner=self.name))
+        await settle(self.rt, self.name, task, check_json(details, f"the details of the failure of task {task.id}"),
+                     (error_type, str(message), retryable), by, TaskHold(task.id, owner=self.name))
 
 
 async def _settle_decided(rt: Runtime, task: Task, value: Any, failure: tuple[str, str, bool] | None,

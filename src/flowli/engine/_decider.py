@@ -77,6 +77,8 @@ class Start:
     """The execution starts with ``input`` (the one argument of ``engine.start``)."""
 
     input: Any
+    at: str | None = None
+    """The instant the engine applies the command (ISO 8601, set by the engine: decide reads no clock)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class Answered:
     attempt: int
     value: Any
     by: str | None = None
+    at: str | None = None
+    """The instant the engine applies the command (ISO 8601, set by the engine: decide reads no clock)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,10 @@ class Failed:
     message: str
     retryable: bool = True
     by: str | None = None
+    details: Any = None
+    """What the consumer said beside its error (``Consumer.fail(details=...)``), JSON."""
+    at: str | None = None
+    """The instant the engine applies the command (ISO 8601, set by the engine: decide reads no clock)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,8 @@ class Expired:
 
     key: str
     attempt: int
+    at: str | None = None
+    """The instant the engine applies the command (ISO 8601, set by the engine: decide reads no clock)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,8 @@ class Signal:
     channel: str
     payload: Any
     by: str | None = None
+    at: str | None = None
+    """The instant the engine applies the command (ISO 8601, set by the engine: decide reads no clock)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +137,8 @@ class TimerFired:
     """The timer ``key`` (an effect ``Timer``) is due."""
 
     key: str
+    at: str | None = None
+    """The instant the engine applies the command (ISO 8601, set by the engine: decide reads no clock)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +150,8 @@ class ChildEnded:
     status: str
     result: Any = None
     error: dict[str, Any] | None = None
+    at: str | None = None
+    """The instant the engine applies the command (ISO 8601, set by the engine: decide reads no clock)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +160,8 @@ class CancelRequested:
 
     by: str | None = None
     reason: str | None = None
+    at: str | None = None
+    """The instant the engine applies the command (ISO 8601, set by the engine: decide reads no clock)."""
 
 
 @dataclass(frozen=True)
@@ -151,10 +169,16 @@ class Retried:
     """``engine.retry`` of the failed execution: it is reopened (suspended again) in the write
     of this command, after an ``execution.retried`` entry; the decider says how it goes on from
     its last good point (its effects: a fresh attempt of what failed, say). A decider that
-    decides nothing leaves it suspended until its next command."""
+    decides nothing leaves it suspended until its next command. ``engine.retry(eid,
+    signal=(channel, payload))`` gives the retry a message: it is stored on the channel in the same
+    write and reaches ``decide`` here (``channel``, ``payload``), say what a rerun reruns."""
 
     by: str | None = None
     reason: str | None = None
+    channel: str | None = None
+    payload: Any = None
+    at: str | None = None
+    """The instant the engine applies the command (ISO 8601, set by the engine: decide reads no clock)."""
 
 
 Command = Start | Answered | Failed | Expired | Signal | TimerFired | ChildEnded | CancelRequested | Retried

@@ -250,6 +250,7 @@ def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any,
     """Call decide and evolve; put the events and the effects in ``out``; return the next state.
     Raises what the decider's code did wrong (the caller fails the execution with it)."""
     eid = record.eid
+    command = dataclasses.replace(command, at=now.isoformat())
     got_events, got_effects = decider.decide(state, command)
     events, effects = list(got_events), list(got_effects)
     for e in events:
@@ -390,7 +391,7 @@ def answer_command(task: Task, value: Any, failure: tuple[str, str, bool] | None
     key, attempt = task.frame["key"], task.attempt or 1
     if failure is None:
         return Answered(key, attempt, value, by)
-    return Failed(key, attempt, failure[0], failure[1], failure[2], by)
+    return Failed(key, attempt, failure[0], failure[1], failure[2], by, details=value)
 
 
 def expired_command(task: Task) -> Command:

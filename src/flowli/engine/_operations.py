@@ -315,7 +315,8 @@ async def _retry_decided(rt: Runtime, record: ExecutionRecord, by: By, reason: s
                      entries=[Entry(eid=eid, kind=EntryKind.EXECUTION_RETRIED, provenance=prov, fid=DECIDED, value=value)])
 
     try:
-        result = await deciding.apply(rt, eid, Retried(str(principal.actor), reason), kind="retry", base=base,
+        result = await deciding.apply(rt, eid, Retried(str(principal.actor), reason,
+                                                                 *(signal or (None, None))), kind="retry", base=base,
                                       principal=principal, payload=value, record=record, reopen=True)
     except ExecutionStateError as exc:
         raise ExecutionStateError(eid, exc.status, "retry", "failed") from None

@@ -199,14 +199,23 @@ class Registry:
     def decider_of(self, name: str | Any, version: str | None = None) -> Decider | None:
         """The decider ``name`` (the highest version when ``version`` is None), or None when
         ``name`` is not a decider's (a workflow's, or unknown). UnknownWorkflowError for a
-        decider's name with a version it lacks."""
+        decider's name with a version it lacks. A name may have workflow versions and decider
+        versions (a workflow's code became a decider: its older executions finish as they began):
+        a workflow's version is None here, and without a version the highest version of the name
+        tells which one a start gets."""
         if isinstance(name, Decider):
             version, name = version or name.version, name.name
         versions = self._deciders.get(name) if isinstance(name, str) else None
         if not versions:
             return None
+        workflows = self._defs.get(name, {})
+        if version is not None and version in workflows:
+            return None
         if version is None:
-            return versions[max(versions, key=_version_key)]
+            newest = max(versions, key=_version_key)
+            if workflows and _version_key(max(workflows, key=_version_key)) > _version_key(newest):
+                return None
+            return versions[newest]
         if version not in versions:
             if version in self._defs.get(name, {}):
                 return None

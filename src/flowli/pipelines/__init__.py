@@ -1,11 +1,15 @@
 """Pipelines: declarative stages run by application workers in any language, over HTTP. A
-pipeline is an execution of the built-in workflow ``flowli.pipeline``; see ``_workflow``."""
+pipeline is an execution of the built-in decider ``flowli.pipeline``; see ``_decider`` (its
+pipelines of version 1, a workflow, finish as they began: ``_workflow``)."""
 
 from ._access import MAX_ID as MAX_ID
 from ._access import ROLES as ROLES
 from ._access import Access as Access
 from ._access import Applications as Applications
 from ._access import key_of as key_of
+from ._decider import WORKFLOW as WORKFLOW
+from ._decider import install as install
+from ._decider import queue_of as queue_of
 from ._errors import Conflict as Conflict
 from ._errors import Forbidden as Forbidden
 from ._errors import NotFound as NotFound
@@ -34,9 +38,6 @@ from ._spec import stage_list as stage_list
 from ._view import redact_items as redact_items
 from ._workers import Session as Session
 from ._workers import Workers as Workers
-from ._workflow import WORKFLOW as WORKFLOW
-from ._workflow import install as install
-from ._workflow import queue_of as queue_of
 
 __all__ = ["MAX_ID", "MAX_NAME", "MAX_RETRIES", "MAX_SECONDS", "MAX_STAGES", "ROLES", "RULE_RANGES",
            "TERMINAL_CODES", "WORKFLOW", "Access", "Applications", "Conflict", "Forbidden", "NotFound",

@@ -26,10 +26,11 @@ from flowli.engine import Engine
 
 from . import _retry
 from ._access import Access, item_id, owned
+from ._decider import CHANNEL, VERSION, WORKFLOW, install
 from ._errors import Conflict, NotFound, PipelineInputError
 from ._spec import declaration, intent_digest, labels, short, stage_list
-from ._view import build, declared, iso
-from ._workflow import CHANNEL, REOPEN, WORKFLOW, Pipeline, install
+from ._view import build, declared, iso, legacy_state, pipeline_status
+from ._workflow import REOPEN
 
 PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
 STATUSES = ("NotStarted", "Running", "Paused", "Completed", "Failed", "Cancelled")
@@ -84,7 +85,7 @@ class Pipelines:
         context = await self._keep_secrets(access, eid, decl["context"], new=created)
         spec = {"pipelineId": pipeline_item.id, "name": decl["name"], "idempotencyKey": key, "traceId": decl["traceId"],
                 "application": access.application, "stages": stages, "keywords": decl["keywords"], "context": context}
-        await self.engine.start(WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines",
+        await self.engine.start(WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines", version=VERSION,
                                 traceparent=traceparent or decl["traceId"])
         if created:
             return declared(spec, access.application_id, self.engine.clock.now()), True
@@ -146,26 +147,34 @@ class Pipelines:
     async def _item(self, access: Access, pid: Any) -> Any:
         return await owned(self.engine, access, PIPELINE, pid, "pipeline")
 
-    async def state(self, access: Access, eid: str) -> tuple[Any, Pipeline]:
+    async def state(self, access: Access, eid: str) -> tuple[Any, dict[str, Any]]:
+        """The execution's record and the pipeline's state: its decider's stored state, or for a
+        pipeline of version 1 (its workflow) the replayed one in the same shape."""
         try:
-            record, p = await self.engine.inspect(eid, application=access.application)
+            record = await self.engine.status(eid, application=access.application)
+            if record.version != VERSION:
+                record, p = await self.engine.inspect(eid, application=access.application)
+                journal = await self.engine.journal(eid, application=access.application)
+                return record, legacy_state(p, journal)
+            _, state = await self.engine.decider_state(eid, application=access.application)
         except UnknownExecutionError:
             raise NotFound(f"no pipeline of execution {eid}") from None
-        return record, p
+        if state is None or state.get("spec") is None:  # its start is not decided yet
+            raise Starting(eid)
+        return record, state
 
-    async def _view(self, access: Access, pid: int, eid: str, journal: builtins.list[Any] | None = None) -> dict[str, Any]:
-        record, p = await self.state(access, eid)
-        if journal is None:
-            journal = await self.engine.journal(eid, application=access.application)
+    async def _view(self, access: Access, pid: int, eid: str) -> dict[str, Any]:
+        try:
+            record, p = await self.state(access, eid)
+        except Starting:
+            return await self._starting(access, pid, eid)
         tasks = await self.engine.tasks(eid=eid, application=access.application)
-        view = build(record, p, journal, tasks, access.application_id, self.engine.clock.now())
-        if len(p.stages) < await self.items.count(STAGE, access.application, prefix=f"{eid}/"):
-            # stages appended whose message the workflow has not taken yet: declared, not started.
-            # Only what was written counts (a result's stages are in its journaled outcome, which
-            # the replay takes): a result refused after its stages were numbered left their ids,
-            # reserved and never shown, and no stage
+        view = build(record, p, tasks, access.application_id, self.engine.clock.now())
+        if record.version != VERSION and len(p["stages"]) < await self.items.count(STAGE, access.application,
+                                                                                  prefix=f"{eid}/"):
+            # a pipeline of version 1: stages appended whose message its workflow has not taken yet
             status = "Cancelled" if view["status"] == "Cancelled" else "NotStarted"
-            shown = set(p.stages) | {r.get("append") for r in p.refused}
+            shown = set(p["stages"]) | {r.get("append") for r in p["refused"]}
             for m in await self.engine.messages(eid, CHANNEL):
                 if not isinstance(m.payload, dict) or m.payload.get("op") != "append":
                     continue
@@ -175,11 +184,23 @@ class Pipelines:
                         view["stages"].append(stage_json(spec["id"], pid, spec, status, iso(m.provenance.at)))
         return view
 
+    async def _starting(self, access: Access, pid: int, eid: str) -> dict[str, Any]:
+        """The view of a pipeline whose start is not decided yet: its declaration (its input)."""
+        record = await self.engine.status(eid, application=access.application)
+        args = record.args
+        spec = args[0] if args else None
+        if not isinstance(spec, dict):
+            raise NotFound(f"no pipeline of execution {eid}")
+        view = declared(spec, access.application_id, record.created_at)
+        if record.terminal:
+            view["status"] = {"completed": "Completed", "failed": "Failed"}.get(record.status.value, "Cancelled")
+        return view
+
     async def get(self, access: Access, pid: Any, *, journal: builtins.list[Any] | None = None) -> dict[str, Any]:
-        """The public view of a pipeline; ``journal``, its execution's journal when the caller
-        has read it already."""
+        """The public view of a pipeline (``journal`` is no longer needed: the view is the
+        pipeline's stored state)."""
         item = await self._item(access, pid)
-        return await self._view(access, item.id, item.key, journal)
+        return await self._view(access, item.id, item.key)
 
     async def by_idempotency_key(self, access: Access, key: Any) -> dict[str, Any]:
         if not isinstance(key, str) or not key:
@@ -246,9 +267,17 @@ class Pipelines:
         out = []
         machinery = waited_out(journal)
         for e in journal:
-            if e.fid in machinery:
+            if e.fid in machinery or e.kind is EntryKind.EXECUTION_SUSPENDED:
                 continue
             value, error = e.value, e.error
+            if e.kind is EntryKind.EVENT and isinstance(value, dict):  # the decider's: the pipeline's words
+                data: dict[str, Any] = value["data"] if isinstance(value.get("data"), dict) else {}
+                if value.get("event") in ("stage.failed", "pipeline.failed"):
+                    error = {"errorCode": data.get("errorCode"), "errorMessage": data.get("errorMessage")}
+                out.append({"seq": e.seq, "kind": value.get("event"), "frame": None, "attempt": data.get("attempt"),
+                            "at": e.at.isoformat(), "actor": str(e.provenance.actor), "value": redact(data, keys),
+                            "error": redact(error, keys)})
+                continue
             if e.kind is EntryKind.EXECUTION_FAILED:
                 error = stage_error(error)
             elif e.kind is EntryKind.EXECUTION_RETRIED and isinstance(value, dict):
@@ -272,22 +301,34 @@ class Pipelines:
         except UnknownExecutionError:
             raise NotFound(f"no pipeline of execution {eid}") from None
 
-    async def _live(self, access: Access, pid: Any, what: str) -> tuple[Any, Any, Pipeline]:
+    async def _live(self, access: Access, pid: Any, what: str) -> tuple[Any, Any, dict[str, Any]]:
         """A pipeline an operator acts on: another application's is unknown (404) to any role,
         then the role is checked (403), then its state (409)."""
         item = await self._item(access, pid)
         access.require("operator")
-        record, p = await self.state(access, item.key)
-        status = build(record, p, [], [], access.application_id, self.engine.clock.now())["status"]
+        record, p = await self._state_now(access, item.key)
+        status = pipeline_status(record, p)
         if status in TERMINAL:
             raise Conflict(f"cannot {what} pipeline {item.id}: it is {status}")
         return item, record, p
 
+    async def _state_now(self, access: Access, eid: str) -> tuple[Any, dict[str, Any]]:
+        """The state of a pipeline an action needs: once its start is decided (a moment after
+        its creation)."""
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            try:
+                return await self.state(access, eid)
+            except Starting:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise Conflict(f"pipeline of execution {eid} has not started yet: try again") from None
+                await asyncio.sleep(0.01)
+
     async def append(self, access: Access, pid: Any, body: Any) -> builtins.list[dict[str, Any]]:
         stages = body.get("stages") if isinstance(body, dict) else None
         item, _, p = await self._live(access, pid, "append stages to")
-        specs = stage_list(stages, p.declared())
-        given = await self._stage_ids(access, item.key, specs, p.spec["name"], p.spec.get("keywords") or [])
+        specs = stage_list(stages, declared_specs(p))
+        given = await self._stage_ids(access, item.key, specs, p["spec"]["name"], p["spec"].get("keywords") or [])
         await self._signal(access, item.key, {"op": "append", "stages": given}, f"append stages to pipeline {item.id}")
         now = iso(self.engine.clock.now())
         return [stage_json(g["id"], item.id, g, "NotStarted", now) for g in given]
@@ -342,16 +383,17 @@ class Pipelines:
     async def skip(self, access: Access, stage_id: Any) -> dict[str, Any]:
         stage, pitem = await self.stage(access, stage_id)  # another application's: 404, whatever the role
         _, _, p = await self._live(access, pitem.id, f"skip stage {stage.id} of")
-        if p.stages[stage.body["name"]].status in ("Completed", "Skipped"):
-            raise Conflict(f"stage {stage.id} ({stage.body['name']}) is {p.stages[stage.body['name']].status} already")
+        if p["stages"][stage.body["name"]]["status"] in ("Completed", "Skipped"):
+            raise Conflict(f"stage {stage.id} ({stage.body['name']}) is {p['stages'][stage.body['name']]['status']}"
+                           " already")
         await self._signal(access, pitem.key, {"op": "skip", "stage": stage.body["name"]}, f"skip stage {stage.id}")
         return await self._view(access, pitem.id, pitem.key)
 
     async def rerun(self, access: Access, stage_id: Any, rerun_next: bool) -> dict[str, Any]:
         stage, pitem = await self.stage(access, stage_id)  # another application's: 404, whatever the role
         access.require("operator")
-        record, p = await self.state(access, pitem.key)
-        status = build(record, p, [], [], access.application_id, self.engine.clock.now())["status"]
+        record, p = await self._state_now(access, pitem.key)
+        status = pipeline_status(record, p)
         message = {"op": "rerun", "stage": stage.body["name"], "next": bool(rerun_next)}
         if status == "Failed" and record.status is not Status.FAILED:
             # the workflow has failed the pipeline and its execution is ending: let it end
@@ -363,7 +405,8 @@ class Pipelines:
         if status == "Failed":
             try:
                 await self.engine.retry(pitem.key, by=access.principal, application=access.application,
-                                        reason=f"rerun of stage {stage.body['name']}", signal=(REOPEN, message))
+                                        reason=f"rerun of stage {stage.body['name']}",
+                                        signal=(CHANNEL if record.version == VERSION else REOPEN, message))
             except ExecutionStateError as exc:
                 raise Conflict(f"cannot rerun stage {stage.id}: {exc}") from None
         elif status in TERMINAL:
@@ -385,20 +428,26 @@ class Pipelines:
             secrets = await self.items.list(SECRET, access.application, prefix=f"{pitem.key}/")
             reason = mask(reason or "", [i.body.get("value") for i in secrets])
         decision = {"approved": approved, "rejectionReason": None if approved else reason}
-        _, p = await self.state(access, pitem.key)
-        s = p.stages[stage.body["name"]]
-        # the decision is known by what reached the pipeline: the one its workflow took, else the
-        # first one sent to it for this run of the stage (the one it will take); a decision whose
-        # signal was never written is not known, so its retry sends it
-        taken = s.decision or await self._first_decision(pitem.key, s.name, s.run)
-        if taken is None and s.status != "WaitingForApproval":
-            raise Conflict(f"stage {stage.id} ({s.name}) is {s.status}, not WaitingForApproval")
+        record, p = await self._state_now(access, pitem.key)
+        s = p["stages"][stage.body["name"]]
+        name, run = s["name"], s["run"]
+        legacy = record.version != VERSION
+        # the decision is known by what reached the pipeline: the one its decider took (in the
+        # write of its signal); for a pipeline of version 1, else the first one sent to it for
+        # this run of the stage. A decision whose signal was never written is not known, so its
+        # retry sends it
+        taken = s["decision"] or (await self._first_decision(pitem.key, name, run) if legacy else None)
+        if taken is None and s["status"] != "WaitingForApproval":
+            raise Conflict(f"stage {stage.id} ({name}) is {s['status']}, not WaitingForApproval")
         if taken is None:
-            await self._signal(access, pitem.key, {"op": "decide", "stage": s.name, "run": s.run, **decision},
+            await self._signal(access, pitem.key, {"op": "decide", "stage": name, "run": run, **decision},
                                f"decide stage {stage.id}")
-            taken = await self._first_decision(pitem.key, s.name, s.run)  # a concurrent one may be first
+            if legacy:
+                taken = await self._first_decision(pitem.key, name, run)  # a concurrent one may be first
+            else:
+                taken = (await self.state(access, pitem.key))[1]["stages"][name]["decision"]
         if taken is not None and taken != decision:
-            raise Conflict(f"stage {stage.id} ({s.name}) was decided already with another decision")
+            raise Conflict(f"stage {stage.id} ({name}) was decided already with another decision")
 
     async def _first_decision(self, eid: str, name: str, run: int) -> dict[str, Any] | None:
         """The first decision sent to the pipeline for this run of the stage (its signal is the
@@ -409,6 +458,15 @@ class Pipelines:
                     and body.get("run") == run:
                 return {"approved": bool(body.get("approved")), "rejectionReason": body.get("rejectionReason")}
         return None
+
+
+class Starting(Exception):
+    """A pipeline whose decider has not decided its start yet (it has no state)."""
+
+
+def declared_specs(p: dict[str, Any]) -> builtins.list[dict[str, Any]]:
+    """The stages a pipeline declares, in order (what an append is checked against)."""
+    return [p["stages"][n]["spec"] for n in p["order"]]
 
 
 def waited_out(journal: builtins.list[Any]) -> set[str]:

@@ -1,5 +1,5 @@
-"""The public JSON of a pipeline: the workflow's replayed state (``engine.inspect``), the times of
-its journal entries, and the leases of its open attempts. Sensitive values are ``"***"``."""
+"""The public JSON of a pipeline: its decider's stored state (or, for a pipeline of version 1,
+its workflow's replayed state in the same shape) and the leases of its open attempts. Sensitive values are ``"***"``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import Any
 
 from flowli.domain import REDACTED as REDACTED  # the one mark of a hidden value (the worker protocol's too)
 from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, Task, is_sensitive
+from flowli.engine.deciders import Event
 
+from ._decider import INITIAL, evolve
 from ._workflow import Pipeline
 
 _EXECUTION_STATUS = {Status.COMPLETED: "Completed", Status.FAILED: "Failed", Status.CANCELLED: "Cancelled"}
@@ -28,21 +30,22 @@ def redact_items(items: list[dict[str, Any]], keys: Collection[str] = ()) -> lis
     return [{**i, "value": REDACTED} if is_sensitive(i, keys) else dict(i) for i in items]
 
 
-def pipeline_status(record: ExecutionRecord, p: Pipeline | None) -> str:
+def pipeline_status(record: ExecutionRecord, p: dict[str, Any] | None) -> str:
     if record.status in _EXECUTION_STATUS:
         return _EXECUTION_STATUS[record.status]
-    if p is None:
+    if p is None or p.get("spec") is None:
         return "NotStarted"
-    if p.paused:
+    if p["paused"]:
         return "Paused"
-    if p.outcome is not None:
-        return p.outcome
-    started = any(s.status != "NotStarted" for s in p.stages.values())
+    if p["outcome"] is not None:
+        return str(p["outcome"])
+    started = any(s["status"] != "NotStarted" for s in p["stages"].values())
     return "Running" if started else "NotStarted"
 
 
-def build(record: ExecutionRecord, p: Pipeline, journal: list[Entry], tasks: list[Task], application_id: int,
-          now: datetime) -> dict[str, Any]:
+def legacy_state(p: Pipeline, journal: list[Entry]) -> dict[str, Any]:
+    """The state of a pipeline run by the workflow of version 1 (replayed by ``engine.inspect``),
+    in the decider's shape: its stages' times from its journal."""
     started_at: dict[str, datetime] = {}
     ended_at: dict[str, datetime] = {}
     for e in journal:
@@ -52,17 +55,44 @@ def build(record: ExecutionRecord, p: Pipeline, journal: list[Entry], tasks: lis
             started_at.setdefault(e.fid, e.at)
         elif e.kind in (EntryKind.FRAME_COMPLETED, EntryKind.FRAME_FAILED):
             ended_at[e.fid] = e.at
-    open_tasks = {t.frame["fid"]: t for t in tasks if t.frame and t.state == "ready"}
-    status = pipeline_status(record, p)
-    stages = []
+    stages = {}
     for name in p.order:
         s = p.stages[name]
-        spec = s.spec
-        stage_status = s.status
-        attempt = s.attempts
+        stages[name] = {"spec": s.spec, "id": s.id, "name": name, "status": s.status, "attempts": s.attempts,
+                        "output": s.output, "errorCode": s.error_code, "errorMessage": s.error_message, "run": s.run,
+                        "retries": s.retries, "decision": s.decision, "frame": s.frame,
+                        "startedAt": iso(started_at.get(s.started or "")),
+                        "finishedAt": iso(ended_at.get(s.finished or ""))}
+    return {"spec": {k: v for k, v in p.spec.items() if k not in ("stages", "context")}, "order": list(p.order),
+            "stages": stages, "ids": {str(s["id"]): n for n, s in stages.items()}, "context": dict(p.context),
+            "sensitive": sorted(p.sensitive), "paused": p.paused, "outcome": p.outcome, "refused": list(p.refused)}
+
+
+def _open_task(s: dict[str, Any], tasks: dict[Any, Task]) -> Task | None:
+    if "frame" in s:  # a pipeline of version 1: its attempt's frame
+        return tasks.get(s["frame"])
+    return tasks.get((str(s["id"]), s["attempts"]))
+
+
+def build(record: ExecutionRecord, p: dict[str, Any], tasks: list[Task], application_id: int,
+          now: datetime) -> dict[str, Any]:
+    open_tasks: dict[Any, Task] = {}
+    for t in tasks:
+        if t.frame and t.state == "ready":
+            open_tasks[t.frame["fid"]] = t
+            if t.frame.get("decider"):
+                open_tasks[(t.frame["key"], t.attempt)] = t
+    status = pipeline_status(record, p)
+    stages = []
+    spec_of = p["spec"]
+    for name in p["order"]:
+        s = p["stages"][name]
+        spec = s["spec"]
+        stage_status = s["status"]
+        attempt = s["attempts"]
         execution = None
-        task = open_tasks.get(s.frame or "")
-        if task is not None and stage_status == "Pending":
+        task = _open_task(s, open_tasks) if stage_status == "Pending" else None
+        if task is not None:
             attempt = spec_attempt(task)
             execution = task.id
             if task.lease_owner is not None and task.visible_at > now:
@@ -70,20 +100,24 @@ def build(record: ExecutionRecord, p: Pipeline, journal: list[Entry], tasks: lis
         if status == "Cancelled" and stage_status not in ("Completed", "Skipped", "Failed"):
             stage_status = "Cancelled"
         stages.append({
-            "id": s.id, "pipelineId": p.spec["pipelineId"], "name": name, "stageHandlerName": spec["stageHandlerName"],
-            "description": spec.get("description"), "isEvent": spec.get("isEvent", False), "status": stage_status,
-            "input": spec.get("input"), "output": s.output, "attempt": attempt, "executionId": execution,
-            "errorCode": s.error_code, "errorMessage": s.error_message, "options": spec.get("options") or {},
-            "dependsOn": spec["dependsOn"], "createdAt": iso(record.created_at),
-            "startedAt": iso(started_at.get(s.started or "")),
-            "finishedAt": iso(ended_at.get(s.finished or "")) if stage_status in ("Completed", "Failed") else None,
+            "id": s["id"], "pipelineId": spec_of["pipelineId"], "name": name,
+            "stageHandlerName": spec["stageHandlerName"], "description": spec.get("description"),
+            "isEvent": spec.get("isEvent", False), "status": stage_status, "input": spec.get("input"),
+            "output": s["output"], "attempt": attempt, "executionId": execution, "errorCode": s["errorCode"],
+            "errorMessage": s["errorMessage"], "options": spec.get("options") or {}, "dependsOn": spec["dependsOn"],
+            "createdAt": iso(record.created_at), "startedAt": _iso(s["startedAt"]),
+            "finishedAt": _iso(s["finishedAt"]) if stage_status in ("Completed", "Failed") else None,
         })
     finished = iso(record.updated_at) if status in ("Completed", "Failed", "Cancelled") else None
-    return {"id": p.spec["pipelineId"], "name": p.spec["name"], "status": status, "applicationId": application_id,
-            "idempotencyKey": p.spec.get("idempotencyKey"), "traceId": p.spec.get("traceId"),
+    return {"id": spec_of["pipelineId"], "name": spec_of["name"], "status": status, "applicationId": application_id,
+            "idempotencyKey": spec_of.get("idempotencyKey"), "traceId": spec_of.get("traceId"),
             "createdAt": iso(record.created_at), "finishedAt": finished, "stages": stages,
-            "pipelineKeywords": [dict(k) for k in p.spec.get("keywords") or []],
-            "pipelineContextItems": redact_items(list(p.context.values()), p.sensitive)}
+            "pipelineKeywords": [dict(k) for k in spec_of.get("keywords") or []],
+            "pipelineContextItems": redact_items(list(p["context"].values()), p["sensitive"])}
+
+
+def _iso(at: str | None) -> str | None:
+    return iso(datetime.fromisoformat(at)) if at else None
 
 
 def spec_attempt(task: Task) -> int:
@@ -92,10 +126,12 @@ def spec_attempt(task: Task) -> int:
 
 
 def declared(spec: dict[str, Any], application_id: int, now: datetime) -> dict[str, Any]:
-    """The view of a pipeline just created, from its declaration (what its workflow starts from:
-    the stages with no dependency left are Pending), without replaying a journal."""
-    p = Pipeline(spec)
-    for stage in p.eligible():
-        stage.status = "Pending"
+    """The view of a pipeline just created, from its declaration (what its decider starts from:
+    the stages with no dependency left are Pending), without reading its state."""
+    p = evolve(INITIAL, Event("pipeline.started", {"spec": spec}))
+    for name in p["order"]:
+        st = p["stages"][name]
+        if not st["spec"]["dependsOn"]:
+            st["status"] = "Pending"
     record = SimpleNamespace(status=Status.RUNNING, created_at=now, updated_at=now)
-    return build(record, p, [], [], application_id, now)  # type: ignore[arg-type]
+    return build(record, p, [], application_id, now)  # type: ignore[arg-type]

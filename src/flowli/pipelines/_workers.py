@@ -27,11 +27,11 @@ from flowli.domain import (
 from flowli.engine import Consumer, Engine, task_traceparent
 
 from ._access import SESSION, Access, Applications, digest
+from ._decider import queue_of
 from ._errors import Conflict, NotFound, PipelineInputError, Unauthorized, Unavailable
-from ._service import REFUSED, SECRET, Pipelines
+from ._service import REFUSED, SECRET, Pipelines, declared_specs
 from ._spec import labels, stage_list
 from ._view import REDACTED, iso, spec_attempt
-from ._workflow import queue_of
 
 WORKER = "worker"
 SESSION_CACHE_SECONDS = 2.0
@@ -361,7 +361,12 @@ class Workers:
         consumer = self.engine.consumer(task.queue, session.worker_id, self.lease, application=session.access.application)
         by = Principal(session.access.actor, "worker", (session.access.role,), session.access.application)
         try:
-            await consumer.answer(task, value, by=by)
+            if ok or not (task.frame or {}).get("decider"):
+                await consumer.answer(task, value, by=by)
+            else:  # a failed attempt: the engine's failure path, what the result said beside its error in details
+                details = {k: v for k, v in value.items() if k in ("fingerprint", "context", "append", "logs")}
+                await consumer.fail(task, str(body.get("errorCode") or "FAILED"), str(body.get("errorMessage") or ""),
+                                    retryable=body.get("retryable") is not False, by=by, details=details)
         except StaleAnswer as exc:
             if await self._accepted(task, sent, body):
                 return 202, {"accepted": True}
@@ -374,12 +379,19 @@ class Workers:
 
     async def _appended(self, session: Session, task: Task, stages: Any) -> list[dict[str, Any]]:
         _, p = await self.pipelines.state(session.access, task.eid or "")
-        specs = stage_list(stages, p.declared())
-        return await self.pipelines._stage_ids(session.access, task.eid or "", specs, p.spec["name"],
-                                               p.spec.get("keywords") or [])
+        specs = stage_list(stages, declared_specs(p))
+        return await self.pipelines._stage_ids(session.access, task.eid or "", specs, p["spec"]["name"],
+                                               p["spec"].get("keywords") or [])
 
     async def _accepted(self, task: Task, sent: str, body: dict[str, Any]) -> bool:
-        """Whether the journal holds this very result as the attempt's outcome (a repeat)."""
+        """Whether the pipeline took this very result as the attempt's outcome (a repeat): its
+        decider's state keeps the fingerprint of each attempt's result; for a pipeline of version
+        1, its journal."""
+        if (task.frame or {}).get("decider"):
+            _, state = await self.engine.decider_state(task.eid or "")
+            name = (state or {}).get("ids", {}).get(str((task.payload or {}).get("stageId")))
+            stage = state["stages"].get(name) if name else None
+            return stage is not None and stage["fingerprints"].get(str(task.attempt)) == sent
         journal = await self.engine.journal(task.eid or "")
         fid = (task.frame or {}).get("fid")
         for e in journal:

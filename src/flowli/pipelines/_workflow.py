@@ -1,4 +1,6 @@
-"""The built-in workflow ``flowli.pipeline``: a pipeline is one execution of it, whose input is
+"""The built-in workflow ``flowli.pipeline`` of version 1, kept so that the pipelines created
+before the decider (``_decider``, version 2) finish as they began; a new pipeline is the
+decider's. A pipeline of this version is one execution of it, whose input is
 its stage list. Each attempt of a stage run by an application worker is a ``ctx.delegate`` frame
 on the queue of its application and handler; a retry waits on a ``ctx.sleep`` frame; operator
 actions and approvals are messages on the execution's ``pipeline`` channel. The workflow takes
