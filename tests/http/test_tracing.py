@@ -108,8 +108,10 @@ async def test_a_stage_span_is_a_child_of_its_pipelines_and_the_handlers_of_the_
     stages = [s for s in in_trace if s["name"].startswith("delegate ")]
     assert len(stages) == 2 and {s["parent_id"] for s in stages} == {pipeline["span_id"]}
     assert all(s["attributes"]["flowli.eid"] == pipeline["attributes"]["flowli.eid"] for s in stages)
-    activations = [s for s in in_trace if s["name"] == "activation flowli.pipeline"]
-    assert activations and {s["parent_id"] for s in activations} == {pipeline["span_id"]}
+    # a decider: a span per command (no activation, nothing replayed), children of the pipeline's
+    commands = [s for s in in_trace if s["name"] == "decide flowli.pipeline"]
+    assert commands and {s["parent_id"] for s in commands} == {pipeline["span_id"]}
+    assert not [s for s in in_trace if s["name"] == "activation flowli.pipeline"]
 
     # the job's traceparent is the stage attempt's span; the handler's span is its child, current
     # while the handler ran

@@ -54,7 +54,17 @@ from flowli.domain import (
     task_id,
 )
 from flowli.domain import Timer as StoreTimer
-from flowli.store import Advance, Intent, NewExecution, StatusChange, TaskHold, Withdrawal, Write, WriteResult
+from flowli.store import (
+    Advance,
+    Intent,
+    JournalFilter,
+    NewExecution,
+    StatusChange,
+    TaskHold,
+    Withdrawal,
+    Write,
+    WriteResult,
+)
 
 from ._decider import (
     DECIDER_TASK,
@@ -107,19 +117,20 @@ def child_end_payload(parent_fid: str | None, child: str) -> dict[str, Any] | No
 
 
 def start_execution(rt: Runtime, decider: Decider, eid: str, args: list[Any], *, queue: str, key: str | None,
-                    actor: Actor, application: str | None, parent: tuple[str, str] | None = None) -> NewExecution:
+                    actor: Actor, application: str | None, parent: tuple[str, str] | None = None,
+                    trace: dict[str, Any] | None = None) -> NewExecution:
     """The record, started entry and START task of a decider's execution; the START task carries
     the Start command to a worker, which decides it. (A start is not decided in the caller's
     write: a keyed start that finds its execution must change nothing, and the store creates an
     execution if absent, not the rest of a write.)"""
     new = new_execution(rt, decider, eid, args, queue=queue, key=key, actor=actor, application=application,
-                        parent=parent)
+                        parent=parent, trace=trace)
     assert new.task is not None
     return dataclasses.replace(new, task=dataclasses.replace(new.task, payload=dict(DECIDER_TASK)))
 
 
 async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *, by: Any, key: str | None, queue: str,
-                        application: str | None) -> str:
+                        application: str | None, trace: dict[str, Any] | None = None) -> str:
     """``engine.start`` of a decider: its execution, with the START task that carries its input
     to a worker (the command Start). Returns the eid; a keyed start returns the first one's."""
     if len(args) > 1:
@@ -128,7 +139,7 @@ async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *,
     eid = keyed_eid(decider.name, key if application is None else f"{application}/{key}") if key is not None else new_eid()
     principal = principal_for(by, Actor("system", "engine"), application)
     new = start_execution(rt, decider, eid, json_args, queue=queue, key=key, actor=principal.actor,
-                          application=application)
+                          application=application, trace=trace)
     await commit(rt, Transition("start", Write(intent=Intent.START, executions=[new]), eid, decider.name, principal,
                                 application, {"args": json_args, "version": decider.version, "queue": queue, "key": key}))
     return eid
@@ -177,27 +188,25 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         version, state = stored if stored is not None else (0, plain(decider.start_state()))
         write = base()
         began = rt.clock.now()
-        decide(rt, decider, record, state, version, command, principal.actor, write)
+        own = await execution_span(rt, eid) if rt.tracing is not None else None
+        decide(rt, decider, record, state, version, command, principal.actor, write, own)
         try:
             result = await commit(rt, Transition(kind, write, eid, record.workflow, principal, record.application, payload))
         except StaleState:
             record = None  # another command advanced it: decide again against the fresh state
             continue
-        if rt.tracing is not None:
-            _trace(rt, decider, record, command, version + 1, write, began)
+        if own is not None:
+            _trace(rt, decider, record, command, version + 1, write, began, own)
         return result
     raise StaleState(eid, -1)
 
 
 def _trace(rt: Runtime, decider: Decider, record: ExecutionRecord, command: Command, version: int, write: Write,
-           began: datetime) -> None:
+           began: datetime, own: Any) -> None:
     """The spans of a command (tracing on): one ``decide`` span per command, a child of the
-    execution's span, which is written when the execution ends (as a workflow's). The trace of a
-    decider's execution derives from its eid: reading the trace its started entry recorded would
-    read its journal."""
+    execution's span ``own``, which is written when the execution ends (as a workflow's)."""
     tracing = rt.tracing
     assert tracing is not None
-    own = decider_trace(record.eid)
     attrs = {"flowli.eid": record.eid, "flowli.workflow": decider.name, "flowli.version": decider.version}
     now = rt.clock.now()
     tracing.finish(f"decide {decider.name}", derived(own, "decide", record.eid, version), own,
@@ -205,17 +214,38 @@ def _trace(rt: Runtime, decider: Decider, record: ExecutionRecord, command: Comm
     end = write.status
     if end is not None and end.status.terminal:
         error = None if end.status is Status.COMPLETED else (end.error or {}).get("message") or end.status.value
-        tracing.finish(f"workflow {decider.name}", own, None, {**attrs, "flowli.status": end.status.value},
-                       record.created_at, now, error=error)
+        tracing.finish(f"workflow {decider.name}", own, _parents.get(record.eid),
+                       {**attrs, "flowli.status": end.status.value}, record.created_at, now, error=error)
+        _spans.pop(record.eid, None)
+        _parents.pop(record.eid, None)
 
 
-def decider_trace(eid: str) -> Any:
-    """The span context of a decider's execution (see ``_trace``)."""
-    return execution_context(eid, None)[0]
+_spans: dict[str, Any] = {}
+_parents: dict[str, Any] = {}
+"""The span context of a decider's execution (and of its parent span), read once per process
+from its started entry (the trace it was started in: a caller's ``traceparent``, a pipeline's
+``traceId``, else its eid's own); dropped when it ends here."""
+
+
+async def execution_span(rt: Runtime, eid: str) -> Any:
+    """The span context of a decider's execution ``eid``: of the trace its started entry recorded."""
+    own = _spans.get(eid)
+    if own is None:
+        started, _ = await rt.store.read_journal_page(eid, JournalFilter(None, EntryKind.EXECUTION_STARTED.value, None),
+                                                      None, 1)
+        value = started[0].value if started else None
+        own, parent = execution_context(eid, value)
+        if len(_spans) > 10_000:
+            _spans.clear()
+            _parents.clear()
+        _spans[eid] = own
+        if parent is not None:
+            _parents[eid] = parent
+    return own
 
 
 def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, version: int, command: Command,
-           actor: Actor, write: Write) -> None:
+           actor: Actor, write: Write, own: Any = None) -> None:
     """Fill ``write`` with what ``decider`` decides for ``command`` in ``state``: its events, its
     effects, the next state and its compare-and-set. A decide or evolve that raises (a defect of
     the decider's code) ends the execution failed with that error, journaled."""
@@ -226,7 +256,7 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
     write.expect = write.expect or (eid, NOT_TERMINAL)
     decided_ = Write()  # what the decider decided, merged into the command's write when all of it holds
     try:
-        new_state = _decided(rt, decider, record, state, command, actor, prov, now, decided_)
+        new_state = _decided(rt, decider, record, state, command, actor, prov, now, decided_, own)
     except Exception as exc:
         log.warning("decider %s version %s failed on %s for execution %s: %s", decider.name, decider.version,
                     type(command).__name__, eid, exc)
@@ -246,7 +276,7 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
 
 
 def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, command: Command, actor: Actor,
-             prov: Any, now: datetime, out: Write) -> Any:
+             prov: Any, now: datetime, out: Write, own: Any = None) -> Any:
     """Call decide and evolve; put the events and the effects in ``out``; return the next state.
     Raises what the decider's code did wrong (the caller fails the execution with it)."""
     eid = record.eid
@@ -267,8 +297,8 @@ def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any,
     for effect in effects:
         if isinstance(effect, Delegate):
             out.tasks.append(_delegate_task(rt, decider, record, effect, now))
-            if rt.tracing is not None:  # its consumer's spans join the execution's trace
-                out.tasks[-1].frame["trace"] = traceparent(decider_trace(eid))  # type: ignore[index]
+            if own is not None:  # its consumer's spans join the execution's trace
+                out.tasks[-1].frame["trace"] = traceparent(own)  # type: ignore[index]
         elif isinstance(effect, Withdraw):
             out.withdrawals.append(Withdrawal(task_id(TaskKind.DELEGATE, eid, f"{delegate_fid(effect.key)}@{effect.attempt}")))
         elif isinstance(effect, Timer):

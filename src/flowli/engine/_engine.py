@@ -203,7 +203,9 @@ class Engine:
         app = scope_of(by, application)
         decider = self.registry.decider_of(workflow, version)
         if decider is not None:
-            return await start_decided(self._rt, decider, args, by=by, key=key, queue=queue, application=app)
+            trace_ = start_context(traceparent) if traceparent is not None or self._rt.tracing is not None else None
+            return await start_decided(self._rt, decider, args, by=by, key=key, queue=queue, application=app,
+                                       trace=trace_)
         wf = self.registry.get(workflow, version)
         wf.bind(args)
         json_args = check_json(list(args), f"the arguments of workflow {wf.name!r}", "args")
