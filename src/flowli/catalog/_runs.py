@@ -13,7 +13,7 @@ from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, redact, sen
 from flowli.engine.deciders import Event
 
 from ._dag import DAG, REMEDIATION, RESOLUTION, VERSION, dag_args, step_of_key
-from ._dag_decider import INITIAL, evolve
+from ._dag_decider import INITIAL, evolve, upper
 
 PENDING, COMPLETED, FAILED, PARKED = "PENDING", "COMPLETED", "FAILED", "remediation_pending"
 STATES = (PENDING, COMPLETED, FAILED, PARKED)
@@ -124,10 +124,10 @@ def reason_of(record: ExecutionRecord, journal: list[Entry], state: Any = None) 
     if isinstance(failure, dict) and record.status is Status.FAILED and error.get("type") != "Terminated":
         return {k: failure[k] for k in ("code", "message", "step") if k in failure}
     if error.get("type") == "StepFailed":
-        code = error.get("code") or _upper(error.get("cause") or "StepFailed")
+        code = error.get("code") or upper(error.get("cause") or "StepFailed")
         message = error.get("cause_message") or error.get("message", "")
     else:
-        code = error.get("code") or _upper(error.get("type") or "Failed")
+        code = error.get("code") or upper(error.get("type") or "Failed")
         message = error.get("message", "")
     reason: dict[str, Any] = {"code": code, "message": message or ""}
     step = (error.get("details") or {}).get("step")
@@ -140,16 +140,6 @@ def reason_of(record: ExecutionRecord, journal: list[Entry], state: Any = None) 
     if error.get("problems"):
         reason["problems"] = error["problems"]
     return reason
-
-
-def _upper(name: str) -> str:
-    """``TimeoutError`` → ``TIMEOUT_ERROR``: an error type as a code."""
-    out = []
-    for i, ch in enumerate(name):
-        if ch.isupper() and i and not name[i - 1].isupper():
-            out.append("_")
-        out.append(ch.upper())
-    return "".join(out)
 
 
 def state_data(record: ExecutionRecord, journal: list[Entry], answered: bool = False,
