@@ -149,6 +149,17 @@ async def state_is(engine: flowli.Engine, eid: str, status: str) -> None:
     await until(holds)
 
 
+async def shipped_order(engine: flowli.Engine) -> str:
+    """An order taken to its end as its outside world would: charged, shipped, its result read."""
+    eid = await engine.start("order", ORDER)
+    consumer, task = await take(engine)
+    await consumer.answer(task, "r-1")
+    await state_is(engine, eid, "charged")
+    await engine.signal(eid, "ship", "Main St")
+    await engine.result(eid, timeout=10)
+    return eid
+
+
 async def take(engine: flowli.Engine, name: str = "pay", lease: timedelta = timedelta(seconds=60)) -> Any:
     consumer = engine.consumer("payments", name=name, lease=lease)
     for _ in range(500):
@@ -416,12 +427,7 @@ async def test_a_finished_order_is_archived_with_its_state_and_verify_tells_a_ch
     committed: list[str] = []
     engine.observe(lambda t, result: committed.append(t.kind) if t.workflow == "order" else None)
     async with engine, engine.worker():
-        eid = await engine.start("order", ORDER)
-        consumer, task = await take(engine)
-        await consumer.answer(task, "r-1")
-        await state_is(engine, eid, "charged")
-        await engine.signal(eid, "ship", "Main St")
-        await engine.result(eid, timeout=10)
+        eid = await shipped_order(engine)
         assert {"start", "decide", "answer", "signal"} <= set(committed)  # observers see its commits
         state = await folds(engine, eid)
         await drain(engine)
@@ -519,12 +525,7 @@ async def test_a_traced_order_writes_a_span_per_command_its_delegate_and_its_end
     engine = await flowli.connect(db_url, make_registry(), bucket=str(tmp_path / "bucket"), tracer_provider=provider,
                                   **FAST)
     async with engine, engine.worker():
-        eid = await engine.start("order", ORDER)
-        consumer, task = await take(engine)
-        await consumer.answer(task, "r-1")
-        await state_is(engine, eid, "charged")
-        await engine.signal(eid, "ship", "Main St")
-        await engine.result(eid, timeout=10)
+        eid = await shipped_order(engine)
     spans = [s for s in exporter.get_finished_spans() if (s.attributes or {}).get("flowli.eid") == eid]
     names = sorted(s.name for s in spans)
     assert names == ["decide order"] * 4 + ["delegate payments", "workflow order"]
