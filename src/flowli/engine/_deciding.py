@@ -59,6 +59,7 @@ from flowli.store import (
     Intent,
     JournalFilter,
     NewExecution,
+    StateIndex,
     StatusChange,
     TaskHold,
     Withdrawal,
@@ -140,9 +141,27 @@ async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *,
     principal = principal_for(by, Actor("system", "engine"), application)
     new = start_execution(rt, decider, eid, json_args, queue=queue, key=key, actor=principal.actor,
                           application=application, trace=trace)
-    await commit(rt, Transition("start", Write(intent=Intent.START, executions=[new]), eid, decider.name, principal,
+    write = Write(intent=Intent.START, executions=[new])
+    if decider.index is not None:
+        # listed from its start: the index of the state its Start will lead to, at version 0
+        # (written only if the row is absent; its first command takes the row over)
+        first = Start(json_args[0] if json_args else None, at=new.record.created_at.isoformat())
+        events, _ = decider.decide(plain(decider.start_state()), first)
+        write = Write(executions=[new], advance=Advance(eid, 0, None, state_index(
+            decider, new.record, decider.fold(events))))
+    await commit(rt, Transition("start", write, eid, decider.name, principal,
                                 application, {"args": json_args, "version": decider.version, "queue": queue, "key": key}))
     return eid
+
+
+def state_index(decider: Decider, record: ExecutionRecord, state: Any) -> StateIndex | None:
+    """The index row of ``state`` (None for a decider that is not listed)."""
+    if decider.index is None:
+        return None
+    got = decider.index(state)
+    return StateIndex(decider=decider.name, application=record.application,
+                      created_at=record.created_at.timestamp(), number=got.number, label=got.label, name=got.name,
+                      tags=tuple(got.tags), text=got.text, waiting=got.waiting)
 
 
 Base = Callable[[], Write]
@@ -185,7 +204,7 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         if decider is None:
             raise ValueError(f"execution {eid} runs {record.workflow} version {record.version}, not a decider")
         stored = await rt.store.read_state(eid)
-        version, state = stored if stored is not None else (0, plain(decider.start_state()))
+        version, state = stored if stored is not None else (0, decider.start_state())
         write = base()
         began = rt.clock.now()
         own = await execution_span(rt, eid) if rt.tracing is not None else None
@@ -263,9 +282,9 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
         write.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_FAILED, provenance=prov, fid=ROOT,
                                    error=error_data(exc)))
         _end(rt, record, write, StatusChange(eid, Status.FAILED, error=error_data(exc)), prov, now)
-        write.advance = Advance(eid, version + 1, state)
+        write.advance = Advance(eid, version + 1, state, _index_or_none(decider, record, state))
         return
-    write.advance = Advance(eid, version + 1, new_state)
+    write.advance = Advance(eid, version + 1, new_state, state_index(decider, record, new_state))
     write.entries += decided_.entries
     write.tasks += decided_.tasks
     write.timers += decided_.timers
@@ -273,6 +292,14 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
     write.withdrawals += decided_.withdrawals
     write.status = decided_.status
     write.clear_timers, write.withdraw_delegates = decided_.clear_timers, decided_.withdraw_delegates
+
+
+def _index_or_none(decider: Decider, record: ExecutionRecord, state: Any) -> StateIndex | None:
+    """The index of a state whose decider failed on it: its index may fail the same way."""
+    try:
+        return state_index(decider, record, state)
+    except Exception:  # noqa: BLE001 - a defect of the decider's code, journaled by the caller
+        return None
 
 
 def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, command: Command, actor: Actor,

@@ -25,7 +25,7 @@ from flowli.domain import (
     principal_for,
 )
 from flowli.log import Evidence
-from flowli.store import Intent, Items, JournalFilter, Store, TaskHold, Write
+from flowli.store import Intent, Items, JournalFilter, StateIndex, StateQuery, Store, StoredState, TaskHold, Write
 
 from . import _operations as ops
 from . import _schedules as sched
@@ -561,6 +561,21 @@ class Engine:
         """The store's items: the named records of the layers above (applications, keys,
         pipeline ids, policies, schedules), scoped by application (see ``flowli.store.Item``)."""
         return self._store.items()
+
+    async def decided(self, query: StateQuery) -> tuple[builtins.list[StoredState], int]:
+        """A page of a decider's executions by the index its states wrote (``Decider.index``),
+        newest first, with each one's record and state, and how many match in all: two
+        statements whatever the page's size or the number of executions stored."""
+        return await self._store.read_states(query)
+
+    async def open_tasks(self, eids: Sequence[str]) -> builtins.list[Task]:
+        """The tasks not yet acked of several executions, in one read."""
+        return await self._store.read_open_tasks(list(eids)) if eids else []
+
+    async def keep_state(self, eid: str, state: Any, index: StateIndex) -> None:
+        """Keep, for reads, the state and index of an execution that no decider advances (an
+        older code's run folded once): a page of ``decided`` lists it with version -1."""
+        await self._store.keep_state(eid, state, index)
 
     async def evidence(self, eid: str) -> builtins.list[Evidence]:
         """What the steps of an execution wrote while they ran, attempt by attempt (never authority)."""

@@ -172,15 +172,17 @@ class Registry:
         setattr(fn, _ATTR, wf)
         return wf
 
-    def decider(self, name: str, *, version: str = "1", initial: Any, evolve: Evolve) -> Callable[[Decide], Decider]:
+    def decider(self, name: str, *, version: str = "1", initial: Any, evolve: Evolve,
+                index: Callable[[Any], Any] | None = None) -> Callable[[Decide], Decider]:
         """Register ``decide(state, command) -> (events, effects)`` as the decider ``name`` of
         ``version``, with ``evolve(state, event) -> state`` and the ``initial`` state (JSON).
         Its executions start as a workflow's (``engine.start(name, input)``) but are never
         replayed: see ``flowli.engine.Decider``. Returns the Decider (which ``engine.start``
-        also takes)."""
+        also takes). ``index(state) -> Index``, when given, is written with each state: the
+        read model that ``engine.decided`` lists."""
 
         def register(decide: Decide) -> Decider:
-            return self.add_decider(Decider(name, version, initial, decide, evolve))
+            return self.add_decider(Decider(name, version, initial, decide, evolve, index))
 
         return register
 

@@ -22,11 +22,12 @@ from flowli.domain import (
     mask,
     redact,
 )
-from flowli.engine import Engine
+from flowli.engine import Engine, StateQuery, StoredState
+from flowli.store import StateIndex
 
 from . import _retry
 from ._access import Access, item_id, owned
-from ._decider import CHANNEL, VERSION, WORKFLOW, install
+from ._decider import CHANNEL, VERSION, WORKFLOW, index, install
 from ._errors import Conflict, NotFound, PipelineInputError
 from ._spec import declaration, intent_digest, labels, short, stage_list
 from ._view import build, declared, iso, legacy_state, pipeline_status
@@ -35,6 +36,8 @@ from ._workflow import REOPEN
 PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
 STATUSES = ("NotStarted", "Running", "Paused", "Completed", "Failed", "Cancelled")
 TERMINAL = ("Completed", "Failed", "Cancelled")
+UPGRADE, LEGACY_INDEX = "upgrade", "pipelines-of-version-1-indexed"
+"""The marker item of the one index of the pipelines of version 1 (the ones still running)."""
 STAGES_KEPT = 10_000
 """Stage items a process keeps (see Pipelines.stage_item)."""
 
@@ -43,6 +46,7 @@ class Pipelines:
     def __init__(self, engine: Engine):
         self.engine = engine
         self._stages: dict[int, Any] = {}
+        self._legacy_done = False
         install(engine.registry)
 
     @property
@@ -225,40 +229,80 @@ class Pipelines:
             if ":" not in k:
                 raise PipelineInputError(f"keywords: {k!r} must be key:value")
             wanted_keywords.append(tuple(k.split(":", 1)))
-        items = await self.items.list(PIPELINE, access.application, newest_first=True)
-        if name:
-            items = [i for i in items if i.body["name"] == name]
-        if search:
-            needle = search.lower()
-            items = [i for i in items if needle in i.body["name"].lower() or needle in str(i.id)
-                     or needle in (i.body.get("idempotencyKey") or "").lower()]
-        if not statuses and not wanted_keywords:
-            chosen = items[(page - 1) * size: page * size]
-            views = [v for i in chosen if (v := await self._listed(access, i)) is not None]
-            total = len(items) - (len(chosen) - len(views))
-        else:
-            views = []
-            for i in items:
-                if (v := await self._listed(access, i)) is None:
-                    continue
-                have = {(k["key"], k["value"]) for k in v["pipelineKeywords"]}
-                if statuses and v["status"] not in statuses:
-                    continue
-                if any(k not in have for k in wanted_keywords):
-                    continue
-                views.append(v)
-            total = len(views)
-            views = views[(page - 1) * size: page * size]
-        return {"items": views, "totalCount": total, "pageNumber": page, "pageSize": size}
+        await self._index_legacy()
+        query = StateQuery(WORKFLOW, access.application, labels=tuple(statuses or ()), name=name or None,
+                           tags=tuple(f"{k}:{v}" for k, v in wanted_keywords), text=search or None,
+                           offset=(page - 1) * size, limit=size)
+        rows, total = await self.engine.decided(query)
+        return {"items": [v for _, v in await self.views(access, rows)], "totalCount": total, "pageNumber": page, "pageSize": size}
 
-    async def _listed(self, access: Access, item: Any) -> dict[str, Any] | None:
-        """The view of a pipeline of a list, or None while its execution does not exist: its ids are
-        stored before the execution starts, so a list made in between (or after a crash there)
-        leaves it out instead of failing whole."""
-        try:
-            return await self._view(access, item.id, item.key)
-        except NotFound:
-            return None
+    async def views(self, access: Access, rows: builtins.list[StoredState]) -> builtins.list[tuple[str, dict[str, Any]]]:
+        """The public views of a page of pipelines (from ``engine.decided``), each with its
+        execution id: their states and, in one read, the open attempts of all of them."""
+        tasks: dict[str, builtins.list[Any]] = {}
+        for t in await self.engine.open_tasks([r.record.eid for r in rows]):
+            tasks.setdefault(t.eid or "", []).append(t)
+        now = self.engine.clock.now()
+        out = []
+        for r in rows:
+            if r.state is None:  # its start is not decided yet: its declaration
+                spec = r.record.args[0] if r.record.args else None
+                if isinstance(spec, dict):
+                    out.append((r.record.eid, declared(spec, access.application_id, r.record.created_at)))
+                continue
+            out.append((r.record.eid, build(r.record, r.state, tasks.get(r.record.eid, []), access.application_id, now)))
+        return out
+
+    async def waiting(self, access: Access, limit: int = 100) -> builtins.list[tuple[str, dict[str, Any]]]:
+        """The pipelines of the caller's application with a stage waiting for an approval (the
+        inbox), newest first, each with its execution id: one page of the index, whatever the
+        number of pipelines."""
+        await self._index_legacy()
+        rows, _ = await self.engine.decided(StateQuery(WORKFLOW, access.application, waiting=True, limit=limit))
+        return await self.views(access, rows)
+
+    async def _index_legacy(self) -> None:
+        """Index the pipelines of version 1 (run by the workflow of an older release) once, and
+        those of them still running again on each list until they end: their state is their
+        workflow's replay, kept beside them for reads (version -1)."""
+        if self._legacy_done:
+            return
+        marker = await self.items.find(UPGRADE, LEGACY_INDEX, "")
+        if marker is None:
+            eids = [s.eid for s in await self._executions_of_version_1()]
+        else:
+            eids = list(marker.body.get("running") or [])
+        running = []
+        for eid in eids:
+            try:
+                record, folded = await self.engine.inspect(eid)
+                state = legacy_state(folded, await self.engine.journal(eid))
+            except UnknownExecutionError:  # archived or deleted since
+                continue
+            if state.get("spec") is None:
+                running.append(eid)
+                continue
+            got = index(state)
+            await self.engine.keep_state(eid, state, StateIndex(
+                WORKFLOW, record.application, record.created_at.timestamp(), got.number,
+                pipeline_status(record, state), got.name, got.tags, got.text, got.waiting))
+            if not record.terminal:
+                running.append(eid)
+        body = {"running": running}
+        if marker is None:
+            await self.items.put(UPGRADE, "", LEGACY_INDEX, body, self.engine.clock.now())
+        elif body != marker.body:
+            await self.items.update(UPGRADE, marker.id, body, self.engine.clock.now())
+        self._legacy_done = not running
+
+    async def _executions_of_version_1(self) -> builtins.list[Any]:
+        out, cursor = [], None
+        while True:
+            page = await self.engine.list(workflow=WORKFLOW, limit=500, cursor=cursor)
+            out += [s for s in page if s.version != VERSION]
+            if page.next is None:
+                return out
+            cursor = page.next
 
     async def history(self, access: Access, pid: Any) -> builtins.list[dict[str, Any]]:
         item = await self._item(access, pid)

@@ -17,8 +17,11 @@ from ._protocol import Plan as Plan
 from ._protocol import Query as Query
 from ._protocol import Renewal as Renewal
 from ._protocol import Resume as Resume
+from ._protocol import StateIndex as StateIndex
+from ._protocol import StateQuery as StateQuery
 from ._protocol import StatusChange as StatusChange
 from ._protocol import Store as Store
+from ._protocol import StoredState as StoredState
 from ._protocol import TaskHold as TaskHold
 from ._protocol import Views as Views
 from ._protocol import WakeCheck as WakeCheck
@@ -40,6 +43,9 @@ __all__ = [
     "NewExecution",
     "NewMessage",
     "Renewal",
+    "StateIndex",
+    "StateQuery",
+    "StoredState",
     "Resume",
     "Acquisition",
     "StatusChange",

@@ -23,7 +23,6 @@ from flowli.domain import (
     LeaseLost,
     OperationRefused,
     StaleAnswer,
-    StaleState,
     Status,
     Task,
     TaskKind,
@@ -32,7 +31,8 @@ from flowli.domain import (
 )
 
 from . import _codec as c
-from ._protocol import Acquired, Acquisition, Advance, Plan, Write, WriteResult
+from . import _states_sql as states
+from ._protocol import Acquired, Acquisition, Plan, Write, WriteResult
 
 
 def insert_task(task: Task) -> Plan:
@@ -121,7 +121,7 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
     if w.hold is not None:
         yield from hold_task(w, now)
     if w.advance is not None:
-        yield from advance_state(w.advance)
+        yield from states.advance_state(w.advance)
     if w.guard is not None:
         g = w.guard
         row = yield ("one", "SELECT next_seq, lease_owner, lease_expires_at FROM executions WHERE eid = ?{lock}", (g.eid,))
@@ -243,18 +243,6 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
     acquired = (yield from acquire_lease(w.acquire, now)) if w.acquire is not None else None
     return WriteResult(entry_seqs=entry_seqs, entry_values=[e.value for e in entries], message_seqs=message_seqs,
                        created=created, woke=woke, acquired=acquired)
-
-
-def advance_state(a: Advance) -> Plan:
-    """The compare-and-set of a decider's state (see Advance)."""
-    if a.version == 1:
-        n = yield ("exec", "INSERT INTO decider_states (eid, version, state) VALUES (?, 1, ?)"
-                           " ON CONFLICT (eid) DO NOTHING", (a.eid, c.js(a.state)))
-    else:
-        n = yield ("exec", "UPDATE decider_states SET version = ?, state = ? WHERE eid = ? AND version = ?",
-                   (a.version, c.js(a.state), a.eid, a.version - 1))
-    if n != 1:
-        raise StaleState(a.eid, a.version - 1)
 
 
 def acquire_lease(t: Acquisition, now: float) -> Plan:

@@ -16,9 +16,11 @@ import asyncpg
 from flowli.domain import Entry, ExecutionRecord, Message, Task, Timer
 
 from . import _codec as c
+from . import _states_sql as states
 from ._journal_sql import QUEUE_DEPTHS, JournalFilter
 from ._journal_sql import page as journal_page
 from ._pg_sql import dialect
+from ._protocol import StateIndex, StateQuery, StoredState
 
 READ_MESSAGES = (
     "SELECT q.i, m.channel, m.seq, m.payload, m.provenance, m.application"
@@ -62,8 +64,26 @@ class PostgresReads:
 
     async def read_state(self, eid: str) -> tuple[int, Any] | None:
         assert self._pool is not None
-        row = await self._pool.fetchrow("SELECT version, state FROM decider_states WHERE eid = $1", eid)
+        row = await self._pool.fetchrow("SELECT version, state FROM decider_states WHERE eid = $1 AND version > 0", eid)
         return None if row is None else (int(row[0]), c.unjs(row[1]))
+
+    async def read_states(self, query: StateQuery) -> tuple[list[StoredState], int]:
+        assert self._pool is not None
+        sql, params = states.page(query, "strpos")
+        rows = [states.stored(r) for r in await self._pool.fetch(dialect(sql), *params)]
+        sql, params = states.count(query, "strpos")
+        return rows, int(await self._pool.fetchval(dialect(sql), *params))
+
+    async def read_open_tasks(self, eids: Sequence[str]) -> list[Task]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(f"SELECT {c.TASK_READ} FROM tasks WHERE eid = ANY($1::text[]) AND state = 'ready'"
+                                      " ORDER BY visible_at, id", list(eids))
+        return [c.task_record(r) for r in rows]
+
+    async def keep_state(self, eid: str, state: Any, index: StateIndex) -> None:
+        assert self._pool is not None
+        sql, params = states.keep(eid, state, index)
+        await self._pool.execute(dialect(sql), *params)
 
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
         assert self._pool is not None

@@ -184,6 +184,60 @@ class Advance:
     eid: str
     version: int
     state: Any
+    index: StateIndex | None = None
+    """The state's index row, written with it (see StateIndex). Version 0 with ``state`` None is
+    the row of an execution whose start is not decided yet: inserted by its start when absent,
+    and taken over by its first command (version 1)."""
+
+
+@dataclass(frozen=True)
+class StateIndex:
+    """What lists of a decider's executions filter and order on, computed from its state and
+    written in the same write as the state: the read model of lists and inboxes. The words are
+    the decider's (``label`` is a status in its vocabulary); the store only compares them."""
+
+    decider: str
+    application: str | None = None
+    created_at: float = 0.0
+    number: int | None = None
+    """A numeric id the layer above gave the execution (the order of lists: newest first)."""
+    label: str | None = None
+    name: str | None = None
+    tags: tuple[str, ...] = ()
+    """Exact ``key:value`` tags (keywords), matched whole."""
+    text: str = ""
+    """Lower-case text a search matches a substring of (never a sensitive value)."""
+    waiting: int = 0
+    """How many decisions of a person the execution waits for (the inbox lists those above 0)."""
+
+
+@dataclass(frozen=True)
+class StateQuery:
+    """A page of a decider's executions by their index (see StateIndex): every filter given must
+    hold; ``labels`` and ``tags`` match any label of the tuple and every tag of it."""
+
+    decider: str
+    application: str | None = None
+    labels: tuple[str, ...] = ()
+    name: str | None = None
+    tags: tuple[str, ...] = ()
+    text: str | None = None
+    since: float | None = None
+    until: float | None = None
+    waiting: bool = False
+    offset: int = 0
+    limit: int = 20
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """One row of a StateQuery's page: the execution's record, its state's version and state
+    (None before its start is decided) and its label."""
+
+    record: ExecutionRecord
+    version: int
+    state: Any
+    label: str | None
 
 
 class Intent(enum.StrEnum):
@@ -480,6 +534,17 @@ class Store(Protocol):
 
     async def read_state(self, eid: str) -> tuple[int, Any] | None:
         """The version and state of a decider's execution (None: no command advanced it yet)."""
+
+    async def read_states(self, query: StateQuery) -> tuple[list[StoredState], int]:
+        """A page of decider states by their index, newest first (by number, then creation),
+        and how many match the filters in all. Two statements whatever the page's size."""
+
+    async def read_open_tasks(self, eids: Sequence[str]) -> list[Task]:
+        """The tasks not yet acked of the executions ``eids`` (one statement)."""
+
+    async def keep_state(self, eid: str, state: Any, index: StateIndex) -> None:
+        """Write the state and index of an execution that no decider advances (a fold of an
+        older code's run, kept for reads), at version -1, replacing the one kept before."""
 
     async def read_journal_page(self, eid: str, f: JournalFilter, before: int | None, limit: int,
                                 ) -> tuple[list[Entry], int]:

@@ -27,10 +27,11 @@ from flowli.domain import (
 )
 
 from . import _codec as c
+from . import _states_sql as states
 from ._apply import apply_write, stale_hold
 from ._journal_sql import QUEUE_DEPTHS, JournalFilter
 from ._journal_sql import page as journal_page
-from ._protocol import Acquired, Renewal, Write, WriteResult
+from ._protocol import Acquired, Renewal, StateIndex, StateQuery, StoredState, Write, WriteResult
 from ._sqlite_file import Thread, connect_wal, drive
 from ._sqlite_items import SQLiteItems
 from ._sqlite_views import SQLiteViews
@@ -307,10 +308,29 @@ class SQLiteStore:
 
     async def read_state(self, eid: str) -> tuple[int, Any] | None:
         def run(conn: sqlite3.Connection) -> tuple[int, Any] | None:
-            row = conn.execute("SELECT version, state FROM decider_states WHERE eid = ?", (eid,)).fetchone()
+            row = conn.execute("SELECT version, state FROM decider_states WHERE eid = ? AND version > 0", (eid,)).fetchone()
             return None if row is None else (int(row[0]), c.unjs(row[1]))
 
         return await self._r(run)
+
+    async def read_states(self, query: StateQuery) -> tuple[list[StoredState], int]:
+        def run(conn: sqlite3.Connection) -> tuple[list[StoredState], int]:
+            sql, params = states.page(query, "instr")
+            rows = [states.stored(r) for r in conn.execute(sql, params)]
+            sql, params = states.count(query, "instr")
+            return rows, int(conn.execute(sql, params).fetchone()[0])
+
+        return await self._r(run)
+
+    async def read_open_tasks(self, eids: Sequence[str]) -> list[Task]:
+        if not eids:
+            return []
+        return await self._r(lambda conn: [c.task_record(r) for r in conn.execute(states.open_tasks(len(eids)),
+                                                                                  tuple(eids))])
+
+    async def keep_state(self, eid: str, state: Any, index: StateIndex) -> None:
+        sql, params = states.keep(eid, state, index)
+        await self._w(lambda conn: conn.execute(sql, params))
 
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
         marks = ",".join("?" * len(eids))
