@@ -381,6 +381,14 @@ class Engine:
         await ops.terminate(self._rt, self._archive, eid, reason, by, min_idle, expected_last_seq,
                             scope_of(by, application))
 
+    async def idle(self, older_than: timedelta, *, application: str | None = None,
+                   limit: int = 200) -> builtins.list[ExecutionRecord]:
+        """Executions not ended whose record has not changed for ``older_than`` and that no future
+        timer will wake, oldest first: the candidates of stuck runs, read by an index (their cost
+        follows the answer, not the number of executions)."""
+        now = self.clock.now()
+        return await self._store.read_idle(now - older_than, now, application, limit)
+
     async def explain(self, eid: str, *, application: str | None = None) -> Explanation:
         """What a run waits on: a timer and its instant, a message on a channel, a child, a
         DELEGATE task on a queue, a queue that no live worker serves, an expired lease."""

@@ -17,7 +17,7 @@ from flowli.domain import Entry, ExecutionRecord, Message, Task, Timer
 
 from . import _codec as c
 from . import _states_sql as states
-from ._journal_sql import QUEUE_DEPTHS, JournalFilter
+from ._journal_sql import QUEUE_DEPTHS, JournalFilter, idle
 from ._journal_sql import page as journal_page
 from ._pg_sql import dialect
 from ._protocol import StateIndex, StateQuery, StoredState
@@ -105,6 +105,12 @@ class PostgresReads:
             rows = await conn.fetch(dialect(rows_sql), *rows_params)
             count = await conn.fetchval(dialect(count_sql), *count_params)
         return [c.entry_record(r) for r in rows], int(count)
+
+    async def read_idle(self, before: datetime, now: datetime, application: str | None,
+                        limit: int) -> list[ExecutionRecord]:
+        assert self._pool is not None
+        params = (before.timestamp(), now.timestamp(), *([application] if application is not None else []), limit)
+        return [c.execution_record(r) for r in await self._pool.fetch(dialect(idle(application)), *params)]
 
     async def queue_depths(self, now: datetime) -> list[tuple[str, int, float]]:
         assert self._pool is not None

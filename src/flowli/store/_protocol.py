@@ -555,6 +555,11 @@ class Store(Protocol):
 
     async def read_control_log(self, after: int = 0, limit: int = 1000) -> list[Entry]: ...
 
+    async def read_idle(self, before: datetime, now: datetime, application: str | None,
+                        limit: int) -> list[ExecutionRecord]:
+        """Executions not ended whose record has not changed since ``before`` and that no timer
+        due after ``now`` will wake, oldest first (the candidates of stuck runs)."""
+
     async def queue_depths(self, now: datetime) -> list[tuple[str, int, float]]:
         """Per queue with a task ready to dequeue at ``now``: how many are, and the instant (POSIX
         seconds) since which the oldest of them is (for the metrics)."""

@@ -29,7 +29,7 @@ from flowli.domain import (
 from . import _codec as c
 from . import _states_sql as states
 from ._apply import apply_write, stale_hold
-from ._journal_sql import QUEUE_DEPTHS, JournalFilter
+from ._journal_sql import QUEUE_DEPTHS, JournalFilter, idle
 from ._journal_sql import page as journal_page
 from ._protocol import Acquired, Renewal, StateIndex, StateQuery, StoredState, Write, WriteResult
 from ._sqlite_file import Thread, connect_wal, drive
@@ -364,6 +364,11 @@ class SQLiteStore:
             return [c.message_record(r) for r in rows]
 
         return await self._r(run)
+
+    async def read_idle(self, before: datetime, now: datetime, application: str | None,
+                        limit: int) -> list[ExecutionRecord]:
+        params = (before.timestamp(), now.timestamp(), *([application] if application is not None else []), limit)
+        return await self._r(lambda conn: [c.execution_record(r) for r in conn.execute(idle(application), params)])
 
     async def queue_depths(self, now: datetime) -> list[tuple[str, int, float]]:
         def run(conn: sqlite3.Connection) -> list[tuple[str, int, float]]:
