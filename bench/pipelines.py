@@ -21,10 +21,12 @@ CPU per unit of work is what grows when a route does more work than it should.
   worker), names ``name-0`` to ``name-9``, keyword ``k:v{i%10}``. At each size, service CPU per
   call (median of 3 batches of 20 calls) of a GET by id and five lists of ``pageSize=20``
   (all, ``statuses=Running``, ``keywords=k:v3``, ``search=name-7``, ``name=name-3``). One line
-  per size.
+  per size; a size whose read fails (a list that outlasts the 600 s timeout) gives a line with
+  ``error``, the sizes before it keep theirs. ``--reads`` and ``--calls`` narrow P3 to what a
+  size can finish.
 
 ``python -m bench.pipelines --workloads P1,P2,P3 --runs 3 [--backend sqlite|postgresql]
-[--stored 10000] [--stages 200] [--n 200] [--calls 20]`` prints one JSON line per workload run on stdout
+[--stored 10000] [--stages 200] [--n 200] [--calls 20] [--reads get,list,...]`` prints one JSON line per workload run on stdout
 and the medians on stderr. A line also carries ``idle_cpu_ms_per_s``, the service's CPU per
 second while nobody calls it, measured for 1 s before the timed part: the floor under every figure.
 """
@@ -100,6 +102,14 @@ def _pipeline(i: int, stages: int = 1) -> dict[str, Any]:
             "pipelineKeywords": [{"key": "k", "value": f"v{i % 10}"}]}
 
 
+def _get(http: httpx.Client, path: str, params: dict[str, str | int] | None = None) -> Any:
+    """A GET whose timeout names the read (a list can take long with many pipelines stored)."""
+    try:
+        return _ok(http.get(path, params=params))
+    except httpx.TimeoutException as exc:
+        raise RuntimeError(f"GET {path} {params or ''}: {type(exc).__name__} after {http.timeout.read} s") from None
+
+
 def _ok(r: httpx.Response) -> Any:
     if r.status_code >= 400:
         raise RuntimeError(f"{r.request.method} {r.request.url.path} -> {r.status_code}: {r.text[:300]}")
@@ -152,7 +162,7 @@ def _settle(cpu: ServiceCPU, limit: float = 60.0) -> None:
 
 
 def _status(http: httpx.Client, pid: int) -> str:
-    return str(_ok(http.get(f"/pipelines/{pid}"))["status"])
+    return str(_get(http, f"/pipelines/{pid}")["status"])
 
 
 def _completed(http: httpx.Client, pid: int, timeout: float = 30) -> None:
@@ -188,7 +198,7 @@ def _calls(http: httpx.Client, cpu: ServiceCPU, path: str, params: dict[str, str
     for _ in range(BATCHES):
         a, t0 = cpu.sample(), time.perf_counter()
         for _ in range(calls):
-            _ok(http.get(path, params=params))
+            _get(http, path, params)
         walls.append((time.perf_counter() - t0) * 1000 / calls)
         cpus.append(ServiceCPU.delta(a, cpu.sample()) * 1000 / calls)
     return round(statistics.median(cpus), 3), round(statistics.median(walls), 3)
@@ -231,30 +241,44 @@ async def _fill(url: str, key: str, start: int, stop: int, concurrency: int = 16
     return ids
 
 
-def _p3(http: httpx.Client, r: Running, cpu: ServiceCPU, sizes: list[int], calls: int) -> list[dict[str, Any]]:
+def _p3(http: httpx.Client, r: Running, cpu: ServiceCPU, sizes: list[int], calls: int,
+        reads: list[str]) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = []
     ids: list[int] = []
     for size in sizes:
-        t0 = time.perf_counter()
-        ids += asyncio.run(_fill(r.url, r.key, len(ids), size))
-        fill_s = time.perf_counter() - t0
-        total = _ok(http.get("/pipelines", params={"pageSize": 1}))["totalCount"]
-        if total != size:
-            raise RuntimeError(f"{total} pipelines listed, {size} created")
-        _ok(http.get(f"/pipelines/{ids[0]}"))  # warm
-        _settle(cpu)
-        idle = _idle(cpu)
-        line: dict[str, Any] = {"n": size, "stored": size, "fill_s": round(fill_s, 3), "calls": calls,
-                                "idle_cpu_ms_per_s": idle}
-        for name, params in READS.items():
-            path = f"/pipelines/{ids[len(ids) // 2]}" if params is None else "/pipelines"
-            if params is not None:
-                items = _ok(http.get(path, params=params))["items"]
-                if not items:
-                    raise RuntimeError(f"{name} listed nothing")
-            line[f"{name}_cpu_ms"], line[f"{name}_wall_ms"] = _calls(http, cpu, path, params, calls)
-        lines.append(line)
+        try:
+            lines.append(_p3_at(http, r, cpu, size, ids, calls, reads))
+        except Exception as exc:  # the sizes measured before stay; this one reports why it has no figure
+            lines.append({"n": size, "stored": size, "error": f"{type(exc).__name__}: {exc}"})
+            break
     return lines
+
+
+def _p3_at(http: httpx.Client, r: Running, cpu: ServiceCPU, size: int, ids: list[int], calls: int,
+           reads: list[str]) -> dict[str, Any]:
+    """Fill up to ``size`` pipelines (``ids`` grows), then time the reads."""
+    t0 = time.perf_counter()
+    ids += asyncio.run(_fill(r.url, r.key, len(ids), size))
+    fill_s = time.perf_counter() - t0
+    total = _get(http, "/pipelines", {"pageSize": 1})["totalCount"]
+    if total != size:
+        raise RuntimeError(f"{total} pipelines listed, {size} created")
+    _get(http, f"/pipelines/{ids[0]}")  # warm
+    _settle(cpu)
+    idle = _idle(cpu)
+    line: dict[str, Any] = {"n": size, "stored": size, "fill_s": round(fill_s, 3), "calls": calls,
+                            "idle_cpu_ms_per_s": idle}
+    for name, params in READS.items():
+        if reads and name not in reads:
+            continue
+        path = f"/pipelines/{ids[len(ids) // 2]}" if params is None else "/pipelines"
+        if params is not None:
+            items = _get(http, path, params)["items"]
+            if not items:
+                raise RuntimeError(f"{name} listed nothing")
+        line[f"{name}_cpu_ms"], line[f"{name}_wall_ms"] = _calls(http, cpu, path, params, calls)
+        print(f"P3 {size} stored: {name} {line[f'{name}_cpu_ms']} ms CPU/call", file=sys.stderr, flush=True)
+    return line
 
 
 def run(workload: str, backend: str, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -269,13 +293,14 @@ def run(workload: str, backend: str, args: argparse.Namespace) -> list[dict[str,
         try:
             with Running(db, worker=False) as r:
                 cpu = ServiceCPU(r.procs[0].pid)
-                with httpx.Client(base_url=r.url, headers={"X-API-Key": r.key}, timeout=120) as http:
+                with httpx.Client(base_url=r.url, headers={"X-API-Key": r.key}, timeout=600) as http:
                     if workload == "P1":
                         found = [_p1(http, r.key, cpu, args.n)]
                     elif workload == "P2":
                         found = [_p2(http, r.key, cpu, args.stages, args.calls)]
                     else:
-                        found = _p3(http, r, cpu, sorted({min(100, args.stored), args.stored}), args.calls)
+                        found = _p3(http, r, cpu, sorted({min(100, args.stored), args.stored}), args.calls,
+                                    args.reads)
         finally:
             loop.run_until_complete(cm.__aexit__(None, None, None))
     finally:
@@ -324,6 +349,7 @@ def summary(lines: list[dict[str, Any]]) -> None:
                 cells = []
                 for s in sizes:
                     rows = p3.get((backend, "P3", s), [])
+                    rows = [r for r in rows if name + "_cpu_ms" in r]
                     cells.append(f"{med(rows, name + '_cpu_ms')} ({med(rows, name + '_wall_ms')})" if rows else "-")
                 print(f"| {label} | " + " | ".join(cells) + " |", file=out)
 
@@ -337,7 +363,11 @@ def main() -> None:
     p.add_argument("--stages", type=int, default=200, help="P2: stages of the lone pipeline (default 200)")
     p.add_argument("--stored", type=int, default=10000, help="P3: pipelines stored, besides 100 (default 10000)")
     p.add_argument("--calls", type=int, default=CALLS, help=f"calls per batch of reads (default {CALLS})")
+    p.add_argument("--reads", type=lambda v: [r for r in v.split(",") if r], default=[],
+                   help=f"P3: the reads to time (default all): {','.join(READS)}")
     args = p.parse_args()
+    if set(args.reads) - set(READS):
+        raise SystemExit(f"unknown reads: {', '.join(sorted(set(args.reads) - set(READS)))}")
     workloads = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
     unknown = set(workloads) - {"P1", "P2", "P3"}
     if unknown:
@@ -352,6 +382,7 @@ def main() -> None:
             except Exception as exc:  # a run that fails reports why, and no figure
                 found, failed = [{"engine": "flowli", "backend": args.backend, "workload": w, "n": None,
                                   "error": f"{type(exc).__name__}: {exc}"}], True
+            failed = failed or any("error" in line for line in found)
             for line in found:
                 if w == "P1" and "error" not in line:
                     p1 = line["cpu_ms"]
