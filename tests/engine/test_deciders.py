@@ -334,8 +334,8 @@ async def test_two_commands_racing_on_one_version_are_both_applied_once(db_url: 
         both = asyncio.Event()
 
         def together(read: Any) -> Any:
-            async def racing(eid_: str) -> Any:  # the two signals read the same version
-                got = await read(eid_)
+            async def racing(eid_: str, held: Any = None) -> Any:  # the two signals read the same version
+                got = await read(eid_, held)
                 reads.append(got[0] if got else 0)
                 if len(reads) == 2:
                     both.set()
@@ -371,8 +371,8 @@ async def test_the_commands_of_one_process_take_turns_without_racing(db_url: str
         read = store.read_state
         reads: list[int] = []
 
-        async def counted(eid_: str) -> Any:
-            got = await read(eid_)
+        async def counted(eid_: str, held: Any = None) -> Any:
+            got = await read(eid_, held)
             reads.append(got[0] if got else 0)
             return got
 

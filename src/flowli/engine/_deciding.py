@@ -48,6 +48,7 @@ from flowli.domain import (
     WorkflowArgumentsError,
     check_json,
     child_eid,
+    dumps,
     keyed_eid,
     new_eid,
     principal_for,
@@ -55,6 +56,7 @@ from flowli.domain import (
 )
 from flowli.domain import Timer as StoreTimer
 from flowli.store import (
+    HELD,
     Advance,
     Intent,
     JournalFilter,
@@ -103,6 +105,8 @@ from ._waits import new_execution
 
 log = logging.getLogger("flowli.deciders")
 NOT_TERMINAL = frozenset(Status) - TERMINAL
+HELD_MAX = 1000
+"""Decider states a process holds (see ``Runtime.held``); past it, it forgets them all."""
 _TRIES = 100
 """Decisions of one command against a state that others keep advancing, before giving up."""
 
@@ -203,8 +207,11 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         decider = rt.registry.decider_of(record.workflow, record.version)
         if decider is None:
             raise ValueError(f"execution {eid} runs {record.workflow} version {record.version}, not a decider")
-        stored = await rt.store.read_state(eid)
+        held = rt.held.pop(eid, None)
+        stored = await rt.store.read_state(eid, held[0] if held is not None else None)
         version, state = stored if stored is not None else (0, decider.start_state())
+        if state is HELD:
+            state = held[1]  # type: ignore[index]  # the state this process wrote last, still the stored one
         write = base()
         began = rt.clock.now()
         own = await execution_span(rt, eid) if rt.tracing is not None else None
@@ -214,6 +221,11 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         except StaleState:
             record = None  # another command advanced it: decide again against the fresh state
             continue
+        advanced = write.advance
+        if advanced is not None and (write.status is None or not write.status.status.terminal):
+            if len(rt.held) >= HELD_MAX:
+                rt.held.clear()
+            rt.held[eid] = (advanced.version, advanced.state)
         if own is not None:
             _trace(rt, decider, record, command, version + 1, write, began, own)
         return result
@@ -276,6 +288,7 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
     decided_ = Write()  # what the decider decided, merged into the command's write when all of it holds
     try:
         new_state = _decided(rt, decider, record, state, command, actor, prov, now, decided_, own)
+        encoded = state_text(decider, new_state)
     except Exception as exc:
         log.warning("decider %s version %s failed on %s for execution %s: %s", decider.name, decider.version,
                     type(command).__name__, eid, exc)
@@ -284,7 +297,8 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
         _end(rt, record, write, StatusChange(eid, Status.FAILED, error=error_data(exc)), prov, now)
         write.advance = Advance(eid, version + 1, state, _index_or_none(decider, record, state))
         return
-    write.advance = Advance(eid, version + 1, new_state, state_index(decider, record, new_state))
+    write.advance = Advance(eid, version + 1, new_state, index=state_index(decider, record, new_state),
+                            encoded=encoded)
     write.entries += decided_.entries
     write.tasks += decided_.tasks
     write.timers += decided_.timers
@@ -292,6 +306,11 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
     write.withdrawals += decided_.withdrawals
     write.status = decided_.status
     write.clear_timers, write.withdraw_delegates = decided_.clear_timers, decided_.withdraw_delegates
+
+
+def state_text(decider: Decider, state: Any) -> str:
+    """The state as the store keeps it (JSON, checked already): encoded once per command."""
+    return dumps(state)
 
 
 def _index_or_none(decider: Decider, record: ExecutionRecord, state: Any) -> StateIndex | None:
@@ -314,7 +333,8 @@ def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any,
         if not isinstance(e, Event):
             raise TypeError(f"decide returned {e!r} among its events: each is a flowli.engine.deciders.Event")
         check_json(e.data, f"the data of event {e.kind!r} of decider {decider.name!r}")
-    # check_json gives the state as the store gives it back (JSON's own types): no round trip
+    # check_json gives the state as the store gives it back (JSON's own types: a state this process
+    # holds for its next command is the one a read would give)
     new_state = check_json(decider.fold(events, state, start=False), f"the state of decider {decider.name!r}")
     ends = [x for x in effects if isinstance(x, END)]
     if len(ends) > 1 or (ends and len(effects) > 1):

@@ -177,6 +177,10 @@ class Runtime:
         """Per decider execution, the commands of this process being decided: [lock, users]. The
         commands of one process take turns (several children ending at once would otherwise race
         on the state's version and be decided again); other processes are fenced by the version."""
+        self.held: dict[str, tuple[int, Any]] = {}
+        """Per decider execution, the last state this process wrote and its version: the next
+        command reads the stored version only, and decodes the state only when another process
+        advanced it (see ``_deciding``)."""
         """Hand-offs whose poll went away, being given back to the queue."""
         self.workers: list[Any] = []
         """The running workers of this process's engine: a start or an answer made here hands its

@@ -19,7 +19,6 @@ Commands and what they decide (events in the pipeline's words, effects the engin
 
 from __future__ import annotations
 
-import copy
 from datetime import timedelta
 from typing import Any
 
@@ -80,11 +79,15 @@ def evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
     d = event.data or {}
     kind = event.kind
     if kind in _TOUCHES_ALL:
-        s = copy.deepcopy(state)
+        s["stages"], s["order"], s["ids"], s["refused"] = \
+            dict(s["stages"]), list(s["order"]), dict(s["ids"]), list(s["refused"])
     stage = None
     if isinstance(d, dict) and "stage" in d and d.get("stage") in s["stages"]:
-        s["stages"] = dict(s["stages"])
-        stage = s["stages"][d["stage"]] = copy.deepcopy(s["stages"][d["stage"]])
+        if s["stages"] is state["stages"]:
+            s["stages"] = dict(s["stages"])
+        old = s["stages"][d["stage"]]
+        # a stage's own containers: its fingerprints change in place below; its spec never does
+        stage = s["stages"][d["stage"]] = {**old, "fingerprints": dict(old["fingerprints"])}
     if kind in _TOUCHES_CONTEXT:
         s["context"], s["sensitive"] = dict(s["context"]), list(s["sensitive"])
     if kind == "pipeline.started":
@@ -149,8 +152,9 @@ def evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
     elif kind == "stage.rerun":
         for n in d.get("stages") or []:
             st = s["stages"][n]
-            st.update(run=st["run"] + 1, status="NotStarted", output=None, errorCode=None, errorMessage=None,
-                      retries=0, expiries=0, decision=None, startedAt=None, finishedAt=None)
+            s["stages"][n] = {**st, "run": st["run"] + 1, "status": "NotStarted", "output": None, "errorCode": None,
+                              "errorMessage": None, "retries": 0, "expiries": 0, "decision": None, "startedAt": None,
+                              "finishedAt": None}
         s["outcome"] = None
     elif kind == "pipeline.paused":
         s["paused"] = True
@@ -166,7 +170,7 @@ def evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
 
 
 _TOUCHES_ALL = frozenset({"pipeline.started", "stages.appended", "stage.rerun"})
-"""Events that change many stages or the order: folded on a copy of the whole state."""
+"""Events that change many stages or the order: folded on copies of the state's containers."""
 _TOUCHES_CONTEXT = frozenset({"stage.completed", "stage.waiting_for_approval", "stage.failed"})
 
 

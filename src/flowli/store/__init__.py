@@ -1,6 +1,7 @@
 """The Store protocol and its backends. Imports domain only: it stores, fences and hands out."""
 
 from ._journal_sql import JournalFilter as JournalFilter
+from ._protocol import HELD as HELD
 from ._protocol import Acquired as Acquired
 from ._protocol import Acquisition as Acquisition
 from ._protocol import Advance as Advance
@@ -38,6 +39,7 @@ __all__ = [
     "Claim",
     "Fence",
     "Guard",
+    "HELD",
     "Intent",
     "JournalFilter",
     "NewExecution",

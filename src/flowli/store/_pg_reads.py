@@ -22,6 +22,7 @@ from ._journal_sql import page as journal_page
 from ._pg_sql import dialect
 from ._protocol import StateIndex, StateQuery, StoredState
 
+_READ_STATE = dialect(states.READ)
 READ_MESSAGES = (
     "SELECT q.i, m.channel, m.seq, m.payload, m.provenance, m.application"
     " FROM unnest($1::text[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(channel, after, lim, i)"
@@ -62,10 +63,10 @@ class PostgresReads:
         row = await self._pool.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1", eid)
         return None if row is None else c.execution_record(row)
 
-    async def read_state(self, eid: str) -> tuple[int, Any] | None:
+    async def read_state(self, eid: str, held: int | None = None) -> tuple[int, Any] | None:
         assert self._pool is not None
-        row = await self._pool.fetchrow("SELECT version, state FROM decider_states WHERE eid = $1 AND version > 0", eid)
-        return None if row is None else (int(row[0]), c.unjs(row[1]))
+        row = await self._pool.fetchrow(_READ_STATE, held, eid)
+        return None if row is None else states.read(row, held)
 
     async def read_states(self, query: StateQuery) -> tuple[list[StoredState], int]:
         assert self._pool is not None

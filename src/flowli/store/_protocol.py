@@ -188,6 +188,12 @@ class Advance:
     """The state's index row, written with it (see StateIndex). Version 0 with ``state`` None is
     the row of an execution whose start is not decided yet: inserted by its start when absent,
     and taken over by its first command (version 1)."""
+    encoded: str | None = None
+    """The state as JSON text when the caller encoded it already (the store writes it as is)."""
+
+
+HELD: Any = type("Held", (), {"__repr__": lambda self: "HELD"})()
+"""What read_state gives in place of a state the caller holds already (see ``held``)."""
 
 
 @dataclass(frozen=True)
@@ -532,8 +538,10 @@ class Store(Protocol):
 
     async def read_journal(self, eid: str, after: int = 0) -> list[Entry]: ...
 
-    async def read_state(self, eid: str) -> tuple[int, Any] | None:
-        """The version and state of a decider's execution (None: no command advanced it yet)."""
+    async def read_state(self, eid: str, held: int | None = None) -> tuple[int, Any] | None:
+        """The version and state of a decider's execution (None: no command advanced it yet).
+        When its version is ``held`` (the caller holds that state already), the state is neither
+        sent nor decoded: ``(held, HELD)``."""
 
     async def read_states(self, query: StateQuery) -> tuple[list[StoredState], int]:
         """A page of decider states by their index, newest first (by number, then creation),

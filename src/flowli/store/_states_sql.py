@@ -10,10 +10,17 @@ from typing import Any
 from flowli.domain import StaleState
 
 from . import _codec as c
-from ._protocol import Advance, Plan, StateIndex, StateQuery, StoredState
+from ._protocol import HELD, Advance, Plan, StateIndex, StateQuery, StoredState
 
+READ = "SELECT version, CASE WHEN version = ? THEN NULL ELSE state END FROM decider_states WHERE eid = ? AND version > 0"
+"""A state and its version; not the state itself when its version is the one the caller holds."""
 _INDEX = "decider, application, created_at, number, label, name, tags, text, waiting"
 _ROW = ", ".join(f"e.{col}" for col in c.EXECUTION_COLUMNS.split(", ")) + ", d.version, d.state, d.label"
+
+
+def read(row: Any, held: int | None) -> tuple[int, Any]:
+    version = int(row[0])
+    return (version, HELD) if held is not None and version == held else (version, c.unjs(row[1]))
 
 
 def index_row(index: StateIndex | None) -> tuple[Any, ...]:
@@ -35,13 +42,17 @@ def advance_state(a: Advance) -> Plan:
         n = yield ("exec", f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, 1, ?, {_marks(9)})"
                            " ON CONFLICT (eid) DO UPDATE SET version = 1, state = excluded.state,"
                            + ", ".join(f" {col} = excluded.{col}" for col in _INDEX.split(", "))
-                           + " WHERE decider_states.version = 0", (a.eid, c.js(a.state), *row))
+                           + " WHERE decider_states.version = 0", (a.eid, _text(a), *row))
     else:
         n = yield ("exec", "UPDATE decider_states SET version = ?, state = ?, "
                            + ", ".join(f"{col} = ?" for col in _INDEX.split(", ")) + " WHERE eid = ? AND version = ?",
-                   (a.version, c.js(a.state), *row, a.eid, a.version - 1))
+                   (a.version, _text(a), *row, a.eid, a.version - 1))
     if n != 1:
         raise StaleState(a.eid, a.version - 1)
+
+
+def _text(a: Advance) -> str | None:
+    return a.encoded if a.encoded is not None else c.js(a.state)
 
 
 def keep(eid: str, state: Any, index: StateIndex) -> tuple[str, tuple[Any, ...]]:

@@ -306,10 +306,10 @@ class SQLiteStore:
     async def read_execution(self, eid: str) -> ExecutionRecord | None:
         return await self._r(lambda conn: _execution(conn, eid))
 
-    async def read_state(self, eid: str) -> tuple[int, Any] | None:
+    async def read_state(self, eid: str, held: int | None = None) -> tuple[int, Any] | None:
         def run(conn: sqlite3.Connection) -> tuple[int, Any] | None:
-            row = conn.execute("SELECT version, state FROM decider_states WHERE eid = ? AND version > 0", (eid,)).fetchone()
-            return None if row is None else (int(row[0]), c.unjs(row[1]))
+            row = conn.execute(states.READ, (held, eid)).fetchone()
+            return None if row is None else states.read(row, held)
 
         return await self._r(run)
 
