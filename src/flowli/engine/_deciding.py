@@ -59,6 +59,7 @@ from flowli.store import (
     Intent,
     JournalFilter,
     NewExecution,
+    NewItem,
     StatusChange,
     TaskHold,
     Withdrawal,
@@ -130,9 +131,11 @@ def start_execution(rt: Runtime, decider: Decider, eid: str, args: list[Any], *,
 
 
 async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *, by: Any, key: str | None, queue: str,
-                        application: str | None, trace: dict[str, Any] | None = None) -> str:
+                        application: str | None, trace: dict[str, Any] | None = None,
+                        items: tuple[NewItem, ...] = ()) -> str:
     """``engine.start`` of a decider: its execution, with the START task that carries its input
-    to a worker (the command Start). Returns the eid; a keyed start returns the first one's."""
+    to a worker (the command Start), and ``items`` if the write creates it. Returns the eid; a
+    keyed start returns the first one's."""
     if len(args) > 1:
         raise WorkflowArgumentsError(decider.name, f"a decider takes one input, got {len(args)} arguments")
     json_args = check_json(list(args), f"the input of decider {decider.name!r}", "args")
@@ -140,7 +143,9 @@ async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *,
     principal = principal_for(by, Actor("system", "engine"), application)
     new = start_execution(rt, decider, eid, json_args, queue=queue, key=key, actor=principal.actor,
                           application=application, trace=trace)
-    await commit(rt, Transition("start", Write(intent=Intent.START, executions=[new]), eid, decider.name, principal,
+    new = dataclasses.replace(new, items=items)
+    write = Write(intent=None if items else Intent.START, executions=[new])  # items: the generic path
+    await commit(rt, Transition("start", write, eid, decider.name, principal,
                                 application, {"args": json_args, "version": decider.version, "queue": queue, "key": key}))
     return eid
 

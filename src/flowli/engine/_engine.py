@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import logging
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,7 +26,7 @@ from flowli.domain import (
     principal_for,
 )
 from flowli.log import Evidence
-from flowli.store import Intent, Items, JournalFilter, Store, TaskHold, Write
+from flowli.store import Intent, Items, JournalFilter, NewItem, Store, TaskHold, Write
 
 from . import _operations as ops
 from . import _schedules as sched
@@ -185,27 +186,22 @@ class Engine:
     # ---- executions -----------------------------------------------------------------------
 
     async def start(
-        self,
-        workflow: str | Callable[..., Any],
-        *args: Any,
-        by: By = None,
-        key: str | None = None,
-        version: str | None = None,
-        queue: str = "default",
-        application: str | None = None,
-        traceparent: str | None = None,
+        self, workflow: str | Callable[..., Any], *args: Any, by: By = None, key: str | None = None,
+        version: str | None = None, queue: str = "default", application: str | None = None,
+        traceparent: str | None = None, items: Sequence[NewItem] = (),
     ) -> str:
         """Start an execution; returns its eid. With ``key``, a second start (of the same
         application) returns the first eid. ``by`` is a string or a Principal; the execution
         belongs to ``application``, else to the principal's (None: single-tenant). Its spans
         join the trace of ``traceparent`` (a W3C header, or a bare trace id), else of the
-        caller's current span (with tracing on)."""
+        caller's current span (with tracing on). ``items`` are written in the write that
+        creates the execution (none when a keyed start finds it)."""
         app = scope_of(by, application)
         decider = self.registry.decider_of(workflow, version)
         if decider is not None:
             trace_ = start_context(traceparent) if traceparent is not None or self._rt.tracing is not None else None
             return await start_decided(self._rt, decider, args, by=by, key=key, queue=queue, application=app,
-                                       trace=trace_)
+                                       trace=trace_, items=tuple(items))
         wf = self.registry.get(workflow, version)
         wf.bind(args)
         json_args = check_json(list(args), f"the arguments of workflow {wf.name!r}", "args")
@@ -217,7 +213,8 @@ class Engine:
         trace_ = start_context(traceparent) if traceparent is not None or self._rt.tracing is not None else None
         new = new_execution(self._rt, wf, eid, json_args, queue=queue, key=key, actor=principal.actor,
                             leased=worker is not None, application=app, trace=trace_)
-        t = Transition("start", Write(intent=Intent.START, executions=[new]), eid, wf.name, principal, app,
+        new = dataclasses.replace(new, items=tuple(items))
+        t = Transition("start", Write(intent=None if items else Intent.START, executions=[new]), eid, wf.name, principal, app,
                        {"args": json_args, "version": wf.version, "queue": queue, "key": key})
         try:
             result = await commit(self._rt, t)
@@ -296,9 +293,17 @@ class Engine:
         return await read_log(self._rt, self._archive, after, limit, application)
 
     async def signal(self, eid: str, channel: str, payload: Any, by: By = None, *,
-                     application: str | None = None) -> int:
-        """Send one message to ``{eid}.{channel}`` and enqueue a RESUME; returns its sequence."""
-        return await ops.signal(self._rt, self._archive, eid, channel, payload, by, scope_of(by, application))
+                     application: str | None = None, items: Sequence[NewItem] = ()) -> int:
+        """Send one message to ``{eid}.{channel}`` and enqueue a RESUME; returns its sequence.
+        ``items`` are written in the same write."""
+        return await ops.signal(self._rt, self._archive, eid, channel, payload, by, scope_of(by, application),
+                                list(items))
+
+    async def announce(self, eid: str, kind: str, data: Any, by: By = None, *, application: str | None = None) -> int:
+        """Append what happened to an execution from outside it (``kind``, JSON ``data``) to its
+        journal, whatever its status, as an ``announced`` entry (no command: a decider's state
+        and a workflow's replay ignore it); returns its seq."""
+        return await ops.announce(self._rt, eid, kind, data, by, scope_of(by, application))
 
     async def broadcast(self, channel: str, payload: Any, by: By = None, *, application: str | None = None) -> int:
         """Send one message on a global channel and resume every waiter of it."""
