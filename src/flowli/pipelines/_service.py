@@ -2,7 +2,9 @@
 operator actions. Every change reaches the pipeline's execution through the engine (a start, a
 signal on its ``pipeline`` channel, a cancel, a retry), so it is in its journal with its actor.
 Numeric pipeline and stage ids are store items; sensitive context values are items too, never
-in the journal."""
+in the journal. Each is written in the write of the change it belongs to (the start, the append's
+signal, the result's answer), its id reserved before: a change refused, or lost to a crash,
+leaves none of them."""
 
 from __future__ import annotations
 
