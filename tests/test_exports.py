@@ -45,7 +45,7 @@ PINNED = {
         "reply_channel", "task_traceparent", "trigger", "unvisited",
     ],
     flowli.store: [
-        "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "Intent", "Item", "Items", "JournalFilter", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",
+        "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "Intent", "Item", "Items", "JournalFilter", "NewExecution", "NewItem", "NewMessage", "Plan", "Query", "Renewal",
         "Resume", "StatusChange", "Store", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
     ],
     flowli.pipelines: [

@@ -61,6 +61,7 @@ from flowli.store import (
     Intent,
     JournalFilter,
     NewExecution,
+    NewItem,
     StateIndex,
     StatusChange,
     TaskHold,
@@ -135,9 +136,11 @@ def start_execution(rt: Runtime, decider: Decider, eid: str, args: list[Any], *,
 
 
 async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *, by: Any, key: str | None, queue: str,
-                        application: str | None, trace: dict[str, Any] | None = None) -> str:
+                        application: str | None, trace: dict[str, Any] | None = None,
+                        items: tuple[NewItem, ...] = ()) -> str:
     """``engine.start`` of a decider: its execution, with the START task that carries its input
-    to a worker (the command Start). Returns the eid; a keyed start returns the first one's."""
+    to a worker (the command Start), and ``items`` if the write creates it. Returns the eid; a
+    keyed start returns the first one's."""
     if len(args) > 1:
         raise WorkflowArgumentsError(decider.name, f"a decider takes one input, got {len(args)} arguments")
     json_args = check_json(list(args), f"the input of decider {decider.name!r}", "args")
@@ -145,7 +148,8 @@ async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *,
     principal = principal_for(by, Actor("system", "engine"), application)
     new = start_execution(rt, decider, eid, json_args, queue=queue, key=key, actor=principal.actor,
                           application=application, trace=trace)
-    write = Write(intent=Intent.START, executions=[new])
+    new = dataclasses.replace(new, items=items)
+    write = Write(intent=None if items else Intent.START, executions=[new])  # items: the generic path
     if decider.index is not None:
         # listed from its start: the index of the state its Start will lead to, at version 0
         # (written only if the row is absent; its first command takes the row over)

@@ -13,6 +13,7 @@ from ._protocol import Intent as Intent
 from ._protocol import Item as Item
 from ._protocol import Items as Items
 from ._protocol import NewExecution as NewExecution
+from ._protocol import NewItem as NewItem
 from ._protocol import NewMessage as NewMessage
 from ._protocol import Plan as Plan
 from ._protocol import Query as Query
@@ -43,6 +44,7 @@ __all__ = [
     "Intent",
     "JournalFilter",
     "NewExecution",
+    "NewItem",
     "NewMessage",
     "Renewal",
     "StateIndex",

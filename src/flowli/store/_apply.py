@@ -32,7 +32,8 @@ from flowli.domain import (
 
 from . import _codec as c
 from . import _states_sql as states
-from ._protocol import Acquired, Acquisition, Plan, Write, WriteResult
+from ._items_sql import body_text
+from ._protocol import Acquired, Acquisition, NewItem, Plan, Write, WriteResult
 
 
 def insert_task(task: Task) -> Plan:
@@ -40,6 +41,17 @@ def insert_task(task: Task) -> Plan:
                        " ON CONFLICT (id) DO NOTHING",
                c.task_row(task))
     return n > 0
+
+
+def put_item(item: NewItem, now: float) -> Plan:
+    """Insert an item of a write (see NewItem), or, with ``replace``, replace the body of the one
+    that has its key."""
+    cols, params = "kind, application, key, body, at", [item.kind, item.application, item.key, body_text(item.body), now]
+    if item.id is not None:
+        cols, params = "id, " + cols, [int(item.id), *params]
+    conflict = "DO UPDATE SET body = excluded.body, at = excluded.at" if item.replace else "DO NOTHING"
+    yield ("exec", f"INSERT INTO items ({cols}) VALUES ({', '.join('?' for _ in params)})"
+                   f" ON CONFLICT (kind, application, key) {conflict}", tuple(params))
 
 
 def append(entry: Entry, now: float) -> Plan:
@@ -153,6 +165,10 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
             yield from append(new.entry, now)
             if new.task is not None:
                 yield from insert_task(new.task)
+            for item in new.items:
+                yield from put_item(item, now)
+    for item in w.items:
+        yield from put_item(item, now)
     message_seqs: list[int] = []
     for m in w.messages:
         seq = yield from next_message_seq(m.channel)

@@ -47,6 +47,21 @@ class Acquisition:
 
 
 @dataclass(frozen=True)
+class NewItem:
+    """An item (see Item) written in a write's transaction, so that a record of a layer above
+    commits with the change it belongs to, or not at all. Inserted unless an item of its kind,
+    application and key exists; with ``replace``, that item's body is replaced instead. ``id``: a
+    number reserved by ``Items.reserve`` (None: the next one)."""
+
+    kind: str
+    application: str
+    key: str
+    body: Any
+    id: int | None = None
+    replace: bool = False
+
+
+@dataclass(frozen=True)
 class NewExecution:
     """An execution to create if no execution with its eid exists, with its first entry and task."""
 
@@ -55,6 +70,9 @@ class NewExecution:
     task: Task | None
     """The START task; None when the record is created leased to a worker of the starting process
     (a direct start: that worker runs it at once, and the sweeper recovers it if the lease expires)."""
+    items: tuple[NewItem, ...] = ()
+    """Items written only when this write creates the execution (a keyed start that finds it
+    changes nothing)."""
 
 
 @dataclass(frozen=True)
@@ -254,7 +272,7 @@ class Intent(enum.StrEnum):
 
     The shapes each intent promises:
 
-    - ``START``: ``executions`` holds one new execution, and nothing else is set.
+    - ``START``: ``executions`` holds one new execution (with no items), and nothing else is set.
     - ``SIGNAL``: ``expect`` on one execution, one message (no memo), one resume of that
       execution, and nothing else.
     - ``FIRE``: ``fired`` timers and one resume for each, in order, and nothing else.
@@ -323,6 +341,8 @@ class Write:
     """Advance the state of a decider's execution (see Advance); checked before anything is applied."""
     acquire: Acquisition | None = None
     """Lease the resumed execution to the writer's process (see Acquisition); WriteResult.acquired says."""
+    items: list[NewItem] = field(default_factory=list)
+    """Items written in this write's transaction (see NewItem), after its checks hold."""
 
 
 _FIELDS: dict[Intent, frozenset[str]] = {
@@ -342,7 +362,7 @@ def fits(intent: Intent, w: Write) -> bool:
     if not parts <= _FIELDS[intent]:
         return False
     if intent is Intent.START:
-        return len(w.executions) == 1 and w.executions[0].entry.kind.lifecycle
+        return len(w.executions) == 1 and w.executions[0].entry.kind.lifecycle and not w.executions[0].items
     if intent is Intent.SIGNAL:
         return (w.expect is not None and len(w.messages) == 1 and w.messages[0].memo is None
                 and len(w.resumes) == 1 and w.resumes[0].eid == w.expect[0])
@@ -450,6 +470,10 @@ class Items(Protocol):
 
     async def put_many(self, items: Sequence[tuple[str, str, str, Any]], now: datetime) -> list[tuple[Item, bool]]:
         """``put`` of each (kind, application, key, body), in one transaction."""
+
+    async def reserve(self, n: int) -> list[int]:
+        """``n`` ids of the items' sequence, for items that a later write inserts (``NewItem.id``):
+        an id reserved and never used is only a gap in the numbering, as a sequence's."""
 
     async def get(self, kind: str, id: int) -> Item | None: ...
 
