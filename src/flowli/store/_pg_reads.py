@@ -19,6 +19,7 @@ from . import _codec as c
 from . import _states_sql as states
 from ._journal_sql import QUEUE_DEPTHS, JournalFilter, idle
 from ._journal_sql import page as journal_page
+from ._journal_sql import tasks as task_query
 from ._pg_sql import dialect
 from ._protocol import StateIndex, StateQuery, StoredState
 
@@ -165,12 +166,8 @@ class PostgresReads:
         self, queue: str | None = None, eid: str | None = None, include_acked: bool = False
     ) -> list[Task]:
         assert self._pool is not None
-        rows = await self._pool.fetch(
-            f"SELECT {c.TASK_READ} FROM tasks WHERE ($1::text IS NULL OR queue = $1::text)"
-            " AND ($2::text IS NULL OR eid = $2::text) AND ($3::bool OR state = 'ready') ORDER BY visible_at, id",
-            queue, eid, include_acked,
-        )
-        return [c.task_record(r) for r in rows]
+        sql, params = task_query(queue, eid, include_acked)
+        return [c.task_record(r) for r in await self._pool.fetch(dialect(sql), *params)]
 
     async def read_timers(self, eid: str | None = None) -> list[Timer]:
         assert self._pool is not None

@@ -31,6 +31,7 @@ from . import _states_sql as states
 from ._apply import apply_write, stale_hold
 from ._journal_sql import QUEUE_DEPTHS, JournalFilter, idle
 from ._journal_sql import page as journal_page
+from ._journal_sql import tasks as task_query
 from ._protocol import Acquired, Renewal, StateIndex, StateQuery, StoredState, Write, WriteResult
 from ._sqlite_file import Thread, connect_wal, drive
 from ._sqlite_items import SQLiteItems
@@ -395,15 +396,9 @@ class SQLiteStore:
     async def read_tasks(
         self, queue: str | None = None, eid: str | None = None, include_acked: bool = False
     ) -> list[Task]:
-        def run(conn: sqlite3.Connection) -> list[Task]:
-            rows = conn.execute(
-                f"SELECT {c.TASK_READ} FROM tasks WHERE (? IS NULL OR queue = ?) AND (? IS NULL OR eid = ?)"
-                " AND (? OR state = 'ready') ORDER BY visible_at, id",
-                (queue, queue, eid, eid, include_acked),
-            )
-            return [c.task_record(r) for r in rows]
+        sql, params = task_query(queue, eid, include_acked)
+        return await self._r(lambda conn: [c.task_record(r) for r in conn.execute(sql, params)])
 
-        return await self._r(run)
 
     async def read_timers(self, eid: str | None = None) -> list[Timer]:
         def run(conn: sqlite3.Connection) -> list[Timer]:

@@ -12,6 +12,7 @@ ALTER TABLE decider_states ADD COLUMN tags TEXT;
 ALTER TABLE decider_states ADD COLUMN text TEXT;
 ALTER TABLE decider_states ADD COLUMN waiting INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX decider_states_list ON decider_states (decider, application, number, created_at);
+CREATE INDEX decider_states_name ON decider_states (decider, application, name, number, created_at);
 CREATE INDEX decider_states_label ON decider_states (decider, application, label, number, created_at);
 CREATE INDEX decider_states_waiting ON decider_states (decider, application) WHERE waiting > 0;
 -- the candidates of stuck runs (executions not ended, by the instant their record last changed)

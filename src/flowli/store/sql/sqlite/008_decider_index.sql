@@ -11,7 +11,10 @@ ALTER TABLE decider_states ADD COLUMN name TEXT;
 ALTER TABLE decider_states ADD COLUMN tags TEXT;
 ALTER TABLE decider_states ADD COLUMN text TEXT;
 ALTER TABLE decider_states ADD COLUMN waiting INTEGER NOT NULL DEFAULT 0;
-CREATE INDEX decider_states_list ON decider_states (decider, application, number, created_at);
+-- covering: a filter on tags or text scans this index, never the rows (whose state is large)
+CREATE INDEX decider_states_list ON decider_states (decider, application, number, created_at, label, name, tags,
+    text, waiting);
+CREATE INDEX decider_states_name ON decider_states (decider, application, name, number, created_at);
 CREATE INDEX decider_states_label ON decider_states (decider, application, label, number, created_at);
 CREATE INDEX decider_states_waiting ON decider_states (decider, application) WHERE waiting > 0;
 -- the candidates of stuck runs (executions not ended, by the instant their record last changed)
