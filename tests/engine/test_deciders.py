@@ -326,10 +326,11 @@ async def test_two_commands_racing_on_one_version_are_both_applied_once(db_url: 
         eid = await engine.start("order", ORDER)
         await state_is(engine, eid, "charging")
         version, _ = await engine.decider_state(eid)
-        # two processes (two engines on one database): the commands of one process take turns,
-        # those of two race on the state's version
-        other = await connect(db_url, tmp_path)
-        stores = [store_of(engine), store_of(other)]
+        # two processes (two engines on one database, neither of which advanced the execution
+        # yet, so that each reads its state): the commands of one process take turns, those of
+        # two race on the state's version
+        first, other = await connect(db_url, tmp_path), await connect(db_url, tmp_path)
+        stores = [store_of(first), store_of(other)]
         reads: list[int] = []
         both = asyncio.Event()
 
@@ -348,8 +349,8 @@ async def test_two_commands_racing_on_one_version_are_both_applied_once(db_url: 
         for store in stores:
             store.read_state = together(store.read_state)  # type: ignore[method-assign]
         try:
-            async with other:
-                await asyncio.gather(engine.signal(eid, "note", "a"), other.signal(eid, "note", "b"))
+            async with first, other:
+                await asyncio.gather(first.signal(eid, "note", "a"), other.signal(eid, "note", "b"))
         finally:
             for store in stores:
                 del store.read_state
@@ -361,6 +362,38 @@ async def test_two_commands_racing_on_one_version_are_both_applied_once(db_url: 
         await folds(engine, eid)
 
 
+async def test_a_state_kept_from_this_process_s_last_write_is_refused_once_another_process_advanced_it(
+        db_url: str, tmp_path: Any) -> None:
+    engine = await connect(db_url, tmp_path)
+    async with engine, engine.worker():
+        eid = await engine.start("order", ORDER)
+        await state_is(engine, eid, "charging")
+        store = store_of(engine)
+        reads: list[int] = []
+        read_state = store.read_state
+
+        async def counted(eid_: str) -> Any:
+            got = await read_state(eid_)
+            reads.append(got[0] if got else 0)
+            return got
+
+        store.read_state = counted  # type: ignore[method-assign]
+        try:
+            await engine.signal(eid, "note", "a")  # decided on the state its own last write left: no read
+            assert reads == []
+            version, _ = await engine.decider_state(eid)
+            reads.clear()
+            async with await connect(db_url, tmp_path) as other:
+                await other.signal(eid, "note", "b")  # another process advances it
+            await engine.signal(eid, "note", "c")  # its kept state is stale: refused, read, decided again
+            assert reads == [version + 1]
+        finally:
+            del store.read_state
+        after, state = await engine.decider_state(eid)
+        assert after == version + 2 and state["notes"] == ["a", "b", "c"]
+        await folds(engine, eid)
+
+
 async def test_the_commands_of_one_process_take_turns_without_racing(db_url: str, tmp_path: Any) -> None:
     engine = await connect(db_url, tmp_path)
     async with engine, engine.worker():
@@ -368,20 +401,20 @@ async def test_the_commands_of_one_process_take_turns_without_racing(db_url: str
         await state_is(engine, eid, "charging")
         version, _ = await engine.decider_state(eid)
         store = store_of(engine)
-        read = store.read_state
-        reads: list[int] = []
+        write = store.write
+        advances: list[int] = []
 
-        async def counted(eid_: str) -> Any:
-            got = await read(eid_)
-            reads.append(got[0] if got else 0)
-            return got
+        async def counted(w: Any, now: Any) -> Any:
+            if w.advance is not None:
+                advances.append(w.advance.version)
+            return await write(w, now)
 
-        store.read_state = counted  # type: ignore[method-assign]
+        store.write = counted  # type: ignore[method-assign]
         try:
             await asyncio.gather(*(engine.signal(eid, "note", n) for n in "abcd"))
         finally:
-            del store.read_state
-        assert reads == [version, version + 1, version + 2, version + 3]  # each decided once
+            del store.write
+        assert advances == [version + 1, version + 2, version + 3, version + 4]  # each decided once, none refused
         assert sorted((await engine.decider_state(eid))[1]["notes"]) == ["a", "b", "c", "d"]
         await folds(engine, eid)
 

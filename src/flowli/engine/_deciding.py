@@ -24,10 +24,11 @@ Where commands come from:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from flowli.domain import (
@@ -175,8 +176,11 @@ async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Bas
 async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Base, principal: Principal,
                  payload: Any, record: ExecutionRecord | None, reopen: bool) -> WriteResult | None:
     for _ in range(_TRIES):
+        # what this process's last write left (see ``Runtime.decided_last``): no read of the
+        # record (when the caller has none) nor of the state; the version fences a stale one
+        known = rt.decided_last.get(eid)
         if record is None:
-            record = await rt.store.read_execution(eid)
+            record = known[0] if known is not None else await rt.store.read_execution(eid)
             if record is None:
                 raise UnknownExecutionError(eid)
         if record.terminal and not (reopen and record.status is Status.FAILED):
@@ -184,8 +188,11 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         decider = rt.registry.decider_of(record.workflow, record.version)
         if decider is None:
             raise ValueError(f"execution {eid} runs {record.workflow} version {record.version}, not a decider")
-        stored = await rt.store.read_state(eid)
-        version, state = stored if stored is not None else (0, plain(decider.start_state()))
+        if known is not None:
+            version, state = known[1], known[2]
+        else:
+            stored = await rt.store.read_state(eid)
+            version, state = stored if stored is not None else (0, plain(decider.start_state()))
         write = base()
         began = rt.clock.now()
         own = await execution_span(rt, eid) if rt.tracing is not None else None
@@ -193,12 +200,34 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         try:
             result = await commit(rt, Transition(kind, write, eid, record.workflow, principal, record.application, payload))
         except StaleState:
+            rt.decided_last.pop(eid, None)
             record = None  # another command advanced it: decide again against the fresh state
             continue
+        except BaseException:
+            rt.decided_last.pop(eid, None)
+            raise
+        _remember(rt, record, write)
         if own is not None:
             _trace(rt, decider, record, command, version + 1, write, began, own)
         return result
     raise StaleState(eid, -1)
+
+
+_REMEMBERED = 10_000
+"""Decider executions whose last state this process keeps at most (forgotten all at once past it)."""
+
+
+def _remember(rt: Runtime, record: ExecutionRecord, write: Write) -> None:
+    """Keep the record and the state that ``write`` left (``Runtime.decided_last``), or forget
+    them when it ended the execution."""
+    eid, advance, change = record.eid, write.advance, write.status
+    if advance is None or (change is not None and change.status.terminal):
+        rt.decided_last.pop(eid, None)
+        return
+    if len(rt.decided_last) >= _REMEMBERED:
+        rt.decided_last.clear()
+    after = record if change is None else dataclasses.replace(record, status=change.status)
+    rt.decided_last[eid] = (after, advance.version, advance.state)
 
 
 def _trace(rt: Runtime, decider: Decider, record: ExecutionRecord, command: Command, version: int, write: Write,
@@ -370,12 +399,27 @@ def _child(rt: Runtime, record: ExecutionRecord, c: Child, actor: Actor) -> NewE
 # ---- commands from tasks: START, a fired timer, a child's end -----------------------------------
 
 
-async def handle(rt: Runtime, task: Task) -> None:
+async def tell_parent(rt: Runtime, task: Task, child: ExecutionRecord) -> None:
+    """Apply at once the RESUME ``task`` that the end of ``child`` (its record as it ended) wrote
+    leased to this process for its decider parent: no dequeue, no read of the child. The task is
+    in the store as any leased task, so a crash before the parent's write leaves it to the sweeper
+    (its lease expires); a failure here gives it back to the queue at once."""
+    try:
+        await handle(rt, task, child)
+    except Exception as exc:
+        log.warning("the end of %s did not reach its parent %s here (%s); a worker takes it", child.eid, task.eid, exc)
+        with contextlib.suppress(Exception):
+            await rt.store.nack(task.id, rt.owner, timedelta(0), rt.clock.now())
+
+
+async def handle(rt: Runtime, task: Task, ended: ExecutionRecord | None = None) -> None:
     """Apply the command that a START or RESUME task carries (see ``carries_command``), with a
-    hold on the task: the write acks it, and is refused when this worker lost the task's lease."""
+    hold on the task: the write acks it, and is refused when this worker lost the task's lease.
+    ``ended``: the record of the child whose end the task carries, when the caller has it."""
     assert task.eid is not None
     eid = task.eid
-    record = await rt.store.read_execution(eid)
+    known = rt.decided_last.get(eid)
+    record = known[0] if known is not None else await rt.store.read_execution(eid)
     if record is None:
         return
     p = task.payload
@@ -386,7 +430,7 @@ async def handle(rt: Runtime, task: Task) -> None:
     elif "timer" in p:
         command = TimerFired(str(p["timer"]).split("/timer:", 1)[-1])
     elif "child" in p:
-        child = await rt.store.read_execution(p["child"])
+        child = ended if ended is not None and ended.eid == p["child"] else await rt.store.read_execution(p["child"])
         if child is None or not child.terminal or not decided(child.parent_fid):
             await _ack(rt, task)
             return

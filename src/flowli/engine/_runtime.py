@@ -178,6 +178,11 @@ class Runtime:
         commands of one process take turns (several children ending at once would otherwise race
         on the state's version and be decided again); other processes are fenced by the version."""
         """Hand-offs whose poll went away, being given back to the queue."""
+        self.decided_last: dict[str, tuple[Any, int, Any]] = {}
+        """Per decider execution that this process advanced last: its record after that write,
+        and its state's version and state (see ``_deciding.apply``). The next command starts from
+        them instead of reading both again; the state's compare-and-set refuses a write made on
+        them when another process advanced the execution meanwhile (decided again, read afresh)."""
         self.workers: list[Any] = []
         """The running workers of this process's engine: a start or an answer made here hands its
         execution to one with a free slot (``Worker.reserve``), without the queue."""
