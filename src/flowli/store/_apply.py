@@ -178,11 +178,28 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         seq = yield from announce(a.entry)
         if a.memo is not None:
             entries[a.memo] = replace(entries[a.memo], value=seq)
+    # the seqs of the other executions' entries: reserved with one statement per execution (a
+    # decider's command appends several events to one journal), in the order of the entries
+    counts: dict[str, int] = {}
+    for e in entries:
+        if w.fence is None or e.eid != w.fence.eid:
+            counts[e.eid] = counts.get(e.eid, 0) + 1
+    next_seqs: dict[str, int] = {}
+    for eid, n in counts.items():
+        if n > 1:
+            row = yield ("one", "UPDATE executions SET next_seq = next_seq + ? WHERE eid = ? RETURNING next_seq - ?",
+                         (n, eid, n))
+            if row is None:
+                raise UnknownExecutionError(eid)
+            next_seqs[eid] = int(row[0])
     entry_seqs = []
     for e in entries:
         if w.fence is not None and e.eid == w.fence.eid:
             entry_seqs.append((yield from insert_entry(e, fenced_seq, now)))
             fenced_seq += 1
+        elif e.eid in next_seqs:
+            entry_seqs.append((yield from insert_entry(e, next_seqs[e.eid], now)))
+            next_seqs[e.eid] += 1
         else:
             entry_seqs.append((yield from append(e, now)))
     if w.status is not None and not status_done:
@@ -278,6 +295,12 @@ def hold_task(w: Write, now: float) -> Plan:
     """Check the hold of a write on a task (see TaskHold) and end the task; refuse otherwise."""
     hold = w.hold
     assert hold is not None
+    if hold.owner is not None:
+        # the common case in one statement: a held lease, still running; else the reason is read
+        n = yield ("exec", "UPDATE tasks SET state = ?, lease_owner = NULL WHERE id = ? AND state = 'ready'"
+                           " AND lease_owner = ? AND visible_at > ?", (hold.end, hold.task_id, hold.owner, now))
+        if n:
+            return
     row = yield ("one", "SELECT state, lease_owner, visible_at FROM tasks WHERE id = ?{lock}", (hold.task_id,))
     if row is None:
         raise StaleAnswer(hold.task_id, "there is no such task")
@@ -290,6 +313,7 @@ def hold_task(w: Write, now: float) -> Plan:
                                             + (f" but by {owner}" if owner else " (it was given back)"))
         if visible_at <= now:
             raise StaleAnswer(hold.task_id, f"the lease of {hold.owner} expired")
+        raise StaleAnswer(hold.task_id, f"its lease is not held by {hold.owner}")  # not reached: the update took it
     elif hold.expired and (owner is None or visible_at > now):
         raise StaleAnswer(hold.task_id, "its lease has not expired")
     yield ("exec", "UPDATE tasks SET state = ?, lease_owner = NULL WHERE id = ?", (hold.end, hold.task_id))
