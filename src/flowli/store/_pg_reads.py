@@ -65,6 +65,14 @@ class PostgresReads:
         row = await self._pool.fetchrow("SELECT version, state FROM decider_states WHERE eid = $1", eid)
         return None if row is None else (int(row[0]), c.unjs(row[1]))
 
+    async def read_states(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
+        assert self._pool is not None
+        if not eids:
+            return {}
+        rows = await self._pool.fetch("SELECT eid, version, state FROM decider_states WHERE eid = ANY($1::text[])",
+                                      list(eids))
+        return {r[0]: (int(r[1]), c.unjs(r[2])) for r in rows}
+
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
         assert self._pool is not None
         rows = await self._pool.fetch(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = ANY($1::text[])", list(eids))

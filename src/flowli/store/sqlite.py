@@ -312,6 +312,15 @@ class SQLiteStore:
 
         return await self._r(run)
 
+    async def read_states(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
+        marks = ",".join("?" * len(eids))
+
+        def run(conn: sqlite3.Connection) -> dict[str, tuple[int, Any]]:
+            rows = conn.execute(f"SELECT eid, version, state FROM decider_states WHERE eid IN ({marks})", tuple(eids))
+            return {r[0]: (int(r[1]), c.unjs(r[2])) for r in rows}
+
+        return await self._r(run) if eids else {}
+
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
         marks = ",".join("?" * len(eids))
 
