@@ -36,7 +36,6 @@ from flowli.store import Intent, StatusChange, WakeCheck, Write
 
 from ._core import Stopping, StoreFailure
 from ._decider import DECIDER_TASK, decided
-from ._deciding import tell_parent
 from ._errors import error_data
 from ._frames import ROOT
 from ._tasks import cancel_and_wait
@@ -49,6 +48,10 @@ log = logging.getLogger("flowli.worker")
 
 class Activation(Waits):
     """The Context implementation: one run of the workflow function under one lease."""
+
+    told: tuple[Task, Any] | None = None
+    """The RESUME that this activation's end wrote leased to this process for its decider parent,
+    and its record as it ended: the worker applies it at once (``_deciding.tell_parent``)."""
 
     def run(self) -> Coroutine[Any, Any, Status]:
         """Run the workflow until it ends or suspends; returns the status it left. (Untraced, the
@@ -259,7 +262,7 @@ class Activation(Waits):
                 application=self.record.application,
             )
             if decided(self.record.parent_fid):
-                # the decider parent takes the end here, at once (see ``tell_parent``): the task is
+                # the decider parent takes the end in this worker, at once (``told``): the task is
                 # written leased to this process, so that no worker dequeues it meanwhile
                 told = replace(told, lease_owner=self.rt.owner, visible_at=now + self.rt.options.task_ttl)
             write.tasks.append(told)
@@ -267,7 +270,7 @@ class Activation(Waits):
             write.intent = Intent.APPEND  # an end goes with the plain appends of its batch
         await self._write(write, kind="end", final=True, payload={"status": status.value, "result": result, "error": error})
         if told is not None and told.lease_owner is not None:
-            await tell_parent(self.rt, told, replace(self.record, status=status, result=result, error=error))
+            self.told = (told, replace(self.record, status=status, result=result, error=error))
         if self.rt.tracing is not None:
             self.rt.tracing.finish(
                 f"workflow {self.wf.name}", self.trace, self.trace_parent,
