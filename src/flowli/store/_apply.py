@@ -76,6 +76,36 @@ def announce(entry: Entry) -> Plan:
     return None if row is None else int(row[0])
 
 
+def announce_all(entries: list[Entry]) -> Plan:
+    """``announce`` of each entry, in order, with one move of the control log's counter for all
+    of them (the seqs each gets are those one ``announce`` after the other would give)."""
+    if len(entries) == 1:
+        return [(yield from announce(entries[0]))]
+    todo: list[int] = []
+    for i, entry in enumerate(entries):
+        if entry.journal_seq is not None:
+            gone = yield ("one", "DELETE FROM unannounced WHERE eid = ? AND seq = ? RETURNING seq",
+                          (entry.eid, entry.journal_seq))
+            if gone is None:
+                continue  # announced already
+        todo.append(i)
+    out: list[int | None] = [None] * len(entries)
+    if not todo:
+        return out
+    (last,) = yield ("one", "UPDATE counters SET n = n + ? WHERE name = 'control_log' RETURNING n", (len(todo),))
+    for k, i in enumerate(todo):
+        entry = entries[i]
+        row = yield (
+            "one",
+            "INSERT INTO control_log (seq, eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING seq",
+            (int(last) - len(todo) + 1 + k, entry.eid, entry.kind.value, entry.fid, entry.attempt, entry.digest,
+             c.js(entry.value), c.js(entry.error), c.prov(entry.provenance), entry.journal_seq),
+        )
+        out[i] = None if row is None else int(row[0])
+    return out
+
+
 def next_message_seq(channel: str) -> Plan:
     """The next sequence number of a channel; in PostgreSQL the upsert also locks the channel's
     row, which serializes a send with a suspension that checks the channel."""
@@ -174,10 +204,11 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
                    (cl.key, cl.owner, now))
         if cl.memo is not None:
             entries[cl.memo] = replace(entries[cl.memo], value=n > 0)
-    for a in w.announcements:
-        seq = yield from announce(a.entry)
-        if a.memo is not None:
-            entries[a.memo] = replace(entries[a.memo], value=seq)
+    if w.announcements:
+        seqs = yield from announce_all([a.entry for a in w.announcements])
+        for a, seq in zip(w.announcements, seqs):
+            if a.memo is not None:
+                entries[a.memo] = replace(entries[a.memo], value=seq)
     # the seqs of the other executions' entries: reserved with one statement per execution (a
     # decider's command appends several events to one journal), in the order of the entries
     counts: dict[str, int] = {}
