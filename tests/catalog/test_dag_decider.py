@@ -140,3 +140,26 @@ async def test_a_list_of_dag_runs_reads_their_states_once_for_the_page_never_run
         assert batches == small_batches == ["read_executions", "read_states"]
         for run in listed:  # the list's state of each run is its view's
             assert (await catalog.status(run["workflow_id"]))["status"] == run["status"]
+
+
+async def test_the_dag_decider_shares_its_state_and_never_changes_one_in_place(open_engine):
+    """``flowli.dag`` is registered with ``shares``: the engine checks its state only where an
+    event changed it, which holds only if evolve never changes a state it was given."""
+    import copy
+
+    from flowli.engine.deciders import Event
+
+    async with open_engine(app()) as engine:
+        catalog = Catalog(engine)
+        await catalog.save_composition(gated())
+        wid = (await catalog.start("virtual.gated@1", {"bucket": "locked-9"}))["workflow_id"]
+        await parked(catalog, engine, wid)
+        decider = engine.registry.decider_of("flowli.dag")
+        assert decider.shares
+        state = decider.start_state()
+        for kind, data in await _events(engine, wid):
+            kept = copy.deepcopy(state)
+            after = decider.evolve(state, Event(kind, data))
+            assert state == kept and after is not state, kind
+            state = after
+        assert state == (await engine.decider_state(wid))[1]

@@ -48,6 +48,7 @@ from flowli.domain import (
     UnknownExecutionError,
     WorkflowArgumentsError,
     check_json,
+    check_json_since,
     child_eid,
     keyed_eid,
     new_eid,
@@ -317,7 +318,10 @@ def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any,
             raise TypeError(f"decide returned {e!r} among its events: each is a flowli.engine.deciders.Event")
         check_json(e.data, f"the data of event {e.kind!r} of decider {decider.name!r}")
     # check_json gives the state as the store gives it back (JSON's own types): no round trip
-    new_state = check_json(decider.fold(events, state, start=False), f"the state of decider {decider.name!r}")
+    folded = decider.fold(events, state, start=False)
+    what = f"the state of decider {decider.name!r}"
+    # a decider that shares what an event leaves (``Decider.shares``) is checked where it changed
+    new_state = check_json_since(folded, state, what) if decider.shares else check_json(folded, what)
     ends = [x for x in effects if isinstance(x, END)]
     if len(ends) > 1 or (ends and len(effects) > 1):
         raise ValueError(f"decide returned {effects!r}: an end comes alone, and once")

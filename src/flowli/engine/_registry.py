@@ -172,15 +172,16 @@ class Registry:
         setattr(fn, _ATTR, wf)
         return wf
 
-    def decider(self, name: str, *, version: str = "1", initial: Any, evolve: Evolve) -> Callable[[Decide], Decider]:
+    def decider(self, name: str, *, version: str = "1", initial: Any, evolve: Evolve,
+                shares: bool = False) -> Callable[[Decide], Decider]:
         """Register ``decide(state, command) -> (events, effects)`` as the decider ``name`` of
         ``version``, with ``evolve(state, event) -> state`` and the ``initial`` state (JSON).
         Its executions start as a workflow's (``engine.start(name, input)``) but are never
-        replayed: see ``flowli.engine.Decider``. Returns the Decider (which ``engine.start``
-        also takes)."""
+        replayed: see ``flowli.engine.Decider`` (and its ``shares``). Returns the Decider (which
+        ``engine.start`` also takes)."""
 
         def register(decide: Decide) -> Decider:
-            return self.add_decider(Decider(name, version, initial, decide, evolve))
+            return self.add_decider(Decider(name, version, initial, decide, evolve, shares))
 
         return register
 
