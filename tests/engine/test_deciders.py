@@ -14,7 +14,7 @@ import pytest
 
 import flowli
 from flowli import Context, Registry
-from flowli.domain import EntryKind, StaleAnswer, Status
+from flowli.domain import EntryKind, StaleAnswer, Status, TaskKind, task_id
 from flowli.engine.deciders import (
     Answered,
     Cancel,
@@ -197,7 +197,11 @@ async def test_an_order_runs_start_charge_signal_child_end(db_url: str, tmp_path
         assert (await engine.status(eid)).status is Status.SUSPENDED
         await engine.signal(eid, "ship", "Main St", by="bob@example.com")
         assert await engine.result(eid, timeout=10) == {"order": "o-1", "parcel": "parcel-o-1-Main St"}
-        assert eid not in replayed and replayed  # (the child, a workflow, was replayed)
+        # (the child, a workflow, started in this worker at once: its lease came with its record)
+        assert eid not in replayed
+        children = [r for r in await engine.statuses([c.eid for c in await engine.list()]) if r.parent_eid == eid]
+        assert [(c.status, c.lease_epoch) for c in children] == [(Status.COMPLETED, 1)]
+        assert await store.read_task(task_id(TaskKind.START, children[0].eid)) is None  # no START task went through the queue
         del store.read_journal, store.acquire_many
         state = await folds(engine, eid)
         assert state["status"] == "shipped"

@@ -97,7 +97,7 @@ from ._decider import (
     timer_fid,
 )
 from ._errors import error_data
-from ._runtime import Runtime
+from ._runtime import Runtime, entries_with_seqs
 from ._tracing import derived, execution_context, traceparent
 from ._transitions import Transition, commit
 from ._waits import new_execution
@@ -198,20 +198,56 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         began = rt.clock.now()
         own = await execution_span(rt, eid) if rt.tracing is not None else None
         decide(rt, decider, record, state, version, command, principal.actor, write, own)
+        direct = _direct_children(rt, write)
         try:
             result = await commit(rt, Transition(kind, write, eid, record.workflow, principal, record.application, payload))
         except StaleState:
+            _adopt(direct, write, None)
             rt.decided_last.pop(eid, None)
             record = None  # another command advanced it: decide again against the fresh state
             continue
         except BaseException:
+            _adopt(direct, write, None)
             rt.decided_last.pop(eid, None)
             raise
+        _adopt(direct, write, result)
         _remember(rt, record, write)
         if own is not None:
             _trace(rt, decider, record, command, version + 1, write, began, own)
         return result
     raise StaleState(eid, -1)
+
+
+def _direct_children(rt: Runtime, write: Write) -> list[tuple[int, Any]]:
+    """The child workflows of ``write`` that a worker of this process with a free slot takes at
+    once (a direct start, as ``engine.start``'s): each created leased to this process, with no
+    START task, and the worker that reserved its slot. A decider child starts with its START."""
+    direct: list[tuple[int, Any]] = []
+    if not rt.workers:
+        return direct
+    now = rt.clock.now()
+    for i, new in enumerate(write.executions):
+        if new.task is None or carries_command(new.task):
+            continue
+        worker = next((w for w in rt.workers if w.reserve(new.record.queue)), None)
+        if worker is None:
+            break
+        leased = dataclasses.replace(new.record, status=Status.RUNNING, lease_owner=rt.owner, lease_epoch=1,
+                                     lease_expires_at=now + rt.options.lease_ttl)
+        write.executions[i] = dataclasses.replace(new, record=leased, task=None)
+        direct.append((i, worker))
+    return direct
+
+
+def _adopt(direct: list[tuple[int, Any]], write: Write, result: WriteResult | None) -> None:
+    """Hand each child started directly to the worker that reserved its slot (``result`` None:
+    the write failed, the slots are given back)."""
+    for i, worker in direct:
+        new = write.executions[i]
+        if result is not None and result.created[i]:
+            worker.adopt(new.record, entries_with_seqs([new.entry], [1]))
+        else:
+            worker.unreserve()
 
 
 _REMEMBERED = 10_000
