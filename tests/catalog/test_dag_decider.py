@@ -123,9 +123,9 @@ async def test_a_list_of_dag_runs_reads_their_states_once_for_the_page_never_run
                 batches.append("read_executions")
                 return await super().read_executions(eids)
 
-            async def read_states(self, eids: Any) -> Any:
-                batches.append("read_states")
-                return await super().read_states(eids)
+            async def read_states_of(self, eids: Any) -> Any:
+                batches.append("read_states_of")
+                return await super().read_states_of(eids)
 
         store.__class__ = Counting
         try:
@@ -137,7 +137,7 @@ async def test_a_list_of_dag_runs_reads_their_states_once_for_the_page_never_run
         assert [r["workflow_id"] for r in listed] == list(reversed(wids)) and len(small) == 2
         assert {r["status"] for r in listed} == {"remediation_pending"}
         assert [(what, eid) for what, eid in per_run if any(eid.startswith(w) for w in wids)] == []
-        assert batches == small_batches == ["read_executions", "read_states"]
+        assert batches == small_batches == ["read_executions", "read_states_of"]
         for run in listed:  # the list's state of each run is its view's
             assert (await catalog.status(run["workflow_id"]))["status"] == run["status"]
 

@@ -254,7 +254,7 @@ class Engine:
         how it ended)."""
         if not eids:
             return {}
-        states = await self._store.read_states(list(eids))
+        states = await self._store.read_states_of(list(eids))
         if application is None or not states:
             return states
         mine = {r.eid for r in await self._store.read_executions(list(states)) if r.application == application}

@@ -65,7 +65,7 @@ class PostgresReads:
         row = await self._pool.fetchrow("SELECT version, state FROM decider_states WHERE eid = $1", eid)
         return None if row is None else (int(row[0]), c.unjs(row[1]))
 
-    async def read_states(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
+    async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         assert self._pool is not None
         if not eids:
             return {}

@@ -481,7 +481,7 @@ class Store(Protocol):
     async def read_state(self, eid: str) -> tuple[int, Any] | None:
         """The version and state of a decider's execution (None: no command advanced it yet)."""
 
-    async def read_states(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
+    async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         """``read_state`` of many executions in one read: those with a state, by eid."""
 
     async def read_journal_page(self, eid: str, f: JournalFilter, before: int | None, limit: int,

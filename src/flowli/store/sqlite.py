@@ -312,7 +312,7 @@ class SQLiteStore:
 
         return await self._r(run)
 
-    async def read_states(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
+    async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         marks = ",".join("?" * len(eids))
 
         def run(conn: sqlite3.Connection) -> dict[str, tuple[int, Any]]:
