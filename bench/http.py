@@ -50,11 +50,13 @@ def _flowli(db: str, *args: str) -> str:
 
 
 class Running:
-    """``flowli serve`` and an HttpWorker process on a fresh database."""
+    """``flowli serve`` and an HttpWorker process on a fresh database (``worker=False``: the
+    service alone, for a bench that works the jobs through the routes itself)."""
 
-    def __init__(self, db: str, concurrency: int = 32):
+    def __init__(self, db: str, concurrency: int = 32, worker: bool = True):
         self.db = db
         self.concurrency = concurrency
+        self.worker = worker
         self.procs: list[subprocess.Popen[str]] = []
 
     def __enter__(self) -> Running:
@@ -69,6 +71,8 @@ class Running:
         line = serve.stdout.readline()
         assert line.startswith("listening on "), line
         self.url = line.split("listening on ", 1)[1].strip()
+        if not self.worker:
+            return self
         worker = subprocess.Popen([sys.executable, "-m", "bench.http_worker", self.url, self.key, str(self.concurrency)],
                                   cwd=HERE.parent, text=True)
         self.procs.append(worker)

@@ -41,12 +41,12 @@ PINNED = {
     flowli.engine: [
         "AttemptView", "CallNext", "Checked", "Clock", "Consumer", "Context", "Decider", "Difference", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
         "Explanation", "FrameIds", "FrameView", "MAX_INTERVAL", "MIN_INTERVAL", "Memo", "Middleware", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
-        "SystemClock", "Transition", "Verification", "WorkflowDef", "divergence", "firing_key", "input_model", "next_fire", "problems",
+        "StateQuery", "StoredState", "SystemClock", "Transition", "Verification", "WorkflowDef", "divergence", "firing_key", "input_model", "next_fire", "problems",
         "reply_channel", "task_traceparent", "trigger", "unvisited",
     ],
     flowli.store: [
-        "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "Intent", "Item", "Items", "JournalFilter", "NewExecution", "NewMessage", "Plan", "Query", "Renewal",
-        "Resume", "StatusChange", "Store", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
+        "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "HELD", "Intent", "Item", "Items", "JournalFilter", "NewExecution", "NewItem", "NewMessage", "Plan", "Query", "Renewal",
+        "Resume", "StateIndex", "StateQuery", "StatusChange", "Store", "StoredState", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
     ],
     flowli.pipelines: [
         "Access", "Applications", "Conflict", "Forbidden", "MAX_ID", "MAX_NAME", "MAX_RETRIES",

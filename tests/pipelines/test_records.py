@@ -216,12 +216,21 @@ async def test_a_result_refused_in_a_race_leaves_none_of_its_appended_stages(ser
         view = await svc.get(made["id"])
         assert statuses(view) == [("discover", "Completed"), ("hold", "Pending")], view
         assert view["stages"][0]["output"] == "other"
+        # nothing of the refused result is kept beside the pipeline either: no stage item (an id
+        # that a view of its items would show as a NotStarted stage), and the refusal is in its history
+        eid = (await svc.engine.items.get("pipeline", made["id"])).key
+        assert await svc.engine.items.find("stage", f"{eid}/ghost", "billing") is None
+        assert await svc.engine.items.count("stage", "billing", prefix=f"{eid}/") == 2
+        [refusal] = [h for h in await history_with(svc, made["id"], "result.refused") if h["kind"] == "result.refused"]
+        assert (refusal["attempt"], refusal["value"]["executionId"]) == (job["attempt"], job["executionId"]), refusal
         # the name is free: an append may use it, and its stage runs
         r = await svc.http.post(f"/pipelines/{made['id']}/stages", headers=svc.api,
                                 json={"stages": [{"stageName": "ghost", "stageHandlerName": "Nobody"}]})
         assert r.status_code == 200, r.text
         view = await svc.get(made["id"])
         assert statuses(view) == [("discover", "Completed"), ("hold", "Pending"), ("ghost", "NotStarted")], view
+        ghost = await svc.engine.items.find("stage", f"{eid}/ghost", "billing")
+        assert ghost is not None and ghost.id == view["stages"][2]["id"] == r.json()["stages"][0]["id"]
 
 
 async def test_a_result_refused_for_a_cancelled_pipeline_leaves_none_of_its_appended_stages(served):

@@ -57,6 +57,10 @@ def _scope(by: By, application: str | None) -> str | None:
     return application
 
 
+STUCK_MAX = 500
+"""Stuck runs listed at most (the oldest first)."""
+
+
 class Catalog:
     def __init__(self, engine: Engine):
         self.engine = engine
@@ -405,31 +409,26 @@ class Catalog:
         now = self.engine.clock.now()
         horizon = now - older
         out = []
-        for st in ("pending", "running", "suspended"):
-            cursor = None
-            while True:
-                page = await self.engine.list(status=st, limit=200, cursor=cursor, application=app)
-                for s in page:
-                    if s.workflow.startswith("flowli.") and s.workflow != DAG:
-                        continue
-                    try:
-                        why = await self.engine.explain(s.eid, application=app)
-                    except Exception:  # archived or gone meanwhile
-                        continue
-                    if why.last_at is None or why.last_at > horizon:
-                        continue
-                    if any(w["kind"] == "timer" and w.get("at") and w["at"] > now.isoformat() for w in why.waits):
-                        continue
-                    record = await self.engine.status(s.eid, application=app)
-                    out.append({"workflow_id": s.eid, "workflow_type": runs.workflow_type(record),
-                                "status": await self._state(record, [] if runs.decided(record) else
-                                                            await self.engine.journal(s.eid, application=app)),
-                                "idle_seconds": round((now - why.last_at).total_seconds(), 1),
-                                "last_seq": why.last_seq,
-                                "waiting_on": {"summary": why.summary, "waits": [dict(w) for w in why.waits]}})
-                if page.next is None:
-                    break
-                cursor = page.next
+        # the candidates: records unchanged since the horizon, no future timer (an index read);
+        # each one's journal then says whether it made progress since (a running step appends
+        # without changing its record)
+        for record in await self.engine.idle(older, application=app, limit=STUCK_MAX):
+            if record.workflow.startswith("flowli.") and record.workflow != DAG:
+                continue
+            try:
+                why = await self.engine.explain(record.eid, application=app)
+            except Exception:  # noqa: BLE001 - archived or gone meanwhile
+                continue
+            if why.last_at is None or why.last_at > horizon:
+                continue
+            if any(w["kind"] == "timer" and w.get("at") and w["at"] > now.isoformat() for w in why.waits):
+                continue
+            out.append({"workflow_id": record.eid, "workflow_type": runs.workflow_type(record),
+                        "status": await self._state(record, [] if runs.decided(record) else
+                                                    await self.engine.journal(record.eid, application=app)),
+                        "idle_seconds": round((now - why.last_at).total_seconds(), 1),
+                        "last_seq": why.last_seq,
+                        "waiting_on": {"summary": why.summary, "waits": [dict(w) for w in why.waits]}})
         return out
 
     async def terminate(self, workflow_id: str, reason: str, min_idle_seconds: float = 600,

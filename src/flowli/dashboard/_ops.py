@@ -17,7 +17,7 @@ from starlette.routing import Route
 from flowli.catalog import CatalogError
 from flowli.domain import FlowliError, checked_eid
 from flowli.patterns import answer_review, inbox
-from flowli.pipelines import WORKFLOW, Access
+from flowli.pipelines import Access
 
 from . import _graph
 from ._app import Refused, refusal
@@ -59,15 +59,9 @@ def routes(d: Dashboard) -> list[Route]:
             for r in await inbox(d.engine, application=application):
                 reviews.append({"eid": r.eid, "subject": r.subject, "queue": r.queue, "opened_at": r.opened_at,
                                 "data": json.dumps(r.data, default=str)[:400]})
-            for st in ("suspended", "running", "pending"):
-                for s in await d.engine.list(st, WORKFLOW, PIPELINES_SCANNED, application=application):
-                    record = await d.engine.status(s.eid, application=application)
-                    pid = record.args[0].get("pipelineId") if record.args and isinstance(record.args[0], dict) else None
-                    if pid is None:
-                        continue
-                    view = await d.pipelines.get(access, pid)
-                    stages += [{"pipeline": view, "stage": x, "eid": s.eid} for x in view["stages"]
-                               if x["status"] == "WaitingForApproval"]
+            for eid, view in await d.pipelines.waiting(access, PIPELINES_SCANNED):
+                stages += [{"pipeline": view, "stage": x, "eid": eid} for x in view["stages"]
+                           if x["status"] == "WaitingForApproval"]
         return d.page(request, "inbox.html", user, application=application, reviews=reviews, stages=stages,
                       done=request.query_params.get("done") in ("approved", "rejected"))
 

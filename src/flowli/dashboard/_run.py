@@ -177,7 +177,9 @@ async def _show(d: Dashboard, request: Request, user: User, application: str, re
     more = len(entries) == ENTRIES_SHOWN
     if s["view"] is not None and before is None and not filters["frame"] and kind in (None, REFUSED):
         # a refused late result is no journal entry (nothing changed): it shows among the newest
-        refused = [r for r in await _refused_results(d, application, record.eid)
+        # those of the journal are in its page already, unless a filter left them out
+        journaled = kind == REFUSED or attempt is not None
+        refused = [r for r in await _refused_results(d, application, record.eid, journaled)
                    if attempt is None or r["attempt"] == attempt]
         matched += len(refused)
         entries = sorted(entries + refused, key=lambda e: e["at"], reverse=True)
@@ -212,8 +214,14 @@ def _context(record: ExecutionRecord, view: dict[str, Any] | None) -> dict[str, 
     return {"items": [], "keywords": [], "args": json.dumps(redact_value(record.args), default=str)[:4 * VALUE_CHARS]}
 
 
-async def _refused_results(d: Dashboard, application: str, eid: str) -> list[dict[str, Any]]:
+async def _refused_results(d: Dashboard, application: str, eid: str, journaled: bool) -> list[dict[str, Any]]:
+    """The refused late results of a pipeline: the ones its journal announces (with
+    ``journaled``), and the records that older code kept beside it."""
     out = []
+    if journaled:
+        announced, _ = await d.engine.journal_page(eid, kind=EntryKind.ANNOUNCED.value, limit=ENTRIES_SHOWN,
+                                                   application=application)
+        out += [x for x in map(row, announced) if x["kind"] == REFUSED]
     for r in await d.engine.items.list("refused", application, prefix=f"{eid}/"):
         b = r.body
         out.append({"seq": None, "kind": REFUSED, "fid": "", "attempt": b.get("attempt"),
@@ -234,6 +242,13 @@ def row(entry: Any) -> dict[str, Any]:
     kind, value = entry.kind.value, entry.value
     if entry.kind is EntryKind.EVENT and isinstance(value, dict):  # a decider's event, in its own words
         kind, value = str(value.get("event")), value.get("data")
+    elif entry.kind is EntryKind.ANNOUNCED and isinstance(value, dict) and value.get("kind") == REFUSED \
+            and isinstance(value.get("data"), dict):  # a late result the pipeline refused
+        b = value["data"]
+        return {"seq": entry.seq, "kind": REFUSED, "fid": "", "attempt": b.get("attempt"),
+                "value": _short(redact_value(b)), "error_type": None, "error_code": b.get("errorCode"),
+                "error_message": b.get("reason"), "actor": str(b.get("actor") or ""), "site": "",
+                "at": prov.at if prov else None}
     return {"seq": entry.seq, "kind": kind, "fid": entry.fid or "", "attempt": entry.attempt,
             "value": _short(redact_value(value)), "error_type": error.get("type"), "error_code": error.get("code"),
             "error_message": error.get("message"), "actor": str(prov.actor) if prov else "",

@@ -3,6 +3,9 @@
 Imports domain and the Store protocol, never a backend module.
 """
 
+from flowli.store import StateQuery as StateQuery
+from flowli.store import StoredState as StoredState
+
 from ._clock import Clock as Clock
 from ._clock import SystemClock as SystemClock
 from ._consumer import Consumer as Consumer
@@ -74,6 +77,8 @@ __all__ = [
     "Options",
     "Registry",
     "Projector",
+    "StateQuery",
+    "StoredState",
     "SystemClock",
     "Transition",
     "WorkflowDef",

@@ -44,7 +44,7 @@ from flowli.domain import (
     principal_for,
     task_id,
 )
-from flowli.store import Acquisition, NewMessage, Resume, TaskHold, Write
+from flowli.store import Acquisition, NewItem, NewMessage, Resume, TaskHold, Write
 
 from . import _deciding as deciding
 from ._handoff import Poll
@@ -170,26 +170,28 @@ class Consumer:
         """Give the task back to the queue, visible again after ``delay`` (the same attempt)."""
         return await self.rt.store.nack(task.id, self.name, delay, self.rt.clock.now())
 
-    async def answer(self, task: Task, value: Any, by: str | Principal | None = None) -> int | None:
+    async def answer(self, task: Task, value: Any, by: str | Principal | None = None, *,
+                     items: Sequence[NewItem] = ()) -> int | None:
         """Answer a task as ``by`` (an email address for a person): the frame's outcome, the task's
-        end and a RESUME in one write. Returns the message seq for a task without a frame."""
-        return await settle(self.rt, self.name, task, value, None, by, TaskHold(task.id, owner=self.name))
+        end and a RESUME in one write, with ``items`` (a stale answer writes none of them).
+        Returns the message seq for a task without a frame."""
+        return await settle(self.rt, self.name, task, value, None, by, TaskHold(task.id, owner=self.name), items)
 
     async def fail(
         self, task: Task, error_type: str, message: str, *, retryable: bool = True, by: str | Principal | None = None,
-        details: Any = None,
+        details: Any = None, items: Sequence[NewItem] = (),
     ) -> None:
         """Report that this attempt failed; the frame's retry policy decides whether another one
         runs (``retryable=False``: none). ``details`` (JSON) reach a decider with its command
-        ``Failed``; a workflow's frame keeps none."""
+        ``Failed``; a workflow's frame keeps none. ``items`` go in the same write."""
         if not isinstance(error_type, str) or not error_type:
             raise ValueError(f"fail takes an error type such as 'TIMEOUT', got {error_type!r}")
         await settle(self.rt, self.name, task, check_json(details, f"the details of the failure of task {task.id}"),
-                     (error_type, str(message), retryable), by, TaskHold(task.id, owner=self.name))
+                     (error_type, str(message), retryable), by, TaskHold(task.id, owner=self.name), items)
 
 
 async def _settle_decided(rt: Runtime, task: Task, value: Any, failure: tuple[str, str, bool] | None,
-                          principal: Principal, hold: TaskHold) -> None:
+                          principal: Principal, hold: TaskHold, items: Sequence[NewItem] = ()) -> None:
     """An answer or a failure of a decider's DELEGATE task: the command goes to its decider in
     the write that ends the task under ``hold`` (a fenced answer: a stale one changes nothing)."""
     assert task.eid is not None
@@ -198,7 +200,7 @@ async def _settle_decided(rt: Runtime, task: Task, value: Any, failure: tuple[st
     payload = {"task": task.id, "attempt": task.attempt, "value": value} if failure is None else \
         {"task": task.id, "attempt": task.attempt, "error_type": failure[0], "message": failure[1]}
     try:
-        result = await deciding.apply(rt, task.eid, command, kind=kind, base=lambda: Write(hold=hold),
+        result = await deciding.apply(rt, task.eid, command, kind=kind, base=lambda: Write(hold=hold, items=list(items)),
                                       principal=principal, payload=payload)
     except (ExecutionStateError, UnknownExecutionError):
         result = None
@@ -212,7 +214,7 @@ async def _settle_decided(rt: Runtime, task: Task, value: Any, failure: tuple[st
 
 async def settle(
     rt: Runtime, name: str, task: Task, value: Any, failure: tuple[str, str, bool] | None,
-    by: str | Principal | None, hold: TaskHold,
+    by: str | Principal | None, hold: TaskHold, items: Sequence[NewItem] = (),
 ) -> int | None:
     """Answer or fail a DELEGATE task (``failure``: error type, message, retryable) under ``hold``:
     a consumer's own lease, or, for an operator's answer (``engine.answer``), whoever holds it."""
@@ -224,7 +226,7 @@ async def settle(
     actor = principal.actor
     frame = task.frame
     if frame is not None and frame.get("decider"):
-        await _settle_decided(rt, task, value, failure, principal, hold)
+        await _settle_decided(rt, task, value, failure, principal, hold, items)
         return None
     code = Code(frame.get("workflow"), frame.get("version"), FrameKind.DELEGATE.value, "delegate") if frame else Code()
     prov = rt.provenance(actor=actor, code=code, attempt=task.attempt,
@@ -238,7 +240,7 @@ async def settle(
         # a task enqueued on its own: the answer is a message on its reply channel
         write = Write(expect=(task.eid, _LIVE), messages=[NewMessage(
             f"{task.eid}.{reply_channel(task.id)}", value, prov, application=task.application)],
-            acks=[(task.id, None)], resumes=[resume])
+            acks=[(task.id, None)], resumes=[resume], items=list(items))
     else:
         if failure is None:
             entry = Entry(eid=task.eid, kind=EntryKind.FRAME_COMPLETED, provenance=prov, fid=frame["fid"],
@@ -250,7 +252,7 @@ async def settle(
             entry = Entry(eid=task.eid, kind=EntryKind.FRAME_FAILED, provenance=prov, fid=frame["fid"],
                           attempt=task.attempt, value=outcome,
                           error={"type": error_type, "module": None, "message": message})
-        write = Write(expect=(task.eid, _LIVE), entries=[entry], hold=hold, resumes=[resume])
+        write = Write(expect=(task.eid, _LIVE), entries=[entry], hold=hold, resumes=[resume], items=list(items))
     # a worker of this process with a free slot runs the resumed execution at once: the write
     # acquires its lease, so its RESUME goes through no queue (as a direct start's START)
     worker = next((w for w in rt.workers if w.reserve(None)), None)

@@ -272,6 +272,9 @@ class Decider:
     initial: Any
     decide: Decide
     evolve: Evolve
+    index: Callable[[Any], Index] | None = None
+    """``index(state) -> Index``: what lists of its executions filter and order on, written
+    with each state (``engine.decided`` reads pages of them); None: not listed."""
     shares: bool = False
     """``evolve`` never changes a state in place: it returns a new object, which shares the parts
     an event leaves as they were with the state before (a copy of the parts that change, as a
@@ -296,6 +299,22 @@ class Decider:
         for event in events:
             out = self.evolve(out, event)
         return out
+
+
+@dataclass(frozen=True)
+class Index:
+    """What a list filters and orders a decider's executions on, from one state (see
+    ``Decider.index``): a ``number`` the layer above gave it (lists are newest first by it), a
+    ``label`` (a status in the decider's words), a ``name``, exact ``key:value`` ``tags``, the
+    ``text`` a search matches (never a sensitive value), and how many decisions of a person it
+    is ``waiting`` for (an inbox lists those above 0)."""
+
+    number: int | None = None
+    label: str | None = None
+    name: str | None = None
+    tags: tuple[str, ...] = ()
+    text: str = ""
+    waiting: int = 0
 
 
 def check(name: str, version: str, initial: Any, decide: Any, evolve: Any) -> None:

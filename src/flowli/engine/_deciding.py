@@ -50,6 +50,7 @@ from flowli.domain import (
     check_json,
     check_json_since,
     child_eid,
+    dumps,
     keyed_eid,
     new_eid,
     principal_for,
@@ -57,10 +58,13 @@ from flowli.domain import (
 )
 from flowli.domain import Timer as StoreTimer
 from flowli.store import (
+    HELD,
     Advance,
     Intent,
     JournalFilter,
     NewExecution,
+    NewItem,
+    StateIndex,
     StatusChange,
     TaskHold,
     Withdrawal,
@@ -104,6 +108,8 @@ from ._waits import new_execution
 
 log = logging.getLogger("flowli.deciders")
 NOT_TERMINAL = frozenset(Status) - TERMINAL
+HELD_MAX = 1000
+"""Decider states a process holds (see ``Runtime.held``); past it, it forgets them all."""
 _TRIES = 100
 """Decisions of one command against a state that others keep advancing, before giving up."""
 
@@ -132,9 +138,11 @@ def start_execution(rt: Runtime, decider: Decider, eid: str, args: list[Any], *,
 
 
 async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *, by: Any, key: str | None, queue: str,
-                        application: str | None, trace: dict[str, Any] | None = None) -> str:
+                        application: str | None, trace: dict[str, Any] | None = None,
+                        items: tuple[NewItem, ...] = ()) -> str:
     """``engine.start`` of a decider: its execution, with the START task that carries its input
-    to a worker (the command Start). Returns the eid; a keyed start returns the first one's."""
+    to a worker (the command Start), and ``items`` if the write creates it. Returns the eid; a
+    keyed start returns the first one's."""
     if len(args) > 1:
         raise WorkflowArgumentsError(decider.name, f"a decider takes one input, got {len(args)} arguments")
     json_args = check_json(list(args), f"the input of decider {decider.name!r}", "args")
@@ -142,9 +150,28 @@ async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *,
     principal = principal_for(by, Actor("system", "engine"), application)
     new = start_execution(rt, decider, eid, json_args, queue=queue, key=key, actor=principal.actor,
                           application=application, trace=trace)
-    await commit(rt, Transition("start", Write(intent=Intent.START, executions=[new]), eid, decider.name, principal,
+    new = dataclasses.replace(new, items=items)
+    write = Write(intent=None if items else Intent.START, executions=[new])  # items: the generic path
+    if decider.index is not None:
+        # listed from its start: the index of the state its Start will lead to, at version 0
+        # (written only if the row is absent; its first command takes the row over)
+        first = Start(json_args[0] if json_args else None, at=new.record.created_at.isoformat())
+        events, _ = decider.decide(plain(decider.start_state()), first)
+        write = Write(executions=[new], advance=Advance(eid, 0, None, state_index(
+            decider, new.record, decider.fold(events))))
+    await commit(rt, Transition("start", write, eid, decider.name, principal,
                                 application, {"args": json_args, "version": decider.version, "queue": queue, "key": key}))
     return eid
+
+
+def state_index(decider: Decider, record: ExecutionRecord, state: Any) -> StateIndex | None:
+    """The index row of ``state`` (None for a decider that is not listed)."""
+    if decider.index is None:
+        return None
+    got = decider.index(state)
+    return StateIndex(decider=decider.name, application=record.application,
+                      created_at=record.created_at.timestamp(), number=got.number, label=got.label, name=got.name,
+                      tags=tuple(got.tags), text=got.text, waiting=got.waiting)
 
 
 Base = Callable[[], Write]
@@ -177,8 +204,8 @@ async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Bas
 async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Base, principal: Principal,
                  payload: Any, record: ExecutionRecord | None, reopen: bool) -> WriteResult | None:
     for _ in range(_TRIES):
-        # what this process's last write left (see ``Runtime.decided_last``): no read of the
-        # record (when the caller has none) nor of the state; the version fences a stale one
+        # the record this process's last write left (see ``Runtime.decided_last``): no read of
+        # it when the caller has none; the state's version fences a stale one
         known = rt.decided_last.get(eid)
         if record is None:
             record = known[0] if known is not None else await rt.store.read_execution(eid)
@@ -189,11 +216,11 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         decider = rt.registry.decider_of(record.workflow, record.version)
         if decider is None:
             raise ValueError(f"execution {eid} runs {record.workflow} version {record.version}, not a decider")
-        if known is not None:
-            version, state = known[1], known[2]
-        else:
-            stored = await rt.store.read_state(eid)
-            version, state = stored if stored is not None else (0, plain(decider.start_state()))
+        held = rt.held.pop(eid, None)
+        stored = await rt.store.read_state(eid, held[0] if held is not None else None)
+        version, state = stored if stored is not None else (0, decider.start_state())
+        if state is HELD:
+            state = held[1]  # type: ignore[index]  # the state this process wrote last, still the stored one
         write = base()
         began = rt.clock.now()
         own = await execution_span(rt, eid) if rt.tracing is not None else None
@@ -212,6 +239,11 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
             raise
         _adopt(direct, write, result)
         _remember(rt, record, write)
+        advanced = write.advance
+        if advanced is not None and (write.status is None or not write.status.status.terminal):
+            if len(rt.held) >= HELD_MAX:
+                rt.held.clear()
+            rt.held[eid] = (advanced.version, advanced.state)
         if own is not None:
             _trace(rt, decider, record, command, version + 1, write, began, own)
         return result
@@ -264,7 +296,7 @@ def _remember(rt: Runtime, record: ExecutionRecord, write: Write) -> None:
     if len(rt.decided_last) >= _REMEMBERED:
         rt.decided_last.clear()
     after = record if change is None else dataclasses.replace(record, status=change.status)
-    rt.decided_last[eid] = (after, advance.version, advance.state)
+    rt.decided_last[eid] = (after, advance.version, None)
 
 
 def _trace(rt: Runtime, decider: Decider, record: ExecutionRecord, command: Command, version: int, write: Write,
@@ -323,15 +355,17 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
     decided_ = Write()  # what the decider decided, merged into the command's write when all of it holds
     try:
         new_state = _decided(rt, decider, record, state, command, actor, prov, now, decided_, own)
+        encoded = state_text(decider, new_state)
     except Exception as exc:
         log.warning("decider %s version %s failed on %s for execution %s: %s", decider.name, decider.version,
                     type(command).__name__, eid, exc)
         write.entries.append(Entry(eid=eid, kind=EntryKind.EXECUTION_FAILED, provenance=prov, fid=ROOT,
                                    error=error_data(exc)))
         _end(rt, record, write, StatusChange(eid, Status.FAILED, error=error_data(exc)), prov, now)
-        write.advance = Advance(eid, version + 1, state)
+        write.advance = Advance(eid, version + 1, state, _index_or_none(decider, record, state))
         return
-    write.advance = Advance(eid, version + 1, new_state)
+    write.advance = Advance(eid, version + 1, new_state, index=state_index(decider, record, new_state),
+                            encoded=encoded)
     write.entries += decided_.entries
     write.tasks += decided_.tasks
     write.timers += decided_.timers
@@ -339,6 +373,19 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
     write.withdrawals += decided_.withdrawals
     write.status = decided_.status
     write.clear_timers, write.withdraw_delegates = decided_.clear_timers, decided_.withdraw_delegates
+
+
+def state_text(decider: Decider, state: Any) -> str:
+    """The state as the store keeps it (JSON, checked already): encoded once per command."""
+    return dumps(state)
+
+
+def _index_or_none(decider: Decider, record: ExecutionRecord, state: Any) -> StateIndex | None:
+    """The index of a state whose decider failed on it: its index may fail the same way."""
+    try:
+        return state_index(decider, record, state)
+    except Exception:  # noqa: BLE001 - a defect of the decider's code, journaled by the caller
+        return None
 
 
 def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, command: Command, actor: Actor,
@@ -353,7 +400,8 @@ def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any,
         if not isinstance(e, Event):
             raise TypeError(f"decide returned {e!r} among its events: each is a flowli.engine.deciders.Event")
         check_json(e.data, f"the data of event {e.kind!r} of decider {decider.name!r}")
-    # check_json gives the state as the store gives it back (JSON's own types): no round trip
+    # check_json gives the state as the store gives it back (JSON's own types: a state this process
+    # holds for its next command is the one a read would give)
     folded = decider.fold(events, state, start=False)
     what = f"the state of decider {decider.name!r}"
     # a decider that shares what an event leaves (``Decider.shares``) is checked where it changed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import logging
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -15,9 +16,7 @@ from flowli.domain import (
     Entry,
     ExecutionRecord,
     Status,
-    Task,
     TaskKind,
-    Timer,
     UnknownTaskError,
     check_json,
     keyed_eid,
@@ -25,7 +24,15 @@ from flowli.domain import (
     principal_for,
 )
 from flowli.log import Evidence
-from flowli.store import Intent, Items, JournalFilter, Store, TaskHold, Write
+from flowli.store import (
+    Intent,
+    Items,
+    JournalFilter,
+    NewItem,
+    Store,
+    TaskHold,
+    Write,
+)
 
 from . import _operations as ops
 from . import _schedules as sched
@@ -39,6 +46,7 @@ from ._errors import rebuild_error
 from ._explain import Explanation, explain
 from ._operations import ENGINE_ACTOR, By, read_journal, read_record, scope_of
 from ._projection import ExecutionPage, Projection, Projector
+from ._read_models import ReadModels
 from ._registry import Registry
 from ._retention import retain
 from ._runtime import Options, Runtime, Stats, entries_with_seqs
@@ -54,7 +62,7 @@ from ._worker import Worker
 log = logging.getLogger("flowli.schedules")
 
 
-class Engine:
+class Engine(ReadModels):
     """One store, one registry, one clock. Every method is a coroutine but :meth:`worker`."""
 
     def __init__(
@@ -185,27 +193,22 @@ class Engine:
     # ---- executions -----------------------------------------------------------------------
 
     async def start(
-        self,
-        workflow: str | Callable[..., Any],
-        *args: Any,
-        by: By = None,
-        key: str | None = None,
-        version: str | None = None,
-        queue: str = "default",
-        application: str | None = None,
-        traceparent: str | None = None,
+        self, workflow: str | Callable[..., Any], *args: Any, by: By = None, key: str | None = None,
+        version: str | None = None, queue: str = "default", application: str | None = None,
+        traceparent: str | None = None, items: Sequence[NewItem] = (),
     ) -> str:
         """Start an execution; returns its eid. With ``key``, a second start (of the same
         application) returns the first eid. ``by`` is a string or a Principal; the execution
         belongs to ``application``, else to the principal's (None: single-tenant). Its spans
         join the trace of ``traceparent`` (a W3C header, or a bare trace id), else of the
-        caller's current span (with tracing on)."""
+        caller's current span (with tracing on). ``items`` are written in the write that
+        creates the execution (none when a keyed start finds it)."""
         app = scope_of(by, application)
         decider = self.registry.decider_of(workflow, version)
         if decider is not None:
             trace_ = start_context(traceparent) if traceparent is not None or self._rt.tracing is not None else None
             return await start_decided(self._rt, decider, args, by=by, key=key, queue=queue, application=app,
-                                       trace=trace_)
+                                       trace=trace_, items=tuple(items))
         wf = self.registry.get(workflow, version)
         wf.bind(args)
         json_args = check_json(list(args), f"the arguments of workflow {wf.name!r}", "args")
@@ -217,7 +220,8 @@ class Engine:
         trace_ = start_context(traceparent) if traceparent is not None or self._rt.tracing is not None else None
         new = new_execution(self._rt, wf, eid, json_args, queue=queue, key=key, actor=principal.actor,
                             leased=worker is not None, application=app, trace=trace_)
-        t = Transition("start", Write(intent=Intent.START, executions=[new]), eid, wf.name, principal, app,
+        new = dataclasses.replace(new, items=tuple(items))
+        t = Transition("start", Write(intent=None if items else Intent.START, executions=[new]), eid, wf.name, principal, app,
                        {"args": json_args, "version": wf.version, "queue": queue, "key": key})
         try:
             result = await commit(self._rt, t)
@@ -308,9 +312,17 @@ class Engine:
         return await read_log(self._rt, self._archive, after, limit, application)
 
     async def signal(self, eid: str, channel: str, payload: Any, by: By = None, *,
-                     application: str | None = None) -> int:
-        """Send one message to ``{eid}.{channel}`` and enqueue a RESUME; returns its sequence."""
-        return await ops.signal(self._rt, self._archive, eid, channel, payload, by, scope_of(by, application))
+                     application: str | None = None, items: Sequence[NewItem] = ()) -> int:
+        """Send one message to ``{eid}.{channel}`` and enqueue a RESUME; returns its sequence.
+        ``items`` are written in the same write."""
+        return await ops.signal(self._rt, self._archive, eid, channel, payload, by, scope_of(by, application),
+                                list(items))
+
+    async def announce(self, eid: str, kind: str, data: Any, by: By = None, *, application: str | None = None) -> int:
+        """Append what happened to an execution from outside it (``kind``, JSON ``data``) to its
+        journal, whatever its status, as an ``announced`` entry (no command: a decider's state
+        and a workflow's replay ignore it); returns its seq."""
+        return await ops.announce(self._rt, eid, kind, data, by, scope_of(by, application))
 
     async def broadcast(self, channel: str, payload: Any, by: By = None, *, application: str | None = None) -> int:
         """Send one message on a global channel and resume every waiter of it."""
@@ -577,25 +589,6 @@ class Engine:
     async def evidence(self, eid: str) -> builtins.list[Evidence]:
         """What the steps of an execution wrote while they ran, attempt by attempt (never authority)."""
         return await asyncio.to_thread(self._rt.bucket.read, eid)
-
-    async def timers(self, eid: str | None = None) -> builtins.list[Timer]:
-        """The timers set, for one execution or all."""
-        return await self._store.read_timers(eid)
-
-    async def tasks(
-        self, queue: str | None = None, eid: str | None = None, *, include_acked: bool = False,
-        application: str | None = None,
-    ) -> builtins.list[Task]:
-        """The tasks on queues, not yet acked (with ``include_acked``, also the acked and withdrawn)."""
-        tasks = await self._store.read_tasks(queue, eid, include_acked)
-        return [t for t in tasks if application is None or t.application == application]
-
-    async def task(self, task_id: str, *, application: str | None = None) -> Task | None:
-        """One task by id (acked and withdrawn ones too), or None (also for another application's)."""
-        task = await self._store.read_task(task_id)
-        if task is None or (application is not None and task.application != application):
-            return None
-        return task
 
     async def messages(self, eid: str, channel: str) -> builtins.list[Any]:
         return await self._store.read_messages(f"{eid}.{channel}", 0, 10_000)

@@ -34,7 +34,17 @@ from flowli.domain import (
     principal_for,
     task_id,
 )
-from flowli.store import Guard, Intent, JournalFilter, NewMessage, Resume, StatusChange, WakeWaiters, Write
+from flowli.store import (
+    Guard,
+    Intent,
+    JournalFilter,
+    NewItem,
+    NewMessage,
+    Resume,
+    StatusChange,
+    WakeWaiters,
+    Write,
+)
 
 from . import _deciding as deciding
 from ._archive import Archive, entry_from, record_from
@@ -107,7 +117,7 @@ async def read_journal_page(rt: Runtime, archive: Archive, eid: str, f: JournalF
 
 
 async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload: Any, by: By,
-                 application: str | None) -> int:
+                 application: str | None, items: list[NewItem] | None = None) -> int:
     """Send one message to ``{eid}.{channel}`` and enqueue a RESUME, in one write: the store checks
     the status (and the application), appends the message and enqueues the RESUME on the
     execution's queue."""
@@ -117,13 +127,14 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
     if rt.registry.has_deciders:
         record = await rt.store.read_execution(eid)
         if record is not None and visible(record, application) and rt.registry.decider_of(record.workflow, record.version) is not None:
-            return await _signal_decided(rt, record, channel, payload, principal, prov, application)
+            return await _signal_decided(rt, record, channel, payload, principal, prov, application, items or [])
     resume = Resume(
         id=task_id(TaskKind.RESUME, eid, f"signal:{new_eid()}"), eid=eid, payload={"channel": channel},
         provenance=prov, visible_at=rt.clock.now(),
     )
-    write = Write(intent=Intent.SIGNAL, expect=(eid, NOT_TERMINAL), application=application,
-                  messages=[NewMessage(f"{eid}.{channel}", payload, prov, application=application)], resumes=[resume])
+    write = Write(intent=None if items else Intent.SIGNAL, expect=(eid, NOT_TERMINAL), application=application,
+                  messages=[NewMessage(f"{eid}.{channel}", payload, prov, application=application)], resumes=[resume],
+                  items=list(items or []))
     try:
         result = await commit(rt, Transition("signal", write, eid, None, principal, application,
                                              {"channel": channel, "payload": payload}))
@@ -138,14 +149,15 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
 
 
 async def _signal_decided(rt: Runtime, record: ExecutionRecord, channel: str, payload: Any, principal: Principal,
-                          prov: Any, application: str | None) -> int:
+                          prov: Any, application: str | None, items: list[NewItem]) -> int:
     """A signal to a decider's execution: the message on its channel and the command Signal,
     decided in one write (no RESUME: nothing is replayed)."""
     eid = record.eid
 
     def base() -> Write:
         return Write(expect=(eid, NOT_TERMINAL), application=application,
-                     messages=[NewMessage(f"{eid}.{channel}", payload, prov, application=application)])
+                     messages=[NewMessage(f"{eid}.{channel}", payload, prov, application=application)],
+                     items=list(items))
 
     try:
         result = await deciding.apply(rt, eid, Signal(channel, payload, str(principal.actor)), kind="signal", base=base,
@@ -170,6 +182,22 @@ async def broadcast(rt: Runtime, channel: str, payload: Any, by: By, application
     result = await commit(rt, Transition("broadcast", write, None, None, principal, application,
                                          {"channel": channel, "payload": payload}))
     return int(result.message_seqs[0])
+
+
+async def announce(rt: Runtime, eid: str, kind: str, data: Any, by: By, application: str | None) -> int:
+    """Append an ``announced`` entry (``kind``, ``data``) to the journal of ``eid``, whatever its
+    status, in one write of its own (the record of something that changed nothing else, such as a
+    refused answer). It is no command and no frame's outcome: no decider folds it and no replay
+    reads it. UnknownExecutionError for an execution that is not live (or of another application)."""
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"announce takes a kind such as 'answer.refused', got {kind!r}")
+    data = check_json(data, f"the data of {kind!r} announced on execution {eid}", "data")
+    principal = principal_for(by, ENGINE_ACTOR, application)
+    entry = Entry(eid=eid, kind=EntryKind.ANNOUNCED, provenance=rt.provenance(actor=principal.actor),
+                  value={"kind": kind, "data": data})
+    write = Write(expect=(eid, frozenset(Status)), application=application, entries=[entry])
+    result = await commit(rt, Transition("announce", write, eid, None, principal, application, {"kind": kind, "data": data}))
+    return int(result.entry_seqs[0])
 
 
 async def cancel(rt: Runtime, archive: Archive, eid: str, by: By, application: str | None,

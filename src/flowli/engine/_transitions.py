@@ -28,11 +28,12 @@ from ._runtime import LOG, Runtime
 KINDS = frozenset({
     "start", "signal", "broadcast", "cancel", "migrate", "answer", "fail", "expire", "step_outcome",
     "hand_back", "suspend", "block", "end", "fire", "recover", "fold", "retry", "terminate", "append",
-    "decide",
+    "decide", "announce",
 })
 """Every transition kind. ``append`` is the fast lane of a running activation's frame writes;
 ``decide`` applies to a decider's execution a command that a task carried (its start, a fired
-timer, a child's end: see ``_deciding``)."""
+timer, a child's end: see ``_deciding``); ``announce`` records on an execution what changed
+nothing else (``engine.announce``)."""
 
 
 @dataclass(slots=True)

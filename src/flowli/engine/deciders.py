@@ -19,6 +19,7 @@ from ._decider import Event as Event
 from ._decider import Expired as Expired
 from ._decider import Fail as Fail
 from ._decider import Failed as Failed
+from ._decider import Index as Index
 from ._decider import Retried as Retried
 from ._decider import Signal as Signal
 from ._decider import Start as Start
@@ -41,6 +42,7 @@ __all__ = [
     "Expired",
     "Fail",
     "Failed",
+    "Index",
     "Retried",
     "Signal",
     "Start",

@@ -19,7 +19,6 @@ Commands and what they decide (events in the pipeline's words, effects the engin
 
 from __future__ import annotations
 
-import copy
 from datetime import timedelta
 from typing import Any
 
@@ -34,6 +33,7 @@ from flowli.engine.deciders import (
     Expired,
     Fail,
     Failed,
+    Index,
     Retried,
     Signal,
     Start,
@@ -72,10 +72,24 @@ def new_stage(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
-    s = copy.deepcopy(state)
+    """The state after ``event``: a new state that shares with ``state`` what the event does not
+    change (a stage's record is copied only when the event changes it), so folding one event
+    costs what the event touches, not the size of the pipeline. Neither argument is changed."""
+    s = dict(state)
     d = event.data or {}
-    stage = s["stages"].get(d.get("stage")) if isinstance(d, dict) and "stage" in d else None
     kind = event.kind
+    if kind in _TOUCHES_ALL:
+        s["stages"], s["order"], s["ids"], s["refused"] = \
+            dict(s["stages"]), list(s["order"]), dict(s["ids"]), list(s["refused"])
+    stage = None
+    if isinstance(d, dict) and "stage" in d and d.get("stage") in s["stages"]:
+        if s["stages"] is state["stages"]:
+            s["stages"] = dict(s["stages"])
+        old = s["stages"][d["stage"]]
+        # a stage's own containers: its fingerprints change in place below; its spec never does
+        stage = s["stages"][d["stage"]] = {**old, "fingerprints": dict(old["fingerprints"])}
+    if kind in _TOUCHES_CONTEXT:
+        s["context"], s["sensitive"] = dict(s["context"]), list(s["sensitive"])
     if kind == "pipeline.started":
         spec = d["spec"]
         s["spec"] = {k: v for k, v in spec.items() if k not in ("stages", "context")}
@@ -138,8 +152,9 @@ def evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
     elif kind == "stage.rerun":
         for n in d.get("stages") or []:
             st = s["stages"][n]
-            st.update(run=st["run"] + 1, status="NotStarted", output=None, errorCode=None, errorMessage=None,
-                      retries=0, expiries=0, decision=None, startedAt=None, finishedAt=None)
+            s["stages"][n] = {**st, "run": st["run"] + 1, "status": "NotStarted", "output": None, "errorCode": None,
+                              "errorMessage": None, "retries": 0, "expiries": 0, "decision": None, "startedAt": None,
+                              "finishedAt": None}
         s["outcome"] = None
     elif kind == "pipeline.paused":
         s["paused"] = True
@@ -152,6 +167,39 @@ def evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
     elif kind == "pipeline.cancelled":
         s["outcome"] = "Cancelled"
     return s
+
+
+_TOUCHES_ALL = frozenset({"pipeline.started", "stages.appended", "stage.rerun"})
+"""Events that change many stages or the order: folded on copies of the state's containers."""
+_TOUCHES_CONTEXT = frozenset({"stage.completed", "stage.waiting_for_approval", "stage.failed"})
+
+
+def status_of(state: dict[str, Any]) -> str:
+    """The pipeline's status by its state alone (its execution's end is in the state too: the
+    outcome is decided in the write that ends it)."""
+    if state.get("spec") is None:
+        return "NotStarted"
+    if state["outcome"] is not None:
+        return str(state["outcome"])
+    if state["paused"]:
+        return "Paused"
+    started = any(s["status"] != "NotStarted" for s in state["stages"].values())
+    return "Running" if started else "NotStarted"
+
+
+def index(state: dict[str, Any]) -> Index:
+    """What lists of pipelines filter on: the status, the name, the keywords, the search text
+    (the name, the id, the idempotency key and the context's values that are not sensitive),
+    and how many stages wait for an approval (the inbox)."""
+    spec = state.get("spec") or {}
+    sensitive = set(state["sensitive"])
+    text = [spec.get("name") or "", str(spec.get("pipelineId", "")), spec.get("idempotencyKey") or ""]
+    text += [str(c.get("value")) for k, c in state["context"].items()
+             if k not in sensitive and not c.get("isSensitive") and c.get("value") is not None]
+    return Index(number=spec.get("pipelineId"), label=status_of(state), name=spec.get("name"),
+                 tags=tuple(f"{k.get('key')}:{k.get('value')}" for k in spec.get("keywords") or []),
+                 text="\n".join(text).lower(),
+                 waiting=sum(1 for st in state["stages"].values() if st["status"] == "WaitingForApproval"))
 
 
 def _add(s: dict[str, Any], spec: dict[str, Any]) -> None:
@@ -396,4 +444,4 @@ def install(registry: Registry) -> None:
     workflow of version 1 (the pipelines created before finish as they began)."""
     _workflow.install(registry)
     if WORKFLOW not in registry.decider_names():
-        registry.decider(WORKFLOW, version=VERSION, initial=INITIAL, evolve=evolve)(decide)
+        registry.decider(WORKFLOW, version=VERSION, initial=INITIAL, evolve=evolve, index=index)(decide)

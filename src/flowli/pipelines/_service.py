@@ -2,7 +2,9 @@
 operator actions. Every change reaches the pipeline's execution through the engine (a start, a
 signal on its ``pipeline`` channel, a cancel, a retry), so it is in its journal with its actor.
 Numeric pipeline and stage ids are store items; sensitive context values are items too, never
-in the journal."""
+in the journal. Each is written in the write of the change it belongs to (the start, the append's
+signal, the result's answer), its id reserved before: a change refused, or lost to a crash,
+leaves none of them."""
 
 from __future__ import annotations
 
@@ -22,19 +24,24 @@ from flowli.domain import (
     mask,
     redact,
 )
-from flowli.engine import Engine
+from flowli.engine import Engine, StateQuery, StoredState
+from flowli.store import NewItem, StateIndex
 
 from . import _retry
 from ._access import Access, item_id, owned
-from ._decider import CHANNEL, VERSION, WORKFLOW, install
+from ._decider import CHANNEL, VERSION, WORKFLOW, index, install
 from ._errors import Conflict, NotFound, PipelineInputError
 from ._spec import declaration, intent_digest, labels, short, stage_list
 from ._view import build, declared, iso, legacy_state, pipeline_status
 from ._workflow import REOPEN
 
 PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
+REFUSED_RESULT = "result.refused"
+"""What the journal of a pipeline announces of a result it refused (see Workers._refuse)."""
 STATUSES = ("NotStarted", "Running", "Paused", "Completed", "Failed", "Cancelled")
 TERMINAL = ("Completed", "Failed", "Cancelled")
+UPGRADE, LEGACY_INDEX = "upgrade", "pipelines-of-version-1-indexed"
+"""The marker item of the one index of the pipelines of version 1 (the ones still running)."""
 STAGES_KEPT = 10_000
 """Stage items a process keeps (see Pipelines.stage_item)."""
 
@@ -43,6 +50,7 @@ class Pipelines:
     def __init__(self, engine: Engine):
         self.engine = engine
         self._stages: dict[int, Any] = {}
+        self._legacy_done = False
         install(engine.registry)
 
     @property
@@ -66,74 +74,100 @@ class Pipelines:
             short(key, "idempotencyKey")
         decl = declaration(body)
         digest = intent_digest(decl)
-        now = self.engine.clock.now()
         if idempotent:
-            claim, created = await self.items.put(IDEMPOTENCY, access.application, key,
-                                                  {"eid": str(uuid.uuid4()), "intent": digest}, now)
-            if claim.body["intent"] != digest:
-                existing = await self.items.find(PIPELINE, keyed_eid(WORKFLOW, f"{access.application}/{claim.body['eid']}"),
-                                                 access.application)
-                raise Conflict(f"idempotencyKey {key!r} was used for a different creation intent",
-                               pipelineId=existing.id if existing else None)
-            start_key = claim.body["eid"]
+            # the execution's key is the idempotency key: its start is idempotent, and its stored
+            # input keeps the intent a repeat is compared with. A claim item is older code's record
+            # of a key (its pipeline's execution has the key the claim names).
+            claim = await self.items.find(IDEMPOTENCY, key, access.application)
+            start_key = claim.body["eid"] if claim else f"{IDEMPOTENCY}:{key}"
+            eid = keyed_eid(WORKFLOW, f"{access.application}/{start_key}")
+            known = await self._declared(access, eid)
+            if known is not None:
+                return await self._repeated(access, key, eid, known, digest, claim), False
+            if claim is not None and claim.body["intent"] != digest:
+                raise Conflict(f"idempotencyKey {key!r} was used for a different creation intent", pipelineId=None)
         else:
-            key, created, start_key = None, True, str(uuid.uuid4())
-        eid = keyed_eid(WORKFLOW, f"{access.application}/{start_key}")  # what engine.start gives it
-        # the pipeline's id and its stages' ids in one write
-        pipeline_item, stages = await self._number(access, eid, decl["stages"], decl["name"], decl["keywords"],
-                                                   {"name": decl["name"], "idempotencyKey": key})
-        context = await self._keep_secrets(access, eid, decl["context"], new=created)
-        spec = {"pipelineId": pipeline_item.id, "name": decl["name"], "idempotencyKey": key, "traceId": decl["traceId"],
-                "application": access.application, "stages": stages, "keywords": decl["keywords"], "context": context}
+            key, start_key = None, str(uuid.uuid4())
+            eid = keyed_eid(WORKFLOW, f"{access.application}/{start_key}")  # what engine.start gives it
+        # the pipeline's id and its stages' ids are reserved, and their items written in the
+        # write that creates the execution, with the sealed values of its sensitive context
+        pid, stages, rows = await self._number(access, eid, decl["stages"], decl["name"], decl["keywords"],
+                                               {"name": decl["name"], "idempotencyKey": key})
+        context, sealed = await self._keep_secrets(access, eid, decl["context"], new=True)
+        spec = {"pipelineId": pid, "name": decl["name"], "idempotencyKey": key, "traceId": decl["traceId"],
+                "application": access.application, "stages": stages, "keywords": decl["keywords"], "context": context,
+                "intent": digest}
         await self.engine.start(WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines", version=VERSION,
-                                traceparent=traceparent or decl["traceId"])
-        if created:
-            return declared(spec, access.application_id, self.engine.clock.now()), True
-        return await self._view(access, pipeline_item.id, eid), False
+                                traceparent=traceparent or decl["traceId"], items=[*rows, *sealed])
+        if idempotent:
+            known = await self._declared(access, eid)
+            if known is not None and known.get("pipelineId") != pid:  # a concurrent create of the key was first
+                return await self._repeated(access, key, eid, known, digest, None), False
+        return declared(spec, access.application_id, self.engine.clock.now()), True
+
+    async def _declared(self, access: Access, eid: str) -> dict[str, Any] | None:
+        """The input of the pipeline of execution ``eid`` (its declaration), or None when there is none."""
+        try:
+            record = await self.engine.status(eid, application=access.application)
+        except UnknownExecutionError:
+            return None
+        spec = record.args[0] if record.args else None
+        return spec if isinstance(spec, dict) else None
+
+    async def _repeated(self, access: Access, key: Any, eid: str, spec: dict[str, Any], digest: str,
+                        claim: Any) -> dict[str, Any]:
+        """A create repeated with the idempotency key of pipeline ``spec``: its view when the
+        intent is the same; else 409 naming it (the intent is in its input, or, for a pipeline of
+        older code, in its claim)."""
+        intent = spec.get("intent") or (claim.body["intent"] if claim is not None else None)
+        if intent != digest:
+            raise Conflict(f"idempotencyKey {key!r} was used for a different creation intent",
+                           pipelineId=spec.get("pipelineId"))
+        return await self._view(access, spec["pipelineId"], eid)
 
     async def _number(self, access: Access, eid: str, stages: builtins.list[dict[str, Any]], name: str,
                       keywords: builtins.list[dict[str, Any]], pipeline: dict[str, Any] | None = None,
-                      ) -> tuple[Any, builtins.list[dict[str, Any]]]:
-        """Store the ids of the stages (and of the pipeline, given its body), with each stage's
-        retry plan (the policies enabled now, else its options), in one write."""
+                      ) -> tuple[int | None, builtins.list[dict[str, Any]], builtins.list[NewItem]]:
+        """The ids of the stages (and of the pipeline, given its body), reserved, with each stage's
+        retry plan (the policies enabled now, else its options), and their items, which the write
+        of the change that adds them inserts (a reservation that no write uses is only a gap)."""
         policies = await self.policies_of(access.application)
         specs = [{**s, "plan": _retry.plan(s, name, keywords, policies)} for s in stages]
-        wanted = [(PIPELINE, access.application, eid, pipeline)] if pipeline is not None else []
-        wanted += [(STAGE, access.application, f"{eid}/{s['stageName']}", {"eid": eid, "name": s["stageName"], "spec": s})
-                   for s in specs]
-        stored = await self.items.put_many(wanted, self.engine.clock.now())
-        pipeline_item = stored[0][0] if pipeline is not None else None
-        numbered = stored[1:] if pipeline is not None else stored
-        for item, _ in numbered:
-            self._keep(item)
-        return pipeline_item, [{**s, "id": item.id} for s, (item, _) in zip(specs, numbered)]
+        ids = await self.items.reserve(len(specs) + (pipeline is not None))
+        rows, pid = [], None
+        if pipeline is not None:
+            pid, ids = ids[0], ids[1:]
+            rows.append(NewItem(PIPELINE, access.application, eid, pipeline, id=pid))
+        rows += [NewItem(STAGE, access.application, f"{eid}/{s['stageName']}",
+                         {"eid": eid, "name": s["stageName"], "spec": s}, id=i) for s, i in zip(specs, ids)]
+        return pid, [{**s, "id": i} for s, i in zip(specs, ids)], rows
 
     async def _stage_ids(self, access: Access, eid: str, stages: builtins.list[dict[str, Any]], name: str,
-                         keywords: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
-        return (await self._number(access, eid, stages, name, keywords))[1]
+                         keywords: builtins.list[dict[str, Any]],
+                         ) -> tuple[builtins.list[dict[str, Any]], builtins.list[NewItem]]:
+        _, specs, rows = await self._number(access, eid, stages, name, keywords)
+        return specs, rows
 
     async def _keep_secrets(self, access: Access, eid: str, items: builtins.list[dict[str, Any]], *,
-                            new: bool = False) -> builtins.list[dict[str, Any]]:
-        """Context items as the journal gets them. Sensitive values go to store items (workers read
-        them there) and the journal gets "***". Redaction follows the key: an item of a key that
-        was ever sensitive in the pipeline (it has a store item) is sensitive, whether or not it
-        says so. A deletion marker carries no value. ``new``: the pipeline has no items yet."""
+                            new: bool = False) -> tuple[builtins.list[dict[str, Any]], builtins.list[NewItem]]:
+        """Context items as the journal gets them, and the items that seal their sensitive values
+        (for the write of the command that carries them: workers read them there). The journal
+        gets "***". Redaction follows the key: an item of a key that was ever sensitive in the
+        pipeline (it has a store item) is sensitive, whether or not it says so. A deletion marker
+        carries no value. ``new``: the pipeline has no items yet."""
         known = set() if new else await self.sensitive_keys(access, eid)
         known |= {i["key"] for i in items if i.get("isSensitive")}  # an item before its flagged twin too
-        out = []
+        out, sealed = [], []
         for i in items:
             deleted = bool(i.get("isDeleted"))
             if i["key"] in known:
                 value = None if deleted else i.get("value")
-                stored, created = await self.items.put(SECRET, access.application, f"{eid}/{i['key']}",
-                                                       {"value": value}, self.engine.clock.now())
-                if not created:
-                    await self.items.update(SECRET, stored.id, {"value": value}, self.engine.clock.now())
+                sealed.append(NewItem(SECRET, access.application, f"{eid}/{i['key']}", {"value": value}, replace=True))
                 i = {**i, "isSensitive": True, "value": None if deleted else REDACTED}
             elif deleted:
                 i = {**i, "value": None}
             out.append(i)
-        return out
+        return out, sealed
 
     async def sensitive_keys(self, access: Access, eid: str) -> set[str]:
         """The context keys of a pipeline that were ever sensitive (each has a store item)."""
@@ -205,9 +239,10 @@ class Pipelines:
     async def by_idempotency_key(self, access: Access, key: Any) -> dict[str, Any]:
         if not isinstance(key, str) or not key:
             raise PipelineInputError("idempotencyKey is required (a nonempty string)")
-        claim = await self.items.find(IDEMPOTENCY, key, access.application)
-        item = await self.items.find(PIPELINE, keyed_eid(WORKFLOW, f"{access.application}/{claim.body['eid']}"),
-                                     access.application) if claim else None
+        claim = await self.items.find(IDEMPOTENCY, key, access.application)  # older code's record of the key
+        start_key = claim.body["eid"] if claim else f"{IDEMPOTENCY}:{key}"
+        item = await self.items.find(PIPELINE, keyed_eid(WORKFLOW, f"{access.application}/{start_key}"),
+                                     access.application)
         if item is None:
             raise NotFound(f"no pipeline with idempotencyKey {key!r}")
         return await self._view(access, item.id, item.key)
@@ -225,40 +260,80 @@ class Pipelines:
             if ":" not in k:
                 raise PipelineInputError(f"keywords: {k!r} must be key:value")
             wanted_keywords.append(tuple(k.split(":", 1)))
-        items = await self.items.list(PIPELINE, access.application, newest_first=True)
-        if name:
-            items = [i for i in items if i.body["name"] == name]
-        if search:
-            needle = search.lower()
-            items = [i for i in items if needle in i.body["name"].lower() or needle in str(i.id)
-                     or needle in (i.body.get("idempotencyKey") or "").lower()]
-        if not statuses and not wanted_keywords:
-            chosen = items[(page - 1) * size: page * size]
-            views = [v for i in chosen if (v := await self._listed(access, i)) is not None]
-            total = len(items) - (len(chosen) - len(views))
-        else:
-            views = []
-            for i in items:
-                if (v := await self._listed(access, i)) is None:
-                    continue
-                have = {(k["key"], k["value"]) for k in v["pipelineKeywords"]}
-                if statuses and v["status"] not in statuses:
-                    continue
-                if any(k not in have for k in wanted_keywords):
-                    continue
-                views.append(v)
-            total = len(views)
-            views = views[(page - 1) * size: page * size]
-        return {"items": views, "totalCount": total, "pageNumber": page, "pageSize": size}
+        await self._index_legacy()
+        query = StateQuery(WORKFLOW, access.application, labels=tuple(statuses or ()), name=name or None,
+                           tags=tuple(f"{k}:{v}" for k, v in wanted_keywords), text=search or None,
+                           offset=(page - 1) * size, limit=size)
+        rows, total = await self.engine.decided(query)
+        return {"items": [v for _, v in await self.views(access, rows)], "totalCount": total, "pageNumber": page, "pageSize": size}
 
-    async def _listed(self, access: Access, item: Any) -> dict[str, Any] | None:
-        """The view of a pipeline of a list, or None while its execution does not exist: its ids are
-        stored before the execution starts, so a list made in between (or after a crash there)
-        leaves it out instead of failing whole."""
-        try:
-            return await self._view(access, item.id, item.key)
-        except NotFound:
-            return None
+    async def views(self, access: Access, rows: builtins.list[StoredState]) -> builtins.list[tuple[str, dict[str, Any]]]:
+        """The public views of a page of pipelines (from ``engine.decided``), each with its
+        execution id: their states and, in one read, the open attempts of all of them."""
+        tasks: dict[str, builtins.list[Any]] = {}
+        for t in await self.engine.open_tasks([r.record.eid for r in rows]):
+            tasks.setdefault(t.eid or "", []).append(t)
+        now = self.engine.clock.now()
+        out = []
+        for r in rows:
+            if r.state is None:  # its start is not decided yet: its declaration
+                spec = r.record.args[0] if r.record.args else None
+                if isinstance(spec, dict):
+                    out.append((r.record.eid, declared(spec, access.application_id, r.record.created_at)))
+                continue
+            out.append((r.record.eid, build(r.record, r.state, tasks.get(r.record.eid, []), access.application_id, now)))
+        return out
+
+    async def waiting(self, access: Access, limit: int = 100) -> builtins.list[tuple[str, dict[str, Any]]]:
+        """The pipelines of the caller's application with a stage waiting for an approval (the
+        inbox), newest first, each with its execution id: one page of the index, whatever the
+        number of pipelines."""
+        await self._index_legacy()
+        rows, _ = await self.engine.decided(StateQuery(WORKFLOW, access.application, waiting=True, limit=limit))
+        return await self.views(access, rows)
+
+    async def _index_legacy(self) -> None:
+        """Index the pipelines of version 1 (run by the workflow of an older release) once, and
+        those of them still running again on each list until they end: their state is their
+        workflow's replay, kept beside them for reads (version -1)."""
+        if self._legacy_done:
+            return
+        marker = await self.items.find(UPGRADE, LEGACY_INDEX, "")
+        if marker is None:
+            eids = [s.eid for s in await self._executions_of_version_1()]
+        else:
+            eids = list(marker.body.get("running") or [])
+        running = []
+        for eid in eids:
+            try:
+                record, folded = await self.engine.inspect(eid)
+                state = legacy_state(folded, await self.engine.journal(eid))
+            except UnknownExecutionError:  # archived or deleted since
+                continue
+            if state.get("spec") is None:
+                running.append(eid)
+                continue
+            got = index(state)
+            await self.engine.keep_state(eid, state, StateIndex(
+                WORKFLOW, record.application, record.created_at.timestamp(), got.number,
+                pipeline_status(record, state), got.name, got.tags, got.text, got.waiting))
+            if not record.terminal:
+                running.append(eid)
+        body = {"running": running}
+        if marker is None:
+            await self.items.put(UPGRADE, "", LEGACY_INDEX, body, self.engine.clock.now())
+        elif body != marker.body:
+            await self.items.update(UPGRADE, marker.id, body, self.engine.clock.now())
+        self._legacy_done = not running
+
+    async def _executions_of_version_1(self) -> builtins.list[Any]:
+        out, cursor = [], None
+        while True:
+            page = await self.engine.list(workflow=WORKFLOW, limit=500, cursor=cursor)
+            out += [s for s in page if s.version != VERSION]
+            if page.next is None:
+                return out
+            cursor = page.next
 
     async def history(self, access: Access, pid: Any) -> builtins.list[dict[str, Any]]:
         item = await self._item(access, pid)
@@ -270,6 +345,12 @@ class Pipelines:
             if e.fid in machinery or e.kind is EntryKind.EXECUTION_SUSPENDED:
                 continue
             value, error = e.value, e.error
+            if e.kind is EntryKind.ANNOUNCED and isinstance(value, dict) and value.get("kind") == REFUSED_RESULT:
+                refused: dict[str, Any] = value["data"] if isinstance(value.get("data"), dict) else {}
+                out.append({"seq": e.seq, "kind": REFUSED_RESULT, "frame": None, "attempt": refused.get("attempt"),
+                            "at": e.at.isoformat(), "actor": refused.get("actor") or str(e.provenance.actor),
+                            "value": redact(refused, keys), "error": None})
+                continue
             if e.kind is EntryKind.EVENT and isinstance(value, dict):  # the decider's: the pipeline's words
                 data: dict[str, Any] = value["data"] if isinstance(value.get("data"), dict) else {}
                 if value.get("event") in ("stage.failed", "pipeline.failed"):
@@ -285,17 +366,19 @@ class Pipelines:
             out.append({"seq": e.seq, "kind": e.kind.value, "frame": e.fid, "attempt": e.attempt,
                         "at": e.at.isoformat(), "actor": str(e.provenance.actor),
                         "value": redact(value, keys), "error": redact(error, keys)})
-        for r in await self.items.list(REFUSED, access.application, prefix=f"{item.key}/"):
-            out.append({"seq": None, "kind": "result.refused", "frame": None, "attempt": r.body.get("attempt"),
+        for r in await self.items.list(REFUSED, access.application, prefix=f"{item.key}/"):  # older code's records
+            out.append({"seq": None, "kind": REFUSED_RESULT, "frame": None, "attempt": r.body.get("attempt"),
                         "at": r.at.isoformat(), "actor": r.body.get("actor"), "value": redact(r.body, keys), "error": None})
         out.sort(key=lambda x: x["at"])
         return out
 
     # ---- change ---------------------------------------------------------------------------
 
-    async def _signal(self, access: Access, eid: str, message: dict[str, Any], what: str) -> None:
+    async def _signal(self, access: Access, eid: str, message: dict[str, Any], what: str, *,
+                      items: builtins.list[NewItem] | None = None) -> None:
         try:
-            await self.engine.signal(eid, CHANNEL, message, by=access.principal, application=access.application)
+            await self.engine.signal(eid, CHANNEL, message, by=access.principal, application=access.application,
+                                     items=items or [])
         except ExecutionTerminalError as exc:
             raise Conflict(f"cannot {what}: the pipeline is {exc.status}") from None
         except UnknownExecutionError:
@@ -328,8 +411,9 @@ class Pipelines:
         stages = body.get("stages") if isinstance(body, dict) else None
         item, _, p = await self._live(access, pid, "append stages to")
         specs = stage_list(stages, declared_specs(p))
-        given = await self._stage_ids(access, item.key, specs, p["spec"]["name"], p["spec"].get("keywords") or [])
-        await self._signal(access, item.key, {"op": "append", "stages": given}, f"append stages to pipeline {item.id}")
+        given, rows = await self._stage_ids(access, item.key, specs, p["spec"]["name"], p["spec"].get("keywords") or [])
+        await self._signal(access, item.key, {"op": "append", "stages": given}, f"append stages to pipeline {item.id}",
+                           items=rows)
         now = iso(self.engine.clock.now())
         return [stage_json(g["id"], item.id, g, "NotStarted", now) for g in given]
 

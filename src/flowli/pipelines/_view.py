@@ -12,7 +12,7 @@ from flowli.domain import REDACTED as REDACTED  # the one mark of a hidden value
 from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, Task, is_sensitive
 from flowli.engine.deciders import Event
 
-from ._decider import INITIAL, evolve
+from ._decider import INITIAL, evolve, status_of
 from ._workflow import Pipeline
 
 _EXECUTION_STATUS = {Status.COMPLETED: "Completed", Status.FAILED: "Failed", Status.CANCELLED: "Cancelled"}
@@ -31,16 +31,11 @@ def redact_items(items: list[dict[str, Any]], keys: Collection[str] = ()) -> lis
 
 
 def pipeline_status(record: ExecutionRecord, p: dict[str, Any] | None) -> str:
+    """The pipeline's status: its execution's end (an operator's terminate ends it without its
+    decider), else its state's."""
     if record.status in _EXECUTION_STATUS:
         return _EXECUTION_STATUS[record.status]
-    if p is None or p.get("spec") is None:
-        return "NotStarted"
-    if p["paused"]:
-        return "Paused"
-    if p["outcome"] is not None:
-        return str(p["outcome"])
-    started = any(s["status"] != "NotStarted" for s in p["stages"].values())
-    return "Running" if started else "NotStarted"
+    return "NotStarted" if p is None else status_of(p)
 
 
 def legacy_state(p: Pipeline, journal: list[Entry]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ stale result are the engine's (``engine.consumer``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import secrets
@@ -23,13 +24,15 @@ from flowli.domain import (
     StaleAnswer,
     Status,
     Task,
+    UnknownExecutionError,
 )
 from flowli.engine import Consumer, Engine, task_traceparent
+from flowli.store import NewItem
 
 from ._access import SESSION, Access, Applications, digest
 from ._decider import queue_of
 from ._errors import Conflict, NotFound, PipelineInputError, Unauthorized, Unavailable
-from ._service import REFUSED, SECRET, Pipelines, declared_specs
+from ._service import REFUSED_RESULT, SECRET, Pipelines, declared_specs
 from ._spec import labels, stage_list
 from ._view import REDACTED, iso, spec_attempt
 
@@ -351,10 +354,13 @@ class Workers:
                          retryable=body.get("retryable") is not False)
         if body.get("isWaitingForApproval"):
             value["waiting"] = True
+        rows: list[NewItem] = []  # written in the write of the answer, so none of a stale one is kept
         if context and not answered:
-            value["context"] = await self.pipelines._keep_secrets(session.access, task.eid or "", context)
+            value["context"], sealed = await self.pipelines._keep_secrets(session.access, task.eid or "", context)
+            rows += sealed
         if body.get("appendStages") and not answered:
-            value["append"] = await self._appended(session, task, body["appendStages"])
+            value["append"], numbered = await self._appended(session, task, body["appendStages"])
+            rows += numbered
         if body.get("logs"):
             value["logs"] = [{k: log.get(k) for k in ("message", "logLevel", "created")} for log in body["logs"]
                              if isinstance(log, dict)]
@@ -362,11 +368,12 @@ class Workers:
         by = Principal(session.access.actor, "worker", (session.access.role,), session.access.application)
         try:
             if ok or not (task.frame or {}).get("decider"):
-                await consumer.answer(task, value, by=by)
+                await consumer.answer(task, value, by=by, items=rows)
             else:  # a failed attempt: the engine's failure path, what the result said beside its error in details
                 details = {k: v for k, v in value.items() if k in ("fingerprint", "context", "append", "logs")}
                 await consumer.fail(task, str(body.get("errorCode") or "FAILED"), str(body.get("errorMessage") or ""),
-                                    retryable=body.get("retryable") is not False, by=by, details=details)
+                                    retryable=body.get("retryable") is not False, by=by, details=details,
+                                    items=rows)
         except StaleAnswer as exc:
             if await self._accepted(task, sent, body):
                 return 202, {"accepted": True}
@@ -377,7 +384,7 @@ class Workers:
             raise Unavailable(f"the result was not confirmed ({exc}): send it again") from None
         return 202, {"accepted": True}
 
-    async def _appended(self, session: Session, task: Task, stages: Any) -> list[dict[str, Any]]:
+    async def _appended(self, session: Session, task: Task, stages: Any) -> tuple[list[dict[str, Any]], list[NewItem]]:
         _, p = await self.pipelines.state(session.access, task.eid or "")
         specs = stage_list(stages, declared_specs(p))
         return await self.pipelines._stage_ids(session.access, task.eid or "", specs, p["spec"]["name"],
@@ -406,12 +413,15 @@ class Workers:
 
     async def _refuse(self, session: Session, eid: str, body: dict[str, Any], stage_id: int,
                       reason: str) -> tuple[int, dict[str, Any]]:
-        """409: a stale result changes nothing but the pipeline's history, which records it."""
+        """409: a stale result changes nothing but the pipeline's history, which records it: the
+        refusal is one write of its own, an entry announced in the pipeline's journal (no
+        command: its state does not change). A pipeline no longer live (archived) records none."""
         record = {"executionId": body.get("executionId"), "attempt": body.get("attempt"), "reason": reason,
                   "isSuccess": body.get("isSuccess"), "errorCode": body.get("errorCode"), "actor": session.access.actor,
                   "stageId": stage_id}
-        await self.items.put(REFUSED, session.access.application, f"{eid}/{uuid.uuid4()}", record,
-                             self.engine.clock.now())
+        by = Principal(session.access.actor, "worker", (session.access.role,), session.access.application)
+        with contextlib.suppress(UnknownExecutionError):
+            await self.engine.announce(eid, REFUSED_RESULT, record, by=by, application=session.access.application)
         return 409, {"accepted": False, "reason": reason}
 
     async def ack(self, session: Session, body: Any) -> dict[str, Any]:

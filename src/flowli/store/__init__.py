@@ -1,6 +1,7 @@
 """The Store protocol and its backends. Imports domain only: it stores, fences and hands out."""
 
 from ._journal_sql import JournalFilter as JournalFilter
+from ._protocol import HELD as HELD
 from ._protocol import Acquired as Acquired
 from ._protocol import Acquisition as Acquisition
 from ._protocol import Advance as Advance
@@ -12,13 +13,17 @@ from ._protocol import Intent as Intent
 from ._protocol import Item as Item
 from ._protocol import Items as Items
 from ._protocol import NewExecution as NewExecution
+from ._protocol import NewItem as NewItem
 from ._protocol import NewMessage as NewMessage
 from ._protocol import Plan as Plan
 from ._protocol import Query as Query
 from ._protocol import Renewal as Renewal
 from ._protocol import Resume as Resume
+from ._protocol import StateIndex as StateIndex
+from ._protocol import StateQuery as StateQuery
 from ._protocol import StatusChange as StatusChange
 from ._protocol import Store as Store
+from ._protocol import StoredState as StoredState
 from ._protocol import TaskHold as TaskHold
 from ._protocol import Views as Views
 from ._protocol import WakeCheck as WakeCheck
@@ -35,11 +40,16 @@ __all__ = [
     "Claim",
     "Fence",
     "Guard",
+    "HELD",
     "Intent",
     "JournalFilter",
     "NewExecution",
+    "NewItem",
     "NewMessage",
     "Renewal",
+    "StateIndex",
+    "StateQuery",
+    "StoredState",
     "Resume",
     "Acquisition",
     "StatusChange",

@@ -23,7 +23,6 @@ from flowli.domain import (
     LeaseLost,
     OperationRefused,
     StaleAnswer,
-    StaleState,
     Status,
     Task,
     TaskKind,
@@ -32,7 +31,9 @@ from flowli.domain import (
 )
 
 from . import _codec as c
-from ._protocol import Acquired, Acquisition, Advance, Plan, Write, WriteResult
+from . import _states_sql as states
+from ._items_sql import body_text
+from ._protocol import Acquired, Acquisition, NewItem, Plan, Write, WriteResult
 
 
 def insert_task(task: Task) -> Plan:
@@ -40,6 +41,17 @@ def insert_task(task: Task) -> Plan:
                        " ON CONFLICT (id) DO NOTHING",
                c.task_row(task))
     return n > 0
+
+
+def put_item(item: NewItem, now: float) -> Plan:
+    """Insert an item of a write (see NewItem), or, with ``replace``, replace the body of the one
+    that has its key."""
+    cols, params = "kind, application, key, body, at", [item.kind, item.application, item.key, body_text(item.body), now]
+    if item.id is not None:
+        cols, params = "id, " + cols, [int(item.id), *params]
+    conflict = "DO UPDATE SET body = excluded.body, at = excluded.at" if item.replace else "DO NOTHING"
+    yield ("exec", f"INSERT INTO items ({cols}) VALUES ({', '.join('?' for _ in params)})"
+                   f" ON CONFLICT (kind, application, key) {conflict}", tuple(params))
 
 
 def append(entry: Entry, now: float) -> Plan:
@@ -151,7 +163,7 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
     if w.hold is not None:
         yield from hold_task(w, now)
     if w.advance is not None:
-        yield from advance_state(w.advance)
+        yield from states.advance_state(w.advance)
     if w.guard is not None:
         g = w.guard
         row = yield ("one", "SELECT next_seq, lease_owner, lease_expires_at FROM executions WHERE eid = ?{lock}", (g.eid,))
@@ -183,6 +195,10 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
             yield from append(new.entry, now)
             if new.task is not None:
                 yield from insert_task(new.task)
+            for item in new.items:
+                yield from put_item(item, now)
+    for item in w.items:
+        yield from put_item(item, now)
     message_seqs: list[int] = []
     for m in w.messages:
         seq = yield from next_message_seq(m.channel)
@@ -291,18 +307,6 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
     acquired = (yield from acquire_lease(w.acquire, now)) if w.acquire is not None else None
     return WriteResult(entry_seqs=entry_seqs, entry_values=[e.value for e in entries], message_seqs=message_seqs,
                        created=created, woke=woke, acquired=acquired)
-
-
-def advance_state(a: Advance) -> Plan:
-    """The compare-and-set of a decider's state (see Advance)."""
-    if a.version == 1:
-        n = yield ("exec", "INSERT INTO decider_states (eid, version, state) VALUES (?, 1, ?)"
-                           " ON CONFLICT (eid) DO NOTHING", (a.eid, c.js(a.state)))
-    else:
-        n = yield ("exec", "UPDATE decider_states SET version = ?, state = ? WHERE eid = ? AND version = ?",
-                   (a.version, c.js(a.state), a.eid, a.version - 1))
-    if n != 1:
-        raise StaleState(a.eid, a.version - 1)
 
 
 def acquire_lease(t: Acquisition, now: float) -> Plan:

@@ -7,11 +7,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._codec import ENTRY_COLUMNS
+from ._codec import ENTRY_COLUMNS, EXECUTION_COLUMNS, TASK_READ
 
 QUEUE_DEPTHS = ("SELECT queue, COUNT(*), MIN(visible_at) FROM tasks WHERE state = 'ready' AND visible_at <= ?"
                 " GROUP BY queue ORDER BY queue")
 """The tasks ready to dequeue per queue, and the oldest one's instant (the metrics' queue depth)."""
+
+
+def tasks(queue: str | None, eid: str | None, include_acked: bool) -> tuple[str, list[Any]]:
+    """The tasks of a queue and/or an execution, by the index of what is given (a condition
+    written ``? IS NULL OR ...`` would make SQLite scan the table)."""
+    where, params = [], []
+    for column, value in (("queue", queue), ("eid", eid)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if not include_acked:
+        where.append("state = 'ready'")
+    return (f"SELECT {TASK_READ} FROM tasks" + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY visible_at, id", params)
+
+
+def idle(application: str | None) -> str:
+    """Executions not ended, unchanged since an instant (``updated_at`` moves with the status and
+    the lease), that no future timer will wake: the candidates of stuck runs, oldest first.
+    Parameters: before, now[, application], limit."""
+    cols = ", ".join(f"e.{col}" for col in EXECUTION_COLUMNS.split(", "))
+    return (f"SELECT {cols} FROM executions e WHERE e.status IN ('pending', 'running', 'suspended')"
+            " AND e.updated_at < ?"
+            " AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.eid = e.eid AND t.at > ?)"
+            + (" AND e.application = ?" if application is not None else "")
+            + " ORDER BY e.updated_at LIMIT ?")
 
 
 @dataclass(frozen=True)

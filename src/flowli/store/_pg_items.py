@@ -42,6 +42,13 @@ class PostgresItems:
                 out.append((q.item(await conn.fetchrow(_FIND_IN, kind, application, key)), created))
         return out
 
+    async def reserve(self, n: int) -> list[int]:
+        if n < 1:
+            return []
+        rows = await self._pool().fetch("SELECT nextval(pg_get_serial_sequence('items', 'id'))"
+                                        " FROM generate_series(1, $1::int)", n)
+        return sorted(int(r[0]) for r in rows)
+
     async def get(self, kind: str, id: int) -> Item | None:
         row = await self._pool().fetchrow(_GET, kind, int(id))
         return None if row is None else q.item(row)

@@ -16,10 +16,14 @@ import asyncpg
 from flowli.domain import Entry, ExecutionRecord, Message, Task, Timer
 
 from . import _codec as c
-from ._journal_sql import QUEUE_DEPTHS, JournalFilter
+from . import _states_sql as states
+from ._journal_sql import QUEUE_DEPTHS, JournalFilter, idle
 from ._journal_sql import page as journal_page
+from ._journal_sql import tasks as task_query
 from ._pg_sql import dialect
+from ._protocol import StateIndex, StateQuery, StoredState
 
+_READ_STATE = dialect(states.READ)
 READ_MESSAGES = (
     "SELECT q.i, m.channel, m.seq, m.payload, m.provenance, m.application"
     " FROM unnest($1::text[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(channel, after, lim, i)"
@@ -60,10 +64,28 @@ class PostgresReads:
         row = await self._pool.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1", eid)
         return None if row is None else c.execution_record(row)
 
-    async def read_state(self, eid: str) -> tuple[int, Any] | None:
+    async def read_state(self, eid: str, held: int | None = None) -> tuple[int, Any] | None:
         assert self._pool is not None
-        row = await self._pool.fetchrow("SELECT version, state FROM decider_states WHERE eid = $1", eid)
-        return None if row is None else (int(row[0]), c.unjs(row[1]))
+        row = await self._pool.fetchrow(_READ_STATE, held, eid)
+        return None if row is None else states.read(row, held)
+
+    async def read_states(self, query: StateQuery) -> tuple[list[StoredState], int]:
+        assert self._pool is not None
+        sql, params = states.page(query, "strpos")
+        rows = [states.stored(r) for r in await self._pool.fetch(dialect(sql), *params)]
+        sql, params = states.count(query, "strpos")
+        return rows, int(await self._pool.fetchval(dialect(sql), *params))
+
+    async def read_open_tasks(self, eids: Sequence[str]) -> list[Task]:
+        assert self._pool is not None
+        rows = await self._pool.fetch(f"SELECT {c.TASK_READ} FROM tasks WHERE eid = ANY($1::text[]) AND state = 'ready'"
+                                      " ORDER BY visible_at, id", list(eids))
+        return [c.task_record(r) for r in rows]
+
+    async def keep_state(self, eid: str, state: Any, index: StateIndex) -> None:
+        assert self._pool is not None
+        sql, params = states.keep(eid, state, index)
+        await self._pool.execute(dialect(sql), *params)
 
     async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         assert self._pool is not None
@@ -93,6 +115,12 @@ class PostgresReads:
             rows = await conn.fetch(dialect(rows_sql), *rows_params)
             count = await conn.fetchval(dialect(count_sql), *count_params)
         return [c.entry_record(r) for r in rows], int(count)
+
+    async def read_idle(self, before: datetime, now: datetime, application: str | None,
+                        limit: int) -> list[ExecutionRecord]:
+        assert self._pool is not None
+        params = (before.timestamp(), now.timestamp(), *([application] if application is not None else []), limit)
+        return [c.execution_record(r) for r in await self._pool.fetch(dialect(idle(application)), *params)]
 
     async def queue_depths(self, now: datetime) -> list[tuple[str, int, float]]:
         assert self._pool is not None
@@ -146,12 +174,8 @@ class PostgresReads:
         self, queue: str | None = None, eid: str | None = None, include_acked: bool = False
     ) -> list[Task]:
         assert self._pool is not None
-        rows = await self._pool.fetch(
-            f"SELECT {c.TASK_READ} FROM tasks WHERE ($1::text IS NULL OR queue = $1::text)"
-            " AND ($2::text IS NULL OR eid = $2::text) AND ($3::bool OR state = 'ready') ORDER BY visible_at, id",
-            queue, eid, include_acked,
-        )
-        return [c.task_record(r) for r in rows]
+        sql, params = task_query(queue, eid, include_acked)
+        return [c.task_record(r) for r in await self._pool.fetch(dialect(sql), *params)]
 
     async def read_timers(self, eid: str | None = None) -> list[Timer]:
         assert self._pool is not None

@@ -47,6 +47,21 @@ class Acquisition:
 
 
 @dataclass(frozen=True)
+class NewItem:
+    """An item (see Item) written in a write's transaction, so that a record of a layer above
+    commits with the change it belongs to, or not at all. Inserted unless an item of its kind,
+    application and key exists; with ``replace``, that item's body is replaced instead. ``id``: a
+    number reserved by ``Items.reserve`` (None: the next one)."""
+
+    kind: str
+    application: str
+    key: str
+    body: Any
+    id: int | None = None
+    replace: bool = False
+
+
+@dataclass(frozen=True)
 class NewExecution:
     """An execution to create if no execution with its eid exists, with its first entry and task."""
 
@@ -55,6 +70,9 @@ class NewExecution:
     task: Task | None
     """The START task; None when the record is created leased to a worker of the starting process
     (a direct start: that worker runs it at once, and the sweeper recovers it if the lease expires)."""
+    items: tuple[NewItem, ...] = ()
+    """Items written only when this write creates the execution (a keyed start that finds it
+    changes nothing)."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +202,66 @@ class Advance:
     eid: str
     version: int
     state: Any
+    index: StateIndex | None = None
+    """The state's index row, written with it (see StateIndex). Version 0 with ``state`` None is
+    the row of an execution whose start is not decided yet: inserted by its start when absent,
+    and taken over by its first command (version 1)."""
+    encoded: str | None = None
+    """The state as JSON text when the caller encoded it already (the store writes it as is)."""
+
+
+HELD: Any = type("Held", (), {"__repr__": lambda self: "HELD"})()
+"""What read_state gives in place of a state the caller holds already (see ``held``)."""
+
+
+@dataclass(frozen=True)
+class StateIndex:
+    """What lists of a decider's executions filter and order on, computed from its state and
+    written in the same write as the state: the read model of lists and inboxes. The words are
+    the decider's (``label`` is a status in its vocabulary); the store only compares them."""
+
+    decider: str
+    application: str | None = None
+    created_at: float = 0.0
+    number: int | None = None
+    """A numeric id the layer above gave the execution (the order of lists: newest first)."""
+    label: str | None = None
+    name: str | None = None
+    tags: tuple[str, ...] = ()
+    """Exact ``key:value`` tags (keywords), matched whole."""
+    text: str = ""
+    """Lower-case text a search matches a substring of (never a sensitive value)."""
+    waiting: int = 0
+    """How many decisions of a person the execution waits for (the inbox lists those above 0)."""
+
+
+@dataclass(frozen=True)
+class StateQuery:
+    """A page of a decider's executions by their index (see StateIndex): every filter given must
+    hold; ``labels`` and ``tags`` match any label of the tuple and every tag of it."""
+
+    decider: str
+    application: str | None = None
+    labels: tuple[str, ...] = ()
+    name: str | None = None
+    tags: tuple[str, ...] = ()
+    text: str | None = None
+    since: float | None = None
+    until: float | None = None
+    waiting: bool = False
+    offset: int = 0
+    limit: int = 20
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """One row of a StateQuery's page: the execution's record, its state's version and state
+    (None before its start is decided) and its label."""
+
+    record: ExecutionRecord
+    version: int
+    state: Any
+    label: str | None
 
 
 class Intent(enum.StrEnum):
@@ -194,7 +272,7 @@ class Intent(enum.StrEnum):
 
     The shapes each intent promises:
 
-    - ``START``: ``executions`` holds one new execution, and nothing else is set.
+    - ``START``: ``executions`` holds one new execution (with no items), and nothing else is set.
     - ``SIGNAL``: ``expect`` on one execution, one message (no memo), one resume of that
       execution, and nothing else.
     - ``FIRE``: ``fired`` timers and one resume for each, in order, and nothing else.
@@ -263,6 +341,8 @@ class Write:
     """Advance the state of a decider's execution (see Advance); checked before anything is applied."""
     acquire: Acquisition | None = None
     """Lease the resumed execution to the writer's process (see Acquisition); WriteResult.acquired says."""
+    items: list[NewItem] = field(default_factory=list)
+    """Items written in this write's transaction (see NewItem), after its checks hold."""
 
 
 _FIELDS: dict[Intent, frozenset[str]] = {
@@ -282,7 +362,7 @@ def fits(intent: Intent, w: Write) -> bool:
     if not parts <= _FIELDS[intent]:
         return False
     if intent is Intent.START:
-        return len(w.executions) == 1 and w.executions[0].entry.kind.lifecycle
+        return len(w.executions) == 1 and w.executions[0].entry.kind.lifecycle and not w.executions[0].items
     if intent is Intent.SIGNAL:
         return (w.expect is not None and len(w.messages) == 1 and w.messages[0].memo is None
                 and len(w.resumes) == 1 and w.resumes[0].eid == w.expect[0])
@@ -391,6 +471,10 @@ class Items(Protocol):
     async def put_many(self, items: Sequence[tuple[str, str, str, Any]], now: datetime) -> list[tuple[Item, bool]]:
         """``put`` of each (kind, application, key, body), in one transaction."""
 
+    async def reserve(self, n: int) -> list[int]:
+        """``n`` ids of the items' sequence, for items that a later write inserts (``NewItem.id``):
+        an id reserved and never used is only a gap in the numbering, as a sequence's."""
+
     async def get(self, kind: str, id: int) -> Item | None: ...
 
     async def find(self, kind: str, key: str, application: str | None = None) -> Item | None:
@@ -478,8 +562,21 @@ class Store(Protocol):
 
     async def read_journal(self, eid: str, after: int = 0) -> list[Entry]: ...
 
-    async def read_state(self, eid: str) -> tuple[int, Any] | None:
-        """The version and state of a decider's execution (None: no command advanced it yet)."""
+    async def read_state(self, eid: str, held: int | None = None) -> tuple[int, Any] | None:
+        """The version and state of a decider's execution (None: no command advanced it yet).
+        When its version is ``held`` (the caller holds that state already), the state is neither
+        sent nor decoded: ``(held, HELD)``."""
+
+    async def read_states(self, query: StateQuery) -> tuple[list[StoredState], int]:
+        """A page of decider states by their index, newest first (by number, then creation),
+        and how many match the filters in all. Two statements whatever the page's size."""
+
+    async def read_open_tasks(self, eids: Sequence[str]) -> list[Task]:
+        """The tasks not yet acked of the executions ``eids`` (one statement)."""
+
+    async def keep_state(self, eid: str, state: Any, index: StateIndex) -> None:
+        """Write the state and index of an execution that no decider advances (a fold of an
+        older code's run, kept for reads), at version -1, replacing the one kept before."""
 
     async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         """``read_state`` of many executions in one read: those with a state, by eid."""
@@ -492,6 +589,11 @@ class Store(Protocol):
     async def read_messages(self, channel: str, after: int = 0, limit: int = 100) -> list[Message]: ...
 
     async def read_control_log(self, after: int = 0, limit: int = 1000) -> list[Entry]: ...
+
+    async def read_idle(self, before: datetime, now: datetime, application: str | None,
+                        limit: int) -> list[ExecutionRecord]:
+        """Executions not ended whose record has not changed since ``before`` and that no timer
+        due after ``now`` will wake, oldest first (the candidates of stuck runs)."""
 
     async def queue_depths(self, now: datetime) -> list[tuple[str, int, float]]:
         """Per queue with a task ready to dequeue at ``now``: how many are, and the instant (POSIX

@@ -38,6 +38,23 @@ class SQLiteItems:
         result: list[tuple[Item, bool]] = await self._w(run)
         return result
 
+    async def reserve(self, n: int) -> list[int]:
+        def run(conn: sqlite3.Connection) -> list[int]:
+            # the table's AUTOINCREMENT counter (never below the highest id ever used): moved on by n
+            row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'items'").fetchone()
+            if row is None:
+                last = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM items").fetchone()[0])
+                conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('items', ?)", (last + n,))
+            else:
+                last = int(row[0])
+                conn.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'items'", (last + n,))
+            return list(range(last + 1, last + n + 1))
+
+        if n < 1:
+            return []
+        result: list[int] = await self._w(run)
+        return result
+
     async def get(self, kind: str, id: int) -> Item | None:
         def run(conn: sqlite3.Connection) -> Item | None:
             row = conn.execute(q.GET, (kind, int(id))).fetchone()

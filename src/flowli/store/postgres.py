@@ -526,7 +526,9 @@ class PostgresStore(PostgresLeases):
     def _single(w: Write) -> Callable[..., Any] | None:
         """The one-statement form of a write's intent, if it has one: a start, fired timers, a
         signal, a fenced write (plain appends go together in runs, see ``_many_appends``)."""
-        return _SINGLE.get(w.intent) if w.intent is not None else None
+        if w.intent is None or w.items or any(new.items for new in w.executions):
+            return None  # items go with the generic path, in the write's transaction
+        return _SINGLE.get(w.intent)
 
     async def _one_statement(
         self, conn: asyncpg.Connection, w: Write, now: datetime, form: Callable[..., Any]

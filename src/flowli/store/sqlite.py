@@ -27,10 +27,12 @@ from flowli.domain import (
 )
 
 from . import _codec as c
+from . import _states_sql as states
 from ._apply import apply_write, stale_hold
-from ._journal_sql import QUEUE_DEPTHS, JournalFilter
+from ._journal_sql import QUEUE_DEPTHS, JournalFilter, idle
 from ._journal_sql import page as journal_page
-from ._protocol import Acquired, Renewal, Write, WriteResult
+from ._journal_sql import tasks as task_query
+from ._protocol import Acquired, Renewal, StateIndex, StateQuery, StoredState, Write, WriteResult
 from ._sqlite_file import Thread, connect_wal, drive
 from ._sqlite_items import SQLiteItems
 from ._sqlite_views import SQLiteViews
@@ -305,10 +307,10 @@ class SQLiteStore:
     async def read_execution(self, eid: str) -> ExecutionRecord | None:
         return await self._r(lambda conn: _execution(conn, eid))
 
-    async def read_state(self, eid: str) -> tuple[int, Any] | None:
+    async def read_state(self, eid: str, held: int | None = None) -> tuple[int, Any] | None:
         def run(conn: sqlite3.Connection) -> tuple[int, Any] | None:
-            row = conn.execute("SELECT version, state FROM decider_states WHERE eid = ?", (eid,)).fetchone()
-            return None if row is None else (int(row[0]), c.unjs(row[1]))
+            row = conn.execute(states.READ, (held, eid)).fetchone()
+            return None if row is None else states.read(row, held)
 
         return await self._r(run)
 
@@ -320,6 +322,25 @@ class SQLiteStore:
             return {r[0]: (int(r[1]), c.unjs(r[2])) for r in rows}
 
         return await self._r(run) if eids else {}
+
+    async def read_states(self, query: StateQuery) -> tuple[list[StoredState], int]:
+        def run(conn: sqlite3.Connection) -> tuple[list[StoredState], int]:
+            sql, params = states.page(query, "instr")
+            rows = [states.stored(r) for r in conn.execute(sql, params)]
+            sql, params = states.count(query, "instr")
+            return rows, int(conn.execute(sql, params).fetchone()[0])
+
+        return await self._r(run)
+
+    async def read_open_tasks(self, eids: Sequence[str]) -> list[Task]:
+        if not eids:
+            return []
+        return await self._r(lambda conn: [c.task_record(r) for r in conn.execute(states.open_tasks(len(eids)),
+                                                                                  tuple(eids))])
+
+    async def keep_state(self, eid: str, state: Any, index: StateIndex) -> None:
+        sql, params = states.keep(eid, state, index)
+        await self._w(lambda conn: conn.execute(sql, params))
 
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
         marks = ",".join("?" * len(eids))
@@ -354,6 +375,11 @@ class SQLiteStore:
 
         return await self._r(run)
 
+    async def read_idle(self, before: datetime, now: datetime, application: str | None,
+                        limit: int) -> list[ExecutionRecord]:
+        params = (before.timestamp(), now.timestamp(), *([application] if application is not None else []), limit)
+        return await self._r(lambda conn: [c.execution_record(r) for r in conn.execute(idle(application), params)])
+
     async def queue_depths(self, now: datetime) -> list[tuple[str, int, float]]:
         def run(conn: sqlite3.Connection) -> list[tuple[str, int, float]]:
             rows = conn.execute(QUEUE_DEPTHS, (now.timestamp(),)).fetchall()
@@ -379,15 +405,9 @@ class SQLiteStore:
     async def read_tasks(
         self, queue: str | None = None, eid: str | None = None, include_acked: bool = False
     ) -> list[Task]:
-        def run(conn: sqlite3.Connection) -> list[Task]:
-            rows = conn.execute(
-                f"SELECT {c.TASK_READ} FROM tasks WHERE (? IS NULL OR queue = ?) AND (? IS NULL OR eid = ?)"
-                " AND (? OR state = 'ready') ORDER BY visible_at, id",
-                (queue, queue, eid, eid, include_acked),
-            )
-            return [c.task_record(r) for r in rows]
+        sql, params = task_query(queue, eid, include_acked)
+        return await self._r(lambda conn: [c.task_record(r) for r in conn.execute(sql, params)])
 
-        return await self._r(run)
 
     async def read_timers(self, eid: str | None = None) -> list[Timer]:
         def run(conn: sqlite3.Connection) -> list[Timer]:

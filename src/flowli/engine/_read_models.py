@@ -1,0 +1,65 @@
+"""The engine's reads of what the store keeps beside the journals: pages of decider states by the
+index each state wrote (``Decider.index``), the open tasks of a page of executions, the
+candidates of stuck runs, tasks and timers. Each is a bounded number of statements whatever the
+number of executions stored."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from flowli.domain import ExecutionRecord, Task, Timer
+from flowli.store import StateIndex, StateQuery, Store, StoredState
+
+from ._clock import Clock
+
+
+class ReadModels:
+    """Part of the Engine (its store and clock)."""
+
+    _store: Store
+    clock: Clock
+
+    async def decided(self, query: StateQuery) -> tuple[builtins.list[StoredState], int]:
+        """A page of a decider's executions by the index its states wrote (``Decider.index``),
+        newest first, with each one's record and state, and how many match in all: two
+        statements whatever the page's size or the number of executions stored."""
+        return await self._store.read_states(query)
+
+    async def open_tasks(self, eids: Sequence[str]) -> builtins.list[Task]:
+        """The tasks not yet acked of several executions, in one read."""
+        return await self._store.read_open_tasks(list(eids)) if eids else []
+
+    async def keep_state(self, eid: str, state: Any, index: StateIndex) -> None:
+        """Keep, for reads, the state and index of an execution that no decider advances (an
+        older code's run folded once): a page of ``decided`` lists it with version -1."""
+        await self._store.keep_state(eid, state, index)
+
+    async def idle(self, older_than: timedelta, *, application: str | None = None,
+                   limit: int = 200) -> builtins.list[ExecutionRecord]:
+        """Executions not ended whose record has not changed for ``older_than`` and that no future
+        timer will wake, oldest first: the candidates of stuck runs, read by an index (their cost
+        follows the answer, not the number of executions)."""
+        now = self.clock.now()
+        return await self._store.read_idle(now - older_than, now, application, limit)
+
+    async def timers(self, eid: str | None = None) -> builtins.list[Timer]:
+        """The timers set, for one execution or all."""
+        return await self._store.read_timers(eid)
+
+    async def tasks(
+        self, queue: str | None = None, eid: str | None = None, *, include_acked: bool = False,
+        application: str | None = None,
+    ) -> builtins.list[Task]:
+        """The tasks on queues, not yet acked (with ``include_acked``, also the acked and withdrawn)."""
+        tasks = await self._store.read_tasks(queue, eid, include_acked)
+        return [t for t in tasks if application is None or t.application == application]
+
+    async def task(self, task_id: str, *, application: str | None = None) -> Task | None:
+        """One task by id (acked and withdrawn ones too), or None (also for another application's)."""
+        task = await self._store.read_task(task_id)
+        if task is None or (application is not None and task.application != application):
+            return None
+        return task

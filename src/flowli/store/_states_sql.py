@@ -1,0 +1,115 @@
+"""The statements of decider states and their index (see StateIndex, StateQuery), in the dialect
+both backends accept: ``?`` placeholders (PostgreSQL's store rewrites them), ``ON CONFLICT``.
+A substring test is a function of each backend (``instr`` on SQLite, ``strpos`` on PostgreSQL:
+the same arguments, both case-sensitive, unlike SQLite's LIKE)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flowli.domain import StaleState
+
+from . import _codec as c
+from ._protocol import HELD, Advance, Plan, StateIndex, StateQuery, StoredState
+
+READ = "SELECT version, CASE WHEN version = ? THEN NULL ELSE state END FROM decider_states WHERE eid = ? AND version > 0"
+"""A state and its version; not the state itself when its version is the one the caller holds."""
+_INDEX = "decider, application, created_at, number, label, name, tags, text, waiting"
+_ROW = ", ".join(f"e.{col}" for col in c.EXECUTION_COLUMNS.split(", ")) + ", d.version, d.state, d.label"
+
+
+def read(row: Any, held: int | None) -> tuple[int, Any]:
+    version = int(row[0])
+    return (version, HELD) if held is not None and version == held else (version, c.unjs(row[1]))
+
+
+def index_row(index: StateIndex | None) -> tuple[Any, ...]:
+    if index is None:
+        return (None,) * 8 + (0,)
+    tags = "\n" + "\n".join(index.tags) + "\n" if index.tags else None
+    return (index.decider, index.application, index.created_at, index.number, index.label, index.name, tags,
+            index.text, index.waiting)
+
+
+def advance_state(a: Advance) -> Plan:
+    """The compare-and-set of a decider's state (see Advance), with its index row."""
+    row = index_row(a.index)
+    if a.version == 0:  # its start: the index of a state not decided yet, unless a command came first
+        yield ("exec", f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, 0, 'null', {_marks(9)})"
+                       " ON CONFLICT (eid) DO NOTHING", (a.eid, *row))
+        return
+    if a.version == 1:
+        n = yield ("exec", f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, 1, ?, {_marks(9)})"
+                           " ON CONFLICT (eid) DO UPDATE SET version = 1, state = excluded.state,"
+                           + ", ".join(f" {col} = excluded.{col}" for col in _INDEX.split(", "))
+                           + " WHERE decider_states.version = 0", (a.eid, _text(a), *row))
+    else:
+        n = yield ("exec", "UPDATE decider_states SET version = ?, state = ?, "
+                           + ", ".join(f"{col} = ?" for col in _INDEX.split(", ")) + " WHERE eid = ? AND version = ?",
+                   (a.version, _text(a), *row, a.eid, a.version - 1))
+    if n != 1:
+        raise StaleState(a.eid, a.version - 1)
+
+
+def _text(a: Advance) -> str | None:
+    return a.encoded if a.encoded is not None else c.js(a.state)
+
+
+def keep(eid: str, state: Any, index: StateIndex) -> tuple[str, tuple[Any, ...]]:
+    return (f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, -1, ?, {_marks(9)})"
+            " ON CONFLICT (eid) DO UPDATE SET state = excluded.state,"
+            + ", ".join(f" {col} = excluded.{col}" for col in _INDEX.split(", "))
+            + " WHERE decider_states.version = -1", (eid, c.js(state), *index_row(index)))
+
+
+def _marks(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+def where(q: StateQuery, contains: str) -> tuple[str, list[Any]]:
+    sql, params = ["d.decider = ?"], [q.decider]
+    if q.application is not None:
+        sql.append("d.application = ?")
+        params.append(q.application)
+    if q.labels:
+        sql.append(f"d.label IN ({_marks(len(q.labels))})")
+        params += list(q.labels)
+    if q.name is not None:
+        sql.append("d.name = ?")
+        params.append(q.name)
+    for tag in q.tags:
+        sql.append(f"{contains}(d.tags, ?) > 0")
+        params.append(f"\n{tag}\n")
+    if q.text:
+        sql.append(f"{contains}(d.text, ?) > 0")
+        params.append(q.text.lower())
+    if q.since is not None:
+        sql.append("d.created_at >= ?")
+        params.append(q.since)
+    if q.until is not None:
+        sql.append("d.created_at < ?")
+        params.append(q.until)
+    if q.waiting:
+        sql.append("d.waiting > 0")
+    return " AND ".join(sql), params
+
+
+def page(q: StateQuery, contains: str) -> tuple[str, list[Any]]:
+    cond, params = where(q, contains)
+    return (f"SELECT {_ROW} FROM decider_states d JOIN executions e ON e.eid = d.eid WHERE {cond}"
+            " ORDER BY d.number DESC, d.created_at DESC, d.eid DESC LIMIT ? OFFSET ?", [*params, q.limit, q.offset])
+
+
+def count(q: StateQuery, contains: str) -> tuple[str, list[Any]]:
+    cond, params = where(q, contains)
+    return f"SELECT COUNT(*) FROM decider_states d WHERE {cond}", params
+
+
+def stored(row: Any) -> StoredState:
+    width = c.EXECUTION_WIDTH
+    return StoredState(record=c.execution_record(row[:width]), version=int(row[width]),
+                       state=c.unjs(row[width + 1]), label=row[width + 2])
+
+
+def open_tasks(n: int) -> str:
+    return f"SELECT {c.TASK_READ} FROM tasks WHERE eid IN ({_marks(n)}) AND state = 'ready' ORDER BY visible_at, id"
