@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from flowli.domain import NotJSONCompatibleError, check_json
+from flowli.domain import NotJSONCompatibleError, check_json, check_json_since
 
 pytestmark = pytest.mark.unit
 
@@ -69,3 +69,18 @@ def test_a_set_is_refused():
     with pytest.raises(NotJSONCompatibleError) as nested:
         check_json({"tags": {"a"}}, "the payload")
     assert "value['tags']" in str(nested.value) and "set" in str(nested.value)
+
+
+def test_a_value_made_from_a_plain_one_is_checked_where_it_changed():
+    before = {"big": {"layers": [{"steps": list(range(50))}]}, "status": {"a": "PENDING"}, "done": ["a"]}
+    shared = {**before, "status": {**before["status"], "b": "COMPLETED"}, "done": [*before["done"], "b"]}
+    assert check_json_since(shared, before, "the state") is shared  # plain: returned as it is
+    # what changed is checked as check_json checks it: a tuple becomes a list, an enum an int ...
+    back = check_json_since({**before, "status": {"a": Level.HIGH}, "done": [*before["done"], ("c", 1)]}, before,
+                            "the state")
+    assert back["status"] == {"a": 2} and type(back["status"]["a"]) is int and back["done"] == ["a", ["c", 1]]
+    # ... and what cannot be JSON is refused, naming where, however deep in a shared part's copy
+    with pytest.raises(NotJSONCompatibleError, match=r"value\['big'\]\['layers'\]\[0\]\['extra'\] is of type set"):
+        check_json_since({**before, "big": {"layers": [{**before["big"]["layers"][0], "extra": {1}}]}}, before, "the state")
+    with pytest.raises(NotJSONCompatibleError, match="keys must be str"):
+        check_json_since({**before, "status": {**before["status"], 3: "x"}}, before, "the state")

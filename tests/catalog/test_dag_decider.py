@@ -78,3 +78,88 @@ async def test_a_denied_run_retried_fails_again_without_compensating_twice(open_
         words = [k for k, _ in await _events(engine, wid)]
         assert words.count("step.compensated") == 2 and words[-2:] == ["dag.retried", "dag.failed"]
         await _folds(engine, wid)
+
+
+async def test_a_list_of_dag_runs_reads_their_states_once_for_the_page_never_run_by_run(open_engine):
+    """The list shows each running dag run's stored state, read for the whole page at once: no
+    read names one of its runs (its record, journal, state or messages), whatever the page's size."""
+    from flowli.testing import store_of
+
+    async with open_engine(app()) as engine:
+        catalog = Catalog(engine)
+        await catalog.save_composition(gated())
+        wids = [(await catalog.start("virtual.gated@1", {"bucket": f"locked-{i}"}))["workflow_id"] for i in range(5)]
+        for wid in wids:
+            await parked(catalog, engine, wid)
+        store = store_of(engine)
+        base = type(store)
+        per_run: list[tuple[str, str]] = []
+        batches: list[str] = []
+
+        class Counting(base):  # type: ignore[valid-type,misc]
+            """The same store, the reads that a list could make run by run counted."""
+
+            async def read_execution(self, eid: str) -> Any:
+                per_run.append(("read_execution", eid))
+                return await super().read_execution(eid)
+
+            async def read_state(self, eid: str) -> Any:
+                per_run.append(("read_state", eid))
+                return await super().read_state(eid)
+
+            async def read_journal(self, eid: str, after: int = 0) -> Any:
+                per_run.append(("read_journal", eid))
+                return await super().read_journal(eid, after)
+
+            async def read_journal_page(self, eid: str, *args: Any) -> Any:
+                per_run.append(("read_journal_page", eid))
+                return await super().read_journal_page(eid, *args)
+
+            async def read_messages(self, channel: str, *args: Any) -> Any:
+                per_run.append(("read_messages", channel))
+                return await super().read_messages(channel, *args)
+
+            async def read_executions(self, eids: Any) -> Any:
+                batches.append("read_executions")
+                return await super().read_executions(eids)
+
+            async def read_states_of(self, eids: Any) -> Any:
+                batches.append("read_states_of")
+                return await super().read_states_of(eids)
+
+        store.__class__ = Counting
+        try:
+            small = (await catalog.list(workflow_type="virtual.gated@1", limit=2))["runs"]
+            small_batches, batches[:] = list(batches), []
+            listed = (await catalog.list(workflow_type="virtual.gated@1", limit=5))["runs"]
+        finally:
+            store.__class__ = base
+        assert [r["workflow_id"] for r in listed] == list(reversed(wids)) and len(small) == 2
+        assert {r["status"] for r in listed} == {"remediation_pending"}
+        assert [(what, eid) for what, eid in per_run if any(eid.startswith(w) for w in wids)] == []
+        assert batches == small_batches == ["read_executions", "read_states_of"]
+        for run in listed:  # the list's state of each run is its view's
+            assert (await catalog.status(run["workflow_id"]))["status"] == run["status"]
+
+
+async def test_the_dag_decider_shares_its_state_and_never_changes_one_in_place(open_engine):
+    """``flowli.dag`` is registered with ``shares``: the engine checks its state only where an
+    event changed it, which holds only if evolve never changes a state it was given."""
+    import copy
+
+    from flowli.engine.deciders import Event
+
+    async with open_engine(app()) as engine:
+        catalog = Catalog(engine)
+        await catalog.save_composition(gated())
+        wid = (await catalog.start("virtual.gated@1", {"bucket": "locked-9"}))["workflow_id"]
+        await parked(catalog, engine, wid)
+        decider = engine.registry.decider_of("flowli.dag")
+        assert decider.shares
+        state = decider.start_state()
+        for kind, data in await _events(engine, wid):
+            kept = copy.deepcopy(state)
+            after = decider.evolve(state, Event(kind, data))
+            assert state == kept and after is not state, kind
+            state = after
+        assert state == (await engine.decider_state(wid))[1]

@@ -14,7 +14,7 @@ import pytest
 
 import flowli
 from flowli import Context, Registry
-from flowli.domain import EntryKind, StaleAnswer, Status
+from flowli.domain import EntryKind, StaleAnswer, Status, TaskKind, task_id
 from flowli.engine.deciders import (
     Answered,
     Cancel,
@@ -197,7 +197,11 @@ async def test_an_order_runs_start_charge_signal_child_end(db_url: str, tmp_path
         assert (await engine.status(eid)).status is Status.SUSPENDED
         await engine.signal(eid, "ship", "Main St", by="bob@example.com")
         assert await engine.result(eid, timeout=10) == {"order": "o-1", "parcel": "parcel-o-1-Main St"}
-        assert eid not in replayed and replayed  # (the child, a workflow, was replayed)
+        # (the child, a workflow, started in this worker at once: its lease came with its record)
+        assert eid not in replayed
+        children = [r for r in await engine.statuses([c.eid for c in await engine.list()]) if r.parent_eid == eid]
+        assert [(c.status, c.lease_epoch) for c in children] == [(Status.COMPLETED, 1)]
+        assert await store.read_task(task_id(TaskKind.START, children[0].eid)) is None  # no START task went through the queue
         del store.read_journal, store.acquire_many
         state = await folds(engine, eid)
         assert state["status"] == "shipped"
@@ -326,10 +330,11 @@ async def test_two_commands_racing_on_one_version_are_both_applied_once(db_url: 
         eid = await engine.start("order", ORDER)
         await state_is(engine, eid, "charging")
         version, _ = await engine.decider_state(eid)
-        # two processes (two engines on one database): the commands of one process take turns,
-        # those of two race on the state's version
-        other = await connect(db_url, tmp_path)
-        stores = [store_of(engine), store_of(other)]
+        # two processes (two engines on one database, neither of which advanced the execution
+        # yet, so that each reads its state): the commands of one process take turns, those of
+        # two race on the state's version
+        first, other = await connect(db_url, tmp_path), await connect(db_url, tmp_path)
+        stores = [store_of(first), store_of(other)]
         reads: list[int] = []
         both = asyncio.Event()
 
@@ -348,8 +353,8 @@ async def test_two_commands_racing_on_one_version_are_both_applied_once(db_url: 
         for store in stores:
             store.read_state = together(store.read_state)  # type: ignore[method-assign]
         try:
-            async with other:
-                await asyncio.gather(engine.signal(eid, "note", "a"), other.signal(eid, "note", "b"))
+            async with first, other:
+                await asyncio.gather(first.signal(eid, "note", "a"), other.signal(eid, "note", "b"))
         finally:
             for store in stores:
                 del store.read_state
@@ -368,20 +373,20 @@ async def test_the_commands_of_one_process_take_turns_without_racing(db_url: str
         await state_is(engine, eid, "charging")
         version, _ = await engine.decider_state(eid)
         store = store_of(engine)
-        read = store.read_state
-        reads: list[int] = []
+        write = store.write
+        advances: list[int] = []
 
-        async def counted(eid_: str, held: Any = None) -> Any:
-            got = await read(eid_, held)
-            reads.append(got[0] if got else 0)
-            return got
+        async def counted(w: Any, now: Any) -> Any:
+            if w.advance is not None:
+                advances.append(w.advance.version)
+            return await write(w, now)
 
-        store.read_state = counted  # type: ignore[method-assign]
+        store.write = counted  # type: ignore[method-assign]
         try:
             await asyncio.gather(*(engine.signal(eid, "note", n) for n in "abcd"))
         finally:
-            del store.read_state
-        assert reads == [version, version + 1, version + 2, version + 3]  # each decided once
+            del store.write
+        assert advances == [version + 1, version + 2, version + 3, version + 4]  # each decided once, none refused
         assert sorted((await engine.decider_state(eid))[1]["notes"]) == ["a", "b", "c", "d"]
         await folds(engine, eid)
 

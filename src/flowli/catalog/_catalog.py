@@ -224,8 +224,11 @@ class Catalog:
         return {"workflow_id": eid, "status": runs.PENDING}
 
     async def _run(self, workflow_id: str, by: By, application: str | None) -> tuple[ExecutionRecord, list[Any]]:
+        """A run's record and journal (a dag run of the decider: no journal, its state tells)."""
         app = _scope(by, application)
         record = await self.engine.status(checked_eid(workflow_id), application=app)
+        if runs.decided(record):
+            return record, []
         return record, await self.engine.journal(workflow_id, application=app)
 
     async def _answered(self, record: ExecutionRecord, journal: list[Any]) -> bool:
@@ -270,7 +273,9 @@ class Catalog:
                       application: str | None = None) -> list[dict[str, Any]]:
         """``get_workflow_history``: the append-only transitions, oldest first."""
         self._read(by, f"read the history of run {workflow_id}")
-        record, journal = await self._run(workflow_id, by, application)
+        app = _scope(by, application)
+        record = await self.engine.status(checked_eid(workflow_id), application=app)
+        journal = await self.engine.journal(workflow_id, application=app)  # a history is its journal
         return runs.history(record, journal, include_state_data, self._fn(record))
 
     async def list(self, workflow_type: str | None = None, status: str | None = None, limit: int = 50,
@@ -293,6 +298,10 @@ class Catalog:
             except ValueError as exc:
                 raise CatalogError(str(exc).replace("engine.list", "list_workflows")) from None
             records = {r.eid: r for r in await self.engine.statuses([s.eid for s in page], application=app)}
+            # the dag runs of the decider that still run show their stored states: one read for the page
+            # (the records were read as ``app`` sees them: their states are its to see)
+            dstates = await self.engine.decider_states(
+                [r.eid for r in records.values() if runs.decided(r) and not r.terminal])
             for s in page:
                 page_cursor = s.cursor
                 record = records.get(s.eid)
@@ -306,7 +315,10 @@ class Catalog:
                     continue
                 journal = await self.engine.journal(record.eid, application=app) \
                     if record.workflow == DAG and not record.terminal and not runs.decided(record) else []
-                state = await self._state(record, journal)
+                if runs.decided(record):
+                    state = runs.state_of(record, [], False, (dstates.get(record.eid) or (0, None))[1])
+                else:
+                    state = await self._state(record, journal)
                 if status is not None and state != status:
                     continue
                 out.append({"workflow_id": record.eid, "workflow_type": runs.workflow_type(record), "status": state,
@@ -412,7 +424,8 @@ class Catalog:
             if any(w["kind"] == "timer" and w.get("at") and w["at"] > now.isoformat() for w in why.waits):
                 continue
             out.append({"workflow_id": record.eid, "workflow_type": runs.workflow_type(record),
-                        "status": await self._state(record, await self.engine.journal(record.eid, application=app)),
+                        "status": await self._state(record, [] if runs.decided(record) else
+                                                    await self.engine.journal(record.eid, application=app)),
                         "idle_seconds": round((now - why.last_at).total_seconds(), 1),
                         "last_seq": why.last_seq,
                         "waiting_on": {"summary": why.summary, "waits": [dict(w) for w in why.waits]}})

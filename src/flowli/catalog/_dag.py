@@ -148,7 +148,7 @@ def install(registry: Registry) -> None:
         return await ctx.step(store, made, retry=NO_RETRY)
 
     registry.add(dag, DAG)  # version 1: it finishes the runs it started before the decider
-    registry.decider(DAG, version=VERSION, initial=INITIAL, evolve=evolve)(decider(registry))
+    registry.decider(DAG, version=VERSION, initial=INITIAL, evolve=evolve, shares=True)(decider(registry))
     registry.add(save, SAVE, kind="state_machine", permissions=["catalog:write"],
                  description="Validate, compile and store a composition; it becomes runnable as"
                              " virtual.<name>@<version>.")

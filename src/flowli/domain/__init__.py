@@ -32,6 +32,7 @@ from ._ids import new_eid as new_eid
 from ._ids import task_id as task_id
 from ._json import canonical as canonical
 from ._json import check_json as check_json
+from ._json import check_json_since as check_json_since
 from ._json import digest as digest
 from ._json import dumps as dumps
 from ._provenance import Actor as Actor
@@ -112,6 +113,7 @@ __all__ = [
     "actor_for",
     "canonical",
     "check_json",
+    "check_json_since",
     "checked_eid",
     "child_eid",
     "digest",

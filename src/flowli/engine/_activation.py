@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any, Callable, Coroutine
 
 from flowli.domain import (
@@ -47,6 +48,10 @@ log = logging.getLogger("flowli.worker")
 
 class Activation(Waits):
     """The Context implementation: one run of the workflow function under one lease."""
+
+    told: tuple[Task, Any] | None = None
+    """The RESUME that this activation's end wrote leased to this process for its decider parent,
+    and its record as it ended: the worker applies it at once (``_deciding.tell_parent``)."""
 
     def run(self) -> Coroutine[Any, Any, Status]:
         """Run the workflow until it ends or suspends; returns the status it left. (Untraced, the
@@ -245,18 +250,27 @@ class Activation(Waits):
         if status is Status.CANCELLED:
             # a cancelled execution withdraws its open delegations: their consumers find nothing
             write.withdraw_delegates = [self.eid]
+        told: Task | None = None
         if self.record.parent_eid is not None:
             # a child runs on the queue of its parent
-            write.tasks.append(Task(
+            now = self.rt.clock.now()
+            told = Task(
                 id=task_id(TaskKind.RESUME, self.record.parent_eid, f"child:{self.eid}@{self.epoch}"), kind=TaskKind.RESUME,
                 queue=self.record.queue, eid=self.record.parent_eid,
                 payload={**DECIDER_TASK, "child": self.eid} if decided(self.record.parent_fid) else None,
-                provenance=self.rt.provenance(epoch=self.epoch), visible_at=self.rt.clock.now(),
+                provenance=self.rt.provenance(epoch=self.epoch), visible_at=now,
                 application=self.record.application,
-            ))
+            )
+            if decided(self.record.parent_fid):
+                # the decider parent takes the end in this worker, at once (``told``): the task is
+                # written leased to this process, so that no worker dequeues it meanwhile
+                told = replace(told, lease_owner=self.rt.owner, visible_at=now + self.rt.options.task_ttl)
+            write.tasks.append(told)
         if not write.tasks and not write.withdraw_delegates:
             write.intent = Intent.APPEND  # an end goes with the plain appends of its batch
         await self._write(write, kind="end", final=True, payload={"status": status.value, "result": result, "error": error})
+        if told is not None and told.lease_owner is not None:
+            self.told = (told, replace(self.record, status=status, result=result, error=error))
         if self.rt.tracing is not None:
             self.rt.tracing.finish(
                 f"workflow {self.wf.name}", self.trace, self.trace_parent,

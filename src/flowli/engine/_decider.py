@@ -275,6 +275,11 @@ class Decider:
     index: Callable[[Any], Index] | None = None
     """``index(state) -> Index``: what lists of its executions filter and order on, written
     with each state (``engine.decided`` reads pages of them); None: not listed."""
+    shares: bool = False
+    """``evolve`` never changes a state in place: it returns a new object, which shares the parts
+    an event leaves as they were with the state before (a copy of the parts that change, as a
+    frozen record's ``replace``). The engine then checks that the state is JSON only where the
+    events of a command changed it, not the whole state at each command."""
 
     typed = False
     """As a workflow's: a decider's input reaches it as the journal holds it (JSON)."""

@@ -24,10 +24,11 @@ Where commands come from:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from flowli.domain import (
@@ -47,6 +48,7 @@ from flowli.domain import (
     UnknownExecutionError,
     WorkflowArgumentsError,
     check_json,
+    check_json_since,
     child_eid,
     dumps,
     keyed_eid,
@@ -99,7 +101,7 @@ from ._decider import (
     timer_fid,
 )
 from ._errors import error_data
-from ._runtime import Runtime
+from ._runtime import Runtime, entries_with_seqs
 from ._tracing import derived, execution_context, traceparent
 from ._transitions import Transition, commit
 from ._waits import new_execution
@@ -202,8 +204,11 @@ async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Bas
 async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Base, principal: Principal,
                  payload: Any, record: ExecutionRecord | None, reopen: bool) -> WriteResult | None:
     for _ in range(_TRIES):
+        # the record this process's last write left (see ``Runtime.decided_last``): no read of
+        # it when the caller has none; the state's version fences a stale one
+        known = rt.decided_last.get(eid)
         if record is None:
-            record = await rt.store.read_execution(eid)
+            record = known[0] if known is not None else await rt.store.read_execution(eid)
             if record is None:
                 raise UnknownExecutionError(eid)
         if record.terminal and not (reopen and record.status is Status.FAILED):
@@ -220,11 +225,20 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         began = rt.clock.now()
         own = await execution_span(rt, eid) if rt.tracing is not None else None
         decide(rt, decider, record, state, version, command, principal.actor, write, own)
+        direct = _direct_children(rt, write)
         try:
             result = await commit(rt, Transition(kind, write, eid, record.workflow, principal, record.application, payload))
         except StaleState:
+            _adopt(direct, write, None)
+            rt.decided_last.pop(eid, None)
             record = None  # another command advanced it: decide again against the fresh state
             continue
+        except BaseException:
+            _adopt(direct, write, None)
+            rt.decided_last.pop(eid, None)
+            raise
+        _adopt(direct, write, result)
+        _remember(rt, record, write)
         advanced = write.advance
         if advanced is not None and (write.status is None or not write.status.status.terminal):
             if len(rt.held) >= HELD_MAX:
@@ -234,6 +248,55 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
             _trace(rt, decider, record, command, version + 1, write, began, own)
         return result
     raise StaleState(eid, -1)
+
+
+def _direct_children(rt: Runtime, write: Write) -> list[tuple[int, Any]]:
+    """The child workflows of ``write`` that a worker of this process with a free slot takes at
+    once (a direct start, as ``engine.start``'s): each created leased to this process, with no
+    START task, and the worker that reserved its slot. A decider child starts with its START."""
+    direct: list[tuple[int, Any]] = []
+    if not rt.workers:
+        return direct
+    now = rt.clock.now()
+    for i, new in enumerate(write.executions):
+        if new.task is None or carries_command(new.task):
+            continue
+        worker = next((w for w in rt.workers if w.reserve(new.record.queue)), None)
+        if worker is None:
+            break
+        leased = dataclasses.replace(new.record, status=Status.RUNNING, lease_owner=rt.owner, lease_epoch=1,
+                                     lease_expires_at=now + rt.options.lease_ttl)
+        write.executions[i] = dataclasses.replace(new, record=leased, task=None)
+        direct.append((i, worker))
+    return direct
+
+
+def _adopt(direct: list[tuple[int, Any]], write: Write, result: WriteResult | None) -> None:
+    """Hand each child started directly to the worker that reserved its slot (``result`` None:
+    the write failed, the slots are given back)."""
+    for i, worker in direct:
+        new = write.executions[i]
+        if result is not None and result.created[i]:
+            worker.adopt(new.record, entries_with_seqs([new.entry], [1]))
+        else:
+            worker.unreserve()
+
+
+_REMEMBERED = 10_000
+"""Decider executions whose last state this process keeps at most (forgotten all at once past it)."""
+
+
+def _remember(rt: Runtime, record: ExecutionRecord, write: Write) -> None:
+    """Keep the record and the state that ``write`` left (``Runtime.decided_last``), or forget
+    them when it ended the execution."""
+    eid, advance, change = record.eid, write.advance, write.status
+    if advance is None or (change is not None and change.status.terminal):
+        rt.decided_last.pop(eid, None)
+        return
+    if len(rt.decided_last) >= _REMEMBERED:
+        rt.decided_last.clear()
+    after = record if change is None else dataclasses.replace(record, status=change.status)
+    rt.decided_last[eid] = (after, advance.version, None)
 
 
 def _trace(rt: Runtime, decider: Decider, record: ExecutionRecord, command: Command, version: int, write: Write,
@@ -339,7 +402,10 @@ def _decided(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any,
         check_json(e.data, f"the data of event {e.kind!r} of decider {decider.name!r}")
     # check_json gives the state as the store gives it back (JSON's own types: a state this process
     # holds for its next command is the one a read would give)
-    new_state = check_json(decider.fold(events, state, start=False), f"the state of decider {decider.name!r}")
+    folded = decider.fold(events, state, start=False)
+    what = f"the state of decider {decider.name!r}"
+    # a decider that shares what an event leaves (``Decider.shares``) is checked where it changed
+    new_state = check_json_since(folded, state, what) if decider.shares else check_json(folded, what)
     ends = [x for x in effects if isinstance(x, END)]
     if len(ends) > 1 or (ends and len(effects) > 1):
         raise ValueError(f"decide returned {effects!r}: an end comes alone, and once")
@@ -421,12 +487,27 @@ def _child(rt: Runtime, record: ExecutionRecord, c: Child, actor: Actor) -> NewE
 # ---- commands from tasks: START, a fired timer, a child's end -----------------------------------
 
 
-async def handle(rt: Runtime, task: Task) -> None:
+async def tell_parent(rt: Runtime, task: Task, child: ExecutionRecord) -> None:
+    """Apply at once the RESUME ``task`` that the end of ``child`` (its record as it ended) wrote
+    leased to this process for its decider parent: no dequeue, no read of the child. The task is
+    in the store as any leased task, so a crash before the parent's write leaves it to the sweeper
+    (its lease expires); a failure here gives it back to the queue at once."""
+    try:
+        await handle(rt, task, child)
+    except Exception as exc:
+        log.warning("the end of %s did not reach its parent %s here (%s); a worker takes it", child.eid, task.eid, exc)
+        with contextlib.suppress(Exception):
+            await rt.store.nack(task.id, rt.owner, timedelta(0), rt.clock.now())
+
+
+async def handle(rt: Runtime, task: Task, ended: ExecutionRecord | None = None) -> None:
     """Apply the command that a START or RESUME task carries (see ``carries_command``), with a
-    hold on the task: the write acks it, and is refused when this worker lost the task's lease."""
+    hold on the task: the write acks it, and is refused when this worker lost the task's lease.
+    ``ended``: the record of the child whose end the task carries, when the caller has it."""
     assert task.eid is not None
     eid = task.eid
-    record = await rt.store.read_execution(eid)
+    known = rt.decided_last.get(eid)
+    record = known[0] if known is not None else await rt.store.read_execution(eid)
     if record is None:
         return
     p = task.payload
@@ -437,7 +518,7 @@ async def handle(rt: Runtime, task: Task) -> None:
     elif "timer" in p:
         command = TimerFired(str(p["timer"]).split("/timer:", 1)[-1])
     elif "child" in p:
-        child = await rt.store.read_execution(p["child"])
+        child = ended if ended is not None and ended.eid == p["child"] else await rt.store.read_execution(p["child"])
         if child is None or not child.terminal or not decided(child.parent_fid):
             await _ack(rt, task)
             return

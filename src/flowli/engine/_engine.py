@@ -252,6 +252,18 @@ class Engine(ReadModels):
                 return int(kept["version"]), kept["state"]
         return stored if stored is not None else (0, None)
 
+    async def decider_states(self, eids: Sequence[str], *, application: str | None = None) -> dict[str, tuple[int, Any]]:
+        """``decider_state`` of many live executions in one read, by eid: those whose start was
+        decided, of ``application`` when given (an archived one's is not read: its record says
+        how it ended)."""
+        if not eids:
+            return {}
+        states = await self._store.read_states_of(list(eids))
+        if application is None or not states:
+            return states
+        mine = {r.eid for r in await self._store.read_executions(list(states)) if r.application == application}
+        return {eid: s for eid, s in states.items() if eid in mine}
+
     async def wait_suspended(self, eid: str, timeout: float | None = 30.0, *, application: str | None = None) -> ExecutionRecord:
         """Wait until the execution is suspended (its timers and waits are set: a test may advance
         its clock now) or terminal; returns its record."""

@@ -173,16 +173,16 @@ class Registry:
         return wf
 
     def decider(self, name: str, *, version: str = "1", initial: Any, evolve: Evolve,
-                index: Callable[[Any], Any] | None = None) -> Callable[[Decide], Decider]:
+                index: Callable[[Any], Any] | None = None, shares: bool = False) -> Callable[[Decide], Decider]:
         """Register ``decide(state, command) -> (events, effects)`` as the decider ``name`` of
         ``version``, with ``evolve(state, event) -> state`` and the ``initial`` state (JSON).
         Its executions start as a workflow's (``engine.start(name, input)``) but are never
-        replayed: see ``flowli.engine.Decider``. Returns the Decider (which ``engine.start``
-        also takes). ``index(state) -> Index``, when given, is written with each state: the
-        read model that ``engine.decided`` lists."""
+        replayed: see ``flowli.engine.Decider`` (and its ``shares``). Returns the Decider (which
+        ``engine.start`` also takes). ``index(state) -> Index``, when given, is written with each
+        state: the read model that ``engine.decided`` lists."""
 
         def register(decide: Decide) -> Decider:
-            return self.add_decider(Decider(name, version, initial, decide, evolve, index))
+            return self.add_decider(Decider(name, version, initial, decide, evolve, index, shares))
 
         return register
 

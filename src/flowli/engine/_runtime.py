@@ -182,6 +182,11 @@ class Runtime:
         command reads the stored version only, and decodes the state only when another process
         advanced it (see ``_deciding``)."""
         """Hand-offs whose poll went away, being given back to the queue."""
+        self.decided_last: dict[str, tuple[Any, int, Any]] = {}
+        """Per decider execution that this process advanced last: its record after that write and
+        its state's version (see ``_deciding.apply``; the state itself is ``held``). The next
+        command starts from the record instead of reading it again; the state's compare-and-set
+        refuses a write made on it when another process advanced the execution meanwhile."""
         self.workers: list[Any] = []
         """The running workers of this process's engine: a start or an answer made here hands its
         execution to one with a free slot (``Worker.reserve``), without the queue."""

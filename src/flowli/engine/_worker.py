@@ -35,7 +35,7 @@ from flowli.store import Acquired, Fence, Resume, StatusChange, Write
 
 from ._activation import Activation
 from ._core import Stopping, StoreFailure, store_call
-from ._deciding import carries_command, handle
+from ._deciding import carries_command, handle, tell_parent
 from ._errors import error_data
 from ._runtime import Runtime
 from ._steps import failure_entry_value, import_ref, policy_from_json, run_function
@@ -295,6 +295,8 @@ class Worker:
         finally:
             if self.held.get(record.eid) is activation:
                 del self.held[record.eid]
+        if activation.told is not None:  # its end, to its decider parent at once
+            await tell_parent(rt, *activation.told)
 
     async def _hand_back(self, record: Any, epoch: int, exc: Exception | None, delay: float = 1.0,
                          reason: str | None = None) -> None:

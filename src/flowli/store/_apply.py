@@ -88,6 +88,36 @@ def announce(entry: Entry) -> Plan:
     return None if row is None else int(row[0])
 
 
+def announce_all(entries: list[Entry]) -> Plan:
+    """``announce`` of each entry, in order, with one move of the control log's counter for all
+    of them (the seqs each gets are those one ``announce`` after the other would give)."""
+    if len(entries) == 1:
+        return [(yield from announce(entries[0]))]
+    todo: list[int] = []
+    for i, entry in enumerate(entries):
+        if entry.journal_seq is not None:
+            gone = yield ("one", "DELETE FROM unannounced WHERE eid = ? AND seq = ? RETURNING seq",
+                          (entry.eid, entry.journal_seq))
+            if gone is None:
+                continue  # announced already
+        todo.append(i)
+    out: list[int | None] = [None] * len(entries)
+    if not todo:
+        return out
+    (last,) = yield ("one", "UPDATE counters SET n = n + ? WHERE name = 'control_log' RETURNING n", (len(todo),))
+    for k, i in enumerate(todo):
+        entry = entries[i]
+        row = yield (
+            "one",
+            "INSERT INTO control_log (seq, eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING seq",
+            (int(last) - len(todo) + 1 + k, entry.eid, entry.kind.value, entry.fid, entry.attempt, entry.digest,
+             c.js(entry.value), c.js(entry.error), c.prov(entry.provenance), entry.journal_seq),
+        )
+        out[i] = None if row is None else int(row[0])
+    return out
+
+
 def next_message_seq(channel: str) -> Plan:
     """The next sequence number of a channel; in PostgreSQL the upsert also locks the channel's
     row, which serializes a send with a suspension that checks the channel."""
@@ -190,15 +220,33 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
                    (cl.key, cl.owner, now))
         if cl.memo is not None:
             entries[cl.memo] = replace(entries[cl.memo], value=n > 0)
-    for a in w.announcements:
-        seq = yield from announce(a.entry)
-        if a.memo is not None:
-            entries[a.memo] = replace(entries[a.memo], value=seq)
+    if w.announcements:
+        seqs = yield from announce_all([a.entry for a in w.announcements])
+        for a, seq in zip(w.announcements, seqs):
+            if a.memo is not None:
+                entries[a.memo] = replace(entries[a.memo], value=seq)
+    # the seqs of the other executions' entries: reserved with one statement per execution (a
+    # decider's command appends several events to one journal), in the order of the entries
+    counts: dict[str, int] = {}
+    for e in entries:
+        if w.fence is None or e.eid != w.fence.eid:
+            counts[e.eid] = counts.get(e.eid, 0) + 1
+    next_seqs: dict[str, int] = {}
+    for eid, n in counts.items():
+        if n > 1:
+            row = yield ("one", "UPDATE executions SET next_seq = next_seq + ? WHERE eid = ? RETURNING next_seq - ?",
+                         (n, eid, n))
+            if row is None:
+                raise UnknownExecutionError(eid)
+            next_seqs[eid] = int(row[0])
     entry_seqs = []
     for e in entries:
         if w.fence is not None and e.eid == w.fence.eid:
             entry_seqs.append((yield from insert_entry(e, fenced_seq, now)))
             fenced_seq += 1
+        elif e.eid in next_seqs:
+            entry_seqs.append((yield from insert_entry(e, next_seqs[e.eid], now)))
+            next_seqs[e.eid] += 1
         else:
             entry_seqs.append((yield from append(e, now)))
     if w.status is not None and not status_done:
@@ -282,6 +330,12 @@ def hold_task(w: Write, now: float) -> Plan:
     """Check the hold of a write on a task (see TaskHold) and end the task; refuse otherwise."""
     hold = w.hold
     assert hold is not None
+    if hold.owner is not None:
+        # the common case in one statement: a held lease, still running; else the reason is read
+        n = yield ("exec", "UPDATE tasks SET state = ?, lease_owner = NULL WHERE id = ? AND state = 'ready'"
+                           " AND lease_owner = ? AND visible_at > ?", (hold.end, hold.task_id, hold.owner, now))
+        if n:
+            return
     row = yield ("one", "SELECT state, lease_owner, visible_at FROM tasks WHERE id = ?{lock}", (hold.task_id,))
     if row is None:
         raise StaleAnswer(hold.task_id, "there is no such task")
@@ -294,6 +348,7 @@ def hold_task(w: Write, now: float) -> Plan:
                                             + (f" but by {owner}" if owner else " (it was given back)"))
         if visible_at <= now:
             raise StaleAnswer(hold.task_id, f"the lease of {hold.owner} expired")
+        raise StaleAnswer(hold.task_id, f"its lease is not held by {hold.owner}")  # not reached: the update took it
     elif hold.expired and (owner is None or visible_at > now):
         raise StaleAnswer(hold.task_id, "its lease has not expired")
     yield ("exec", "UPDATE tasks SET state = ?, lease_owner = NULL WHERE id = ?", (hold.end, hold.task_id))

@@ -87,6 +87,14 @@ class PostgresReads:
         sql, params = states.keep(eid, state, index)
         await self._pool.execute(dialect(sql), *params)
 
+    async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
+        assert self._pool is not None
+        if not eids:
+            return {}
+        rows = await self._pool.fetch("SELECT eid, version, state FROM decider_states WHERE eid = ANY($1::text[])",
+                                      list(eids))
+        return {r[0]: (int(r[1]), c.unjs(r[2])) for r in rows}
+
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
         assert self._pool is not None
         rows = await self._pool.fetch(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = ANY($1::text[])", list(eids))

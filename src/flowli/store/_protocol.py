@@ -578,6 +578,9 @@ class Store(Protocol):
         """Write the state and index of an execution that no decider advances (a fold of an
         older code's run, kept for reads), at version -1, replacing the one kept before."""
 
+    async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
+        """``read_state`` of many executions in one read: those with a state, by eid."""
+
     async def read_journal_page(self, eid: str, f: JournalFilter, before: int | None, limit: int,
                                 ) -> tuple[list[Entry], int]:
         """The newest ``limit`` entries of a journal below seq ``before`` (None: from the last)

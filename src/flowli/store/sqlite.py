@@ -314,6 +314,15 @@ class SQLiteStore:
 
         return await self._r(run)
 
+    async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
+        marks = ",".join("?" * len(eids))
+
+        def run(conn: sqlite3.Connection) -> dict[str, tuple[int, Any]]:
+            rows = conn.execute(f"SELECT eid, version, state FROM decider_states WHERE eid IN ({marks})", tuple(eids))
+            return {r[0]: (int(r[1]), c.unjs(r[2])) for r in rows}
+
+        return await self._r(run) if eids else {}
+
     async def read_states(self, query: StateQuery) -> tuple[list[StoredState], int]:
         def run(conn: sqlite3.Connection) -> tuple[list[StoredState], int]:
             sql, params = states.page(query, "instr")
