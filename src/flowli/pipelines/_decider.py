@@ -444,4 +444,5 @@ def install(registry: Registry) -> None:
     workflow of version 1 (the pipelines created before finish as they began)."""
     _workflow.install(registry)
     if WORKFLOW not in registry.decider_names():
-        registry.decider(WORKFLOW, version=VERSION, initial=INITIAL, evolve=evolve, index=index)(decide)
+        registry.decider(WORKFLOW, version=VERSION, initial=INITIAL, evolve=evolve, index=index,
+                         shares=True)(decide)
