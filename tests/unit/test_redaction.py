@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowli.domain import mask
+from flowli.engine.deciders import Event
 from flowli.pipelines import redact, redact_items
-from flowli.pipelines._workflow import Pipeline  # private: the state a pipeline's view is built from
+from flowli.pipelines._decider import INITIAL, evolve  # private: the state a pipeline's view is built from
 from flowli.store.postgres import redacted
 
 pytestmark = pytest.mark.unit
@@ -77,14 +78,19 @@ def test_an_item_of_a_key_that_was_sensitive_is_redacted_though_it_does_not_say_
 
 def test_a_pipeline_keeps_a_key_sensitive_when_a_later_item_of_it_does_not_say_so():
     # a journal written before the service marked such items: its view redacts them all the same
-    p = Pipeline({"pipelineId": 1, "stages": [], "context": [
-        {"key": "accessToken", "value": "***", "isSensitive": True}, {"key": "region", "value": "eu"}]})
-    p.merge_context([{"key": "accessToken", "value": SECRET}])
-    assert redact_items(list(p.context.values()), p.sensitive) == [
+    p = evolve(INITIAL, Event("pipeline.started", {"spec": {"pipelineId": 1, "stages": [
+        {"id": 2, "stageName": "a", "dependsOn": []}], "context": [
+        {"key": "accessToken", "value": "***", "isSensitive": True}, {"key": "region", "value": "eu"}]}}))
+
+    def completed(p: dict, *items: dict) -> dict:
+        return evolve(p, Event("stage.completed", {"stage": "a", "attempt": 1, "context": list(items)}))
+
+    p = completed(p, {"key": "accessToken", "value": SECRET})
+    assert redact_items(list(p["context"].values()), p["sensitive"]) == [
         {"key": "accessToken", "value": "***"}, {"key": "region", "value": "eu"}]
-    p.merge_context([{"key": "accessToken", "isDeleted": True}])
-    p.merge_context([{"key": "accessToken", "value": SECRET}])  # deleted, then set again: still sensitive
-    assert redact_items(list(p.context.values()), p.sensitive)[-1] == {"key": "accessToken", "value": "***"}
+    p = completed(p, {"key": "accessToken", "isDeleted": True})
+    p = completed(p, {"key": "accessToken", "value": SECRET})  # deleted, then set again: still sensitive
+    assert redact_items(list(p["context"].values()), p["sensitive"])[-1] == {"key": "accessToken", "value": "***"}
 
 
 def test_a_secret_quoted_in_free_text_is_masked():

@@ -181,7 +181,20 @@ class Retried:
     """The instant the engine applies the command (ISO 8601, set by the engine: decide reads no clock)."""
 
 
-Command = Start | Answered | Failed | Expired | Signal | TimerFired | ChildEnded | CancelRequested | Retried
+@dataclass(frozen=True)
+class Adopted:
+    """The execution, run so far by version ``source`` of a Python workflow of the same name, is
+    handed to this decider (``engine.adopt``) with the state its caller folded from that
+    workflow's journal. The workflow's open work (its DELEGATE tasks, timers and waits) is
+    withdrawn in the same write, so the decider says what runs again: the attempts that were
+    open, as Delegates of its own."""
+
+    source: str | None = None
+    at: str | None = None
+    """The instant the engine applies the command (ISO 8601, set by the engine: decide reads no clock)."""
+
+
+Command = Start | Answered | Failed | Expired | Signal | TimerFired | ChildEnded | CancelRequested | Retried | Adopted
 
 # ---- effects -----------------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from flowli.store import (
 
 from . import _operations as ops
 from . import _schedules as sched
+from ._adopt import adopt
 from ._archive import Archive
 from ._clock import Clock, SystemClock
 from ._consumer import Consumer, settle
@@ -344,6 +345,14 @@ class Engine(ReadModels):
         (OperationRefused, naming the first difference) when that version does not replay its
         journal, checked by a replay that writes nothing and runs no step; ``force`` skips it."""
         await ops.migrate(self._rt, self._archive, self.registry, eid, version, by, scope_of(by, application), force)
+
+    async def adopt(self, eid: str, version: str, state: Any, last_seq: int, by: By = None) -> bool:
+        """Hand the execution of a Python workflow to the decider of version ``version`` of the same
+        name, from ``state``, which the caller folded from its journal up to seq ``last_seq``: its
+        open work withdrawn and what the decider decides of ``Adopted`` applied, in one write (see
+        ``_adopt``). True when this call adopted it, False when it is the decider's already;
+        OperationRefused when its journal moved on or a live worker holds it (fold it again)."""
+        return await adopt(self._rt, eid, version, state, last_seq, by)
 
     async def replays(self, eid: str, version: str | None = None, *, application: str | None = None) -> Divergence | None:
         """Whether a version of the execution's workflow (default: its own) replays its journal:

@@ -5,6 +5,7 @@ the engine.
     from flowli.engine.deciders import Start, Signal, Event, Delegate, Complete
 """
 
+from ._decider import Adopted as Adopted
 from ._decider import Answered as Answered
 from ._decider import Cancel as Cancel
 from ._decider import CancelRequested as CancelRequested
@@ -28,6 +29,7 @@ from ._decider import TimerFired as TimerFired
 from ._decider import Withdraw as Withdraw
 
 __all__ = [
+    "Adopted",
     "Answered",
     "Cancel",
     "CancelRequested",

@@ -1,6 +1,6 @@
 """Pipelines: declarative stages run by application workers in any language, over HTTP. A
-pipeline is an execution of the built-in decider ``flowli.pipeline``; see ``_decider`` (its
-pipelines of version 1, a workflow, finish as they began: ``_workflow``)."""
+pipeline is an execution of the built-in decider ``flowli.pipeline``; see ``_decider`` (the
+pipelines of an older release, a workflow of version 1, become the decider's once: ``_upgrade``)."""
 
 from ._access import MAX_ID as MAX_ID
 from ._access import ROLES as ROLES

@@ -15,6 +15,9 @@ Commands and what they decide (events in the pipeline's words, effects the engin
 - When nothing is open: all stages done, ``pipeline.completed`` and Complete; one failed,
   ``pipeline.failed`` and Fail (a rerun reopens it: ``engine.retry`` with its message, the command
   Retried).
+- Adopted: a pipeline of the previous release (the workflow of version "1", folded by ``_upgrade``)
+  becomes this decider's: each stage whose attempt was open is dispatched again (its next
+  attempt), a scheduled retry is due at once; a pipeline that had failed ends failed.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from flowli.engine import Registry
 from flowli.engine.deciders import (
+    Adopted,
     Answered,
     Cancel,
     CancelRequested,
@@ -42,7 +46,7 @@ from flowli.engine.deciders import (
     Withdraw,
 )
 
-from . import _retry, _workflow
+from . import _retry
 
 WORKFLOW = "flowli.pipeline"
 VERSION = "2"
@@ -262,6 +266,8 @@ def decide(state: dict[str, Any], command: Any) -> tuple[list[Event], list[Any]]
     elif isinstance(command, CancelRequested):
         d.emit("pipeline.cancelled", {"by": command.by, "reason": command.reason, "at": at})
         return d.events, [Cancel(command.reason)]
+    elif isinstance(command, Adopted):
+        _adopted(d)
     _advance(d)
     return d.events, d.effects
 
@@ -309,6 +315,24 @@ def _failed(d: _Decision, key: str, attempt: int, code: str | None, message: str
         d.emit("stage.retry_scheduled", {"stage": name, "attempt": attempt, "retry": stage["retries"] + 1,
                                          "afterSeconds": seconds, "at": d.at})
         d.effects.append(Timer(f"retry:{stage['id']}:{attempt}", after=timedelta(seconds=seconds)))
+
+
+def _adopted(d: _Decision) -> None:
+    """The stages whose attempts the workflow of the previous release had open (their tasks are
+    withdrawn by the adoption) run again; a retry it had scheduled is due now. A pipeline it had
+    failed, its execution not ended yet, ends failed."""
+    for name in d.state["order"]:
+        stage = d.stage(name)
+        if stage["status"] == "Pending":
+            _dispatch(d, stage)
+        elif stage["status"] == "RetryScheduled" and d.state["paused"]:
+            d.emit("stage.retry_due", {"stage": name, "at": d.at})
+        elif stage["status"] == "RetryScheduled":
+            _dispatch(d, stage)
+    if d.state["outcome"] == "Failed":
+        failed = next((d.stage(n) for n in d.state["order"] if d.stage(n)["status"] == "Failed"), None)
+        if failed is not None:
+            d.effects = [_fail(failed)]
 
 
 def _expired(d: _Decision, c: Expired) -> None:
@@ -433,16 +457,19 @@ def _advance(d: _Decision) -> None:
         f = failed[0]
         d.emit("pipeline.failed", {"stage": f["name"], "stageId": f["id"], "attempts": f["attempts"],
                                    "errorCode": f["errorCode"], "errorMessage": f["errorMessage"], "at": d.at})
-        code = f["errorCode"] or "FAILED"
         # the execution ends failed; a rerun reopens it (engine.retry with its signal)
-        d.effects = [Fail(f"stage {f['name']!r} failed after {f['attempts']} attempt(s): {code}:"
-                          f" {f['errorMessage'] or code}", "StageFailed")]
+        d.effects = [_fail(f)]
+
+
+def _fail(f: dict[str, Any]) -> Fail:
+    code = f["errorCode"] or "FAILED"
+    return Fail(f"stage {f['name']!r} failed after {f['attempts']} attempt(s): {code}: {f['errorMessage'] or code}",
+                "StageFailed")
 
 
 def install(registry: Registry) -> None:
-    """Register the decider ``flowli.pipeline`` version 2 in ``registry`` (once), beside its
-    workflow of version 1 (the pipelines created before finish as they began)."""
-    _workflow.install(registry)
+    """Register the decider ``flowli.pipeline`` version 2 in ``registry`` (once). The pipelines
+    of the previous release (its workflow, version 1) become this decider's (see ``_upgrade``)."""
     if WORKFLOW not in registry.decider_names():
         registry.decider(WORKFLOW, version=VERSION, initial=INITIAL, evolve=evolve, index=index,
                          shares=True)(decide)

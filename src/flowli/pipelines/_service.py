@@ -25,23 +25,26 @@ from flowli.domain import (
     redact,
 )
 from flowli.engine import Engine, StateQuery, StoredState
-from flowli.store import NewItem, StateIndex
+from flowli.store import NewItem
 
 from . import _retry
 from ._access import Access, item_id, owned
-from ._decider import CHANNEL, VERSION, WORKFLOW, index, install
+from ._decider import CHANNEL, VERSION, WORKFLOW, install
 from ._errors import Conflict, NotFound, PipelineInputError
 from ._spec import declaration, intent_digest, labels, short, stage_list
-from ._view import build, declared, iso, legacy_state, pipeline_status
-from ._workflow import REOPEN
+from ._upgrade import convert, executions_of_version_1
+from ._view import build, declared, iso, pipeline_status
 
 PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
 REFUSED_RESULT = "result.refused"
 """What the journal of a pipeline announces of a result it refused (see Workers._refuse)."""
 STATUSES = ("NotStarted", "Running", "Paused", "Completed", "Failed", "Cancelled")
 TERMINAL = ("Completed", "Failed", "Cancelled")
-UPGRADE, LEGACY_INDEX = "upgrade", "pipelines-of-version-1-indexed"
-"""The marker item of the one index of the pipelines of version 1 (the ones still running)."""
+UPGRADE, CONVERTED = "upgrade", "pipelines-of-version-1-converted"
+"""The marker item written once every pipeline of version 1 (a workflow of an older release) is
+the decider's (see ``_upgrade``): a process that finds it has nothing to convert."""
+UPGRADE_AGAIN = 5.0
+"""Seconds before an upgrade that left a pipeline unconverted (a worker held it) is tried again."""
 STAGES_KEPT = 10_000
 """Stage items a process keeps (see Pipelines.stage_item)."""
 
@@ -50,12 +53,38 @@ class Pipelines:
     def __init__(self, engine: Engine):
         self.engine = engine
         self._stages: dict[int, Any] = {}
-        self._legacy_done = False
+        self._upgraded = False
+        self._upgrading: asyncio.Lock | None = None
+        self._upgrade_after = 0.0
         install(engine.registry)
 
     @property
     def items(self) -> Any:
         return self.engine.items
+
+    async def upgrade(self) -> None:
+        """Convert the pipelines of version 1 into the decider's, once per store (see
+        ``_upgrade``): the first use of the service in a process does it, or finds it done. One
+        that cannot be converted now (a worker of the older release holds it) is tried again a
+        few seconds later; the marker that says it is all done is written after the last one."""
+        if self._upgraded:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._upgrade_after:
+            return
+        if self._upgrading is None:
+            self._upgrading = asyncio.Lock()
+        async with self._upgrading:
+            if self._upgraded or loop.time() < self._upgrade_after:
+                return
+            if await self.items.find(UPGRADE, CONVERTED, "") is None:
+                eids = await executions_of_version_1(self.engine)
+                left = [eid for eid in eids if not await convert(self.engine, eid)]
+                if left:
+                    self._upgrade_after = loop.time() + UPGRADE_AGAIN
+                    return
+                await self.items.put(UPGRADE, "", CONVERTED, {"converted": len(eids)}, self.engine.clock.now())
+            self._upgraded = True
 
     # ---- create ---------------------------------------------------------------------------
 
@@ -67,6 +96,7 @@ class Pipelines:
         access.require("operator")
         if not isinstance(body, dict):
             raise PipelineInputError("the body must be a JSON object")
+        await self.upgrade()
         key = body.get("idempotencyKey")
         if idempotent:
             if not isinstance(key, str) or not key.strip():
@@ -179,17 +209,14 @@ class Pipelines:
     # ---- read -----------------------------------------------------------------------------
 
     async def _item(self, access: Access, pid: Any) -> Any:
+        await self.upgrade()
         return await owned(self.engine, access, PIPELINE, pid, "pipeline")
 
     async def state(self, access: Access, eid: str) -> tuple[Any, dict[str, Any]]:
-        """The execution's record and the pipeline's state: its decider's stored state, or for a
-        pipeline of version 1 (its workflow) the replayed one in the same shape."""
+        """The execution's record and the pipeline's state: its decider's stored state."""
+        await self.upgrade()
         try:
             record = await self.engine.status(eid, application=access.application)
-            if record.version != VERSION:
-                record, p = await self.engine.inspect(eid, application=access.application)
-                journal = await self.engine.journal(eid, application=access.application)
-                return record, legacy_state(p, journal)
             _, state = await self.engine.decider_state(eid, application=access.application)
         except UnknownExecutionError:
             raise NotFound(f"no pipeline of execution {eid}") from None
@@ -203,20 +230,7 @@ class Pipelines:
         except Starting:
             return await self._starting(access, pid, eid)
         tasks = await self.engine.tasks(eid=eid, application=access.application)
-        view = build(record, p, tasks, access.application_id, self.engine.clock.now())
-        if record.version != VERSION and len(p["stages"]) < await self.items.count(STAGE, access.application,
-                                                                                  prefix=f"{eid}/"):
-            # a pipeline of version 1: stages appended whose message its workflow has not taken yet
-            status = "Cancelled" if view["status"] == "Cancelled" else "NotStarted"
-            shown = set(p["stages"]) | {r.get("append") for r in p["refused"]}
-            for m in await self.engine.messages(eid, CHANNEL):
-                if not isinstance(m.payload, dict) or m.payload.get("op") != "append":
-                    continue
-                for spec in m.payload.get("stages") or []:
-                    if isinstance(spec, dict) and spec.get("stageName") not in shown and isinstance(spec.get("id"), int):
-                        shown.add(spec["stageName"])
-                        view["stages"].append(stage_json(spec["id"], pid, spec, status, iso(m.provenance.at)))
-        return view
+        return build(record, p, tasks, access.application_id, self.engine.clock.now())
 
     async def _starting(self, access: Access, pid: int, eid: str) -> dict[str, Any]:
         """The view of a pipeline whose start is not decided yet: its declaration (its input)."""
@@ -239,6 +253,7 @@ class Pipelines:
     async def by_idempotency_key(self, access: Access, key: Any) -> dict[str, Any]:
         if not isinstance(key, str) or not key:
             raise PipelineInputError("idempotencyKey is required (a nonempty string)")
+        await self.upgrade()
         claim = await self.items.find(IDEMPOTENCY, key, access.application)  # older code's record of the key
         start_key = claim.body["eid"] if claim else f"{IDEMPOTENCY}:{key}"
         item = await self.items.find(PIPELINE, keyed_eid(WORKFLOW, f"{access.application}/{start_key}"),
@@ -260,7 +275,7 @@ class Pipelines:
             if ":" not in k:
                 raise PipelineInputError(f"keywords: {k!r} must be key:value")
             wanted_keywords.append(tuple(k.split(":", 1)))
-        await self._index_legacy()
+        await self.upgrade()
         query = StateQuery(WORKFLOW, access.application, labels=tuple(statuses or ()), name=name or None,
                            tags=tuple(f"{k}:{v}" for k, v in wanted_keywords), text=search or None,
                            offset=(page - 1) * size, limit=size)
@@ -288,52 +303,9 @@ class Pipelines:
         """The pipelines of the caller's application with a stage waiting for an approval (the
         inbox), newest first, each with its execution id: one page of the index, whatever the
         number of pipelines."""
-        await self._index_legacy()
+        await self.upgrade()
         rows, _ = await self.engine.decided(StateQuery(WORKFLOW, access.application, waiting=True, limit=limit))
         return await self.views(access, rows)
-
-    async def _index_legacy(self) -> None:
-        """Index the pipelines of version 1 (run by the workflow of an older release) once, and
-        those of them still running again on each list until they end: their state is their
-        workflow's replay, kept beside them for reads (version -1)."""
-        if self._legacy_done:
-            return
-        marker = await self.items.find(UPGRADE, LEGACY_INDEX, "")
-        if marker is None:
-            eids = [s.eid for s in await self._executions_of_version_1()]
-        else:
-            eids = list(marker.body.get("running") or [])
-        running = []
-        for eid in eids:
-            try:
-                record, folded = await self.engine.inspect(eid)
-                state = legacy_state(folded, await self.engine.journal(eid))
-            except UnknownExecutionError:  # archived or deleted since
-                continue
-            if state.get("spec") is None:
-                running.append(eid)
-                continue
-            got = index(state)
-            await self.engine.keep_state(eid, state, StateIndex(
-                WORKFLOW, record.application, record.created_at.timestamp(), got.number,
-                pipeline_status(record, state), got.name, got.tags, got.text, got.waiting))
-            if not record.terminal:
-                running.append(eid)
-        body = {"running": running}
-        if marker is None:
-            await self.items.put(UPGRADE, "", LEGACY_INDEX, body, self.engine.clock.now())
-        elif body != marker.body:
-            await self.items.update(UPGRADE, marker.id, body, self.engine.clock.now())
-        self._legacy_done = not running
-
-    async def _executions_of_version_1(self) -> builtins.list[Any]:
-        out, cursor = [], None
-        while True:
-            page = await self.engine.list(workflow=WORKFLOW, limit=500, cursor=cursor)
-            out += [s for s in page if s.version != VERSION]
-            if page.next is None:
-                return out
-            cursor = page.next
 
     async def history(self, access: Access, pid: Any) -> builtins.list[dict[str, Any]]:
         item = await self._item(access, pid)
@@ -490,7 +462,7 @@ class Pipelines:
             try:
                 await self.engine.retry(pitem.key, by=access.principal, application=access.application,
                                         reason=f"rerun of stage {stage.body['name']}",
-                                        signal=(CHANNEL if record.version == VERSION else REOPEN, message))
+                                        signal=(CHANNEL, message))
             except ExecutionStateError as exc:
                 raise Conflict(f"cannot rerun stage {stage.id}: {exc}") from None
         elif status in TERMINAL:
@@ -515,33 +487,18 @@ class Pipelines:
         record, p = await self._state_now(access, pitem.key)
         s = p["stages"][stage.body["name"]]
         name, run = s["name"], s["run"]
-        legacy = record.version != VERSION
         # the decision is known by what reached the pipeline: the one its decider took (in the
-        # write of its signal); for a pipeline of version 1, else the first one sent to it for
-        # this run of the stage. A decision whose signal was never written is not known, so its
+        # write of its signal). A decision whose signal was never written is not known, so its
         # retry sends it
-        taken = s["decision"] or (await self._first_decision(pitem.key, name, run) if legacy else None)
+        taken = s["decision"]
         if taken is None and s["status"] != "WaitingForApproval":
             raise Conflict(f"stage {stage.id} ({name}) is {s['status']}, not WaitingForApproval")
         if taken is None:
             await self._signal(access, pitem.key, {"op": "decide", "stage": name, "run": run, **decision},
                                f"decide stage {stage.id}")
-            if legacy:
-                taken = await self._first_decision(pitem.key, name, run)  # a concurrent one may be first
-            else:
-                taken = (await self.state(access, pitem.key))[1]["stages"][name]["decision"]
+            taken = (await self.state(access, pitem.key))[1]["stages"][name]["decision"]
         if taken is not None and taken != decision:
             raise Conflict(f"stage {stage.id} ({name}) was decided already with another decision")
-
-    async def _first_decision(self, eid: str, name: str, run: int) -> dict[str, Any] | None:
-        """The first decision sent to the pipeline for this run of the stage (its signal is the
-        record of it), or None."""
-        for m in await self.engine.messages(eid, CHANNEL):
-            body = m.payload
-            if isinstance(body, dict) and body.get("op") == "decide" and body.get("stage") == name \
-                    and body.get("run") == run:
-                return {"approved": bool(body.get("approved")), "rejectionReason": body.get("rejectionReason")}
-        return None
 
 
 class Starting(Exception):

@@ -1,5 +1,5 @@
-"""The public JSON of a pipeline: its decider's stored state (or, for a pipeline of version 1,
-its workflow's replayed state in the same shape) and the leases of its open attempts. Sensitive values are ``"***"``."""
+"""The public JSON of a pipeline: its decider's stored state and the leases of its open
+attempts. Sensitive values are ``"***"``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from flowli.domain import REDACTED as REDACTED  # the one mark of a hidden value (the worker protocol's too)
-from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, Task, is_sensitive
+from flowli.domain import ExecutionRecord, Status, Task, is_sensitive
 from flowli.engine.deciders import Event
 
 from ._decider import INITIAL, evolve, status_of
-from ._workflow import Pipeline
 
 _EXECUTION_STATUS = {Status.COMPLETED: "Completed", Status.FAILED: "Failed", Status.CANCELLED: "Cancelled"}
 
@@ -38,45 +37,16 @@ def pipeline_status(record: ExecutionRecord, p: dict[str, Any] | None) -> str:
     return "NotStarted" if p is None else status_of(p)
 
 
-def legacy_state(p: Pipeline, journal: list[Entry]) -> dict[str, Any]:
-    """The state of a pipeline run by the workflow of version 1 (replayed by ``engine.inspect``),
-    in the decider's shape: its stages' times from its journal."""
-    started_at: dict[str, datetime] = {}
-    ended_at: dict[str, datetime] = {}
-    for e in journal:
-        if e.fid is None:
-            continue
-        if e.kind is EntryKind.FRAME_STARTED:
-            started_at.setdefault(e.fid, e.at)
-        elif e.kind in (EntryKind.FRAME_COMPLETED, EntryKind.FRAME_FAILED):
-            ended_at[e.fid] = e.at
-    stages = {}
-    for name in p.order:
-        s = p.stages[name]
-        stages[name] = {"spec": s.spec, "id": s.id, "name": name, "status": s.status, "attempts": s.attempts,
-                        "output": s.output, "errorCode": s.error_code, "errorMessage": s.error_message, "run": s.run,
-                        "retries": s.retries, "decision": s.decision, "frame": s.frame,
-                        "startedAt": iso(started_at.get(s.started or "")),
-                        "finishedAt": iso(ended_at.get(s.finished or ""))}
-    return {"spec": {k: v for k, v in p.spec.items() if k not in ("stages", "context")}, "order": list(p.order),
-            "stages": stages, "ids": {str(s["id"]): n for n, s in stages.items()}, "context": dict(p.context),
-            "sensitive": sorted(p.sensitive), "paused": p.paused, "outcome": p.outcome, "refused": list(p.refused)}
-
-
-def _open_task(s: dict[str, Any], tasks: dict[Any, Task]) -> Task | None:
-    if "frame" in s:  # a pipeline of version 1: its attempt's frame
-        return tasks.get(s["frame"])
+def _open_task(s: dict[str, Any], tasks: dict[tuple[str, int], Task]) -> Task | None:
     return tasks.get((str(s["id"]), s["attempts"]))
 
 
 def build(record: ExecutionRecord, p: dict[str, Any], tasks: list[Task], application_id: int,
           now: datetime) -> dict[str, Any]:
-    open_tasks: dict[Any, Task] = {}
+    open_tasks: dict[tuple[str, int], Task] = {}
     for t in tasks:
-        if t.frame and t.state == "ready":
-            open_tasks[t.frame["fid"]] = t
-            if t.frame.get("decider"):
-                open_tasks[(t.frame["key"], t.attempt)] = t
+        if t.frame and t.state == "ready" and t.frame.get("decider"):
+            open_tasks[(t.frame["key"], t.attempt or 1)] = t
     status = pipeline_status(record, p)
     stages = []
     spec_of = p["spec"]

@@ -18,7 +18,6 @@ from typing import Any
 
 from flowli.domain import (
     DatabaseUnavailable,
-    EntryKind,
     ExecutionTerminalError,
     Principal,
     StaleAnswer,
@@ -50,23 +49,6 @@ OFFLINE_AFTER = 3
 """Heartbeat intervals without a word after which a worker is shown ``offline``."""
 MAX_EXECUTION_ID = 200
 """The longest executionId a worker may send (a job's is far shorter)."""
-
-
-PLAIN = ("ok", "output", "attempt", "errorCode", "errorMessage", "retryable", "waiting", "logs")
-
-
-def _plain(body: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a result that its journaled outcome keeps as they were sent."""
-    value: dict[str, Any] = {"ok": body.get("isSuccess"), "output": body.get("output"), "attempt": body.get("attempt")}
-    if body.get("isSuccess") is False:
-        value.update(errorCode=body.get("errorCode"), errorMessage=body.get("errorMessage"),
-                     retryable=body.get("retryable") is not False)
-    if body.get("isWaitingForApproval"):
-        value["waiting"] = True
-    if body.get("logs"):
-        value["logs"] = [{k: log.get(k) for k in ("message", "logLevel", "created")} for log in body["logs"]
-                         if isinstance(log, dict)]
-    return value
 
 
 def fingerprint(body: dict[str, Any]) -> str:
@@ -169,6 +151,7 @@ class Workers:
         SESSION_TTL_SECONDS has expired (401: bootstrap again)."""
         if not token:
             raise Unauthorized("no worker session: send X-Worker-Session (from POST /workers/bootstrap)")
+        await self.pipelines.upgrade()  # the pipelines of an older release are the decider's before a job is served
         hashed = digest(token)
         cached = self._sessions.get(hashed)
         if cached is not None and cached[1] > time.monotonic():
@@ -392,24 +375,12 @@ class Workers:
 
     async def _accepted(self, task: Task, sent: str, body: dict[str, Any]) -> bool:
         """Whether the pipeline took this very result as the attempt's outcome (a repeat): its
-        decider's state keeps the fingerprint of each attempt's result; for a pipeline of version
-        1, its journal."""
-        if (task.frame or {}).get("decider"):
-            _, state = await self.engine.decider_state(task.eid or "")
-            name = (state or {}).get("ids", {}).get(str((task.payload or {}).get("stageId")))
-            stage = state["stages"].get(name) if name else None
-            return stage is not None and stage["fingerprints"].get(str(task.attempt)) == sent
-        journal = await self.engine.journal(task.eid or "")
-        fid = (task.frame or {}).get("fid")
-        for e in journal:
-            if e.fid == fid and e.attempt == task.attempt and e.kind is EntryKind.FRAME_COMPLETED:
-                kept = e.value if isinstance(e.value, dict) else {}
-                if "fingerprint" in kept:
-                    return bool(kept["fingerprint"] == sent)
-                # an outcome journaled before results had their fingerprint: its plain fields
-                plain = _plain(body)
-                return {k: v for k, v in kept.items() if k in PLAIN} == plain
-        return False
+        decider's state keeps the fingerprint of each attempt's result (by the stage's attempt
+        number: a task of a pipeline of version 1 numbers its attempts from its frame's base)."""
+        _, state = await self.engine.decider_state(task.eid or "")
+        name = (state or {}).get("ids", {}).get(str((task.payload or {}).get("stageId")))
+        stage = state["stages"].get(name) if name else None
+        return stage is not None and stage["fingerprints"].get(str(spec_attempt(task))) == sent
 
     async def _refuse(self, session: Session, eid: str, body: dict[str, Any], stage_id: int,
                       reason: str) -> tuple[int, dict[str, Any]]:

@@ -253,8 +253,8 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         s = w.status
         yield ("exec",
                "UPDATE executions SET status = ?, result = ?, error = ?, blocked = ?, version = COALESCE(?, version),"
-               " updated_at = ? WHERE eid = ?",
-               (s.status.value, c.js(s.result), c.js(s.error), c.js(s.blocked), s.version, now, s.eid))
+               " updated_at = CASE WHEN ? THEN ? ELSE updated_at END WHERE eid = ?",
+               (s.status.value, c.js(s.result), c.js(s.error), c.js(s.blocked), s.version, s.touch, now, s.eid))
     if w.cancel_request is not None:
         yield ("exec", "UPDATE executions SET cancel_requested = ? WHERE eid = ? AND cancel_requested IS NULL",
                (c.js(w.cancel_request[1]), w.cancel_request[0]))

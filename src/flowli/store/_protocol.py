@@ -84,6 +84,9 @@ class StatusChange:
     blocked: dict[str, Any] | None = None
     version: str | None = None
     """Set the version of the execution (a migration)."""
+    touch: bool = True
+    """Set the record's ``updated_at`` (False: a change of an ended execution's version only, which
+    keeps the instant it ended)."""
 
 
 @dataclass(frozen=True)
@@ -196,8 +199,9 @@ class WakeWaiters:
 class Advance:
     """The state of a decider's execution ``eid`` moved from ``version - 1`` to ``version`` (1:
     created), checked in the write's transaction: refused with StaleState (and nothing of the
-    write applied) when the stored version is not ``version - 1``. The compare-and-set that fences
-    a decider's commands, as the epoch fences a lease."""
+    write applied) when the stored version is not ``version - 1`` (version 1 also takes over a row
+    kept for reads at -1: see ``keep_state``). The compare-and-set that fences a decider's
+    commands, as the epoch fences a lease."""
 
     eid: str
     version: int

@@ -38,11 +38,11 @@ def advance_state(a: Advance) -> Plan:
         yield ("exec", f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, 0, 'null', {_marks(9)})"
                        " ON CONFLICT (eid) DO NOTHING", (a.eid, *row))
         return
-    if a.version == 1:
+    if a.version == 1:  # its first command takes over the row of its start, or the row kept for reads (-1)
         n = yield ("exec", f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, 1, ?, {_marks(9)})"
                            " ON CONFLICT (eid) DO UPDATE SET version = 1, state = excluded.state,"
                            + ", ".join(f" {col} = excluded.{col}" for col in _INDEX.split(", "))
-                           + " WHERE decider_states.version = 0", (a.eid, _text(a), *row))
+                           + " WHERE decider_states.version <= 0", (a.eid, _text(a), *row))
     else:
         n = yield ("exec", "UPDATE decider_states SET version = ?, state = ?, "
                            + ", ".join(f"{col} = ?" for col in _INDEX.split(", ")) + " WHERE eid = ? AND version = ?",

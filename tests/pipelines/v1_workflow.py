@@ -1,11 +1,8 @@
-"""The built-in workflow ``flowli.pipeline`` of version 1, kept so that the pipelines created
-before the decider (``_decider``, version 2) finish as they began; a new pipeline is the
-decider's. A pipeline of this version is one execution of it, whose input is
-its stage list. Each attempt of a stage run by an application worker is a ``ctx.delegate`` frame
-on the queue of its application and handler; a retry waits on a ``ctx.sleep`` frame; operator
-actions and approvals are messages on the execution's ``pipeline`` channel. The workflow takes
-one event at a time with ``ctx.first``, so the stage statuses it keeps (``ctx.expose``) are a
-pure function of its journal: ``engine.inspect`` replays them, nothing reconstructs them."""
+"""A frozen copy of the workflow ``flowli.pipeline`` of version 1, the form of a pipeline in the
+release before the decider (version 2). The project no longer has it: this copy lives in the
+tests only, to write a database as that release did (its executions, journals, tasks, timers and
+waits), which the upgrade then converts (see ``flowli.pipelines._upgrade``). Its code is that
+release's, unchanged but for its imports and for registering itself as version "1"."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ from typing import Any
 
 from flowli.domain import StepFailed
 from flowli.engine import Context, Registry
-
-from . import _retry
+from flowli.pipelines import _retry
 
 WORKFLOW = "flowli.pipeline"
 CHANNEL = "pipeline"
@@ -315,6 +311,5 @@ def _control(p: Pipeline, message: Any) -> None:
 
 
 def install(registry: Registry) -> None:
-    """Register ``flowli.pipeline`` in ``registry`` (once)."""
-    if WORKFLOW not in registry.names():
-        registry.workflow(WORKFLOW)(pipeline)
+    """Register ``flowli.pipeline`` version 1 in ``registry``, as the older release did."""
+    registry.workflow(WORKFLOW, version="1")(pipeline)
