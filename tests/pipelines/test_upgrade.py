@@ -249,6 +249,13 @@ async def test_pipelines_of_the_old_release_are_converted_once_and_finish_as_the
             assert migrated(await engine.journal(eid)) == 1
         record = await engine.list(workflow=WORKFLOW, application="billing")
         assert sorted(r.version for r in record) == ["2"] * 5
+        # each journal, folded from the state of its conversion, gives the state stored
+        checked = (await engine.verify(engine.registry, workflow=WORKFLOW, limit=50)).checked
+        assert len(checked) == 5 and [c.difference for c in checked] == [None] * 5
+        history = (await svc.http.get(f"/pipelines/{pids['pending']}/history", headers=svc.api)).json()
+        converted = [h for h in history if h["kind"] == "execution.migrated"]
+        assert [h["value"] for h in converted] == [{"from": "1", "to": "2", "decider": True}]
+        assert [h["kind"] for h in history].count("stage.dispatched") == 2  # its attempts as the decider's
 
 
 async def test_a_conversion_cut_short_is_finished_by_the_next_process_and_none_is_converted_twice(engines):
@@ -296,4 +303,29 @@ async def test_a_conversion_cut_short_is_finished_by_the_next_process_and_none_i
             assert job["attempt"] == 2
             assert (await svc.result(job, output="ok")).status_code == 202
         for pid, _ in (first, second):
+            await svc.until(pid, lambda v: v["status"] == "Completed", "completed")
+
+
+async def test_a_pipeline_the_upgrade_did_not_list_is_converted_when_it_is_read_or_its_attempt_pulled(engines):
+    old, new = engines
+    async with old() as engine:
+        read = await create_v1(engine, "read", {"stageName": "one", "stageHandlerName": "Step"})
+        pulled = await create_v1(engine, "pulled", {"stageName": "one", "stageHandlerName": "Step"})
+        for _, eid in (read, pulled):
+            await open_task(engine, eid)
+
+    async with new() as svc:
+        engine = svc.engine
+        # an upgrade that found nothing to convert (their starts were not in the list it read)
+        await engine.items.put("upgrade", "", "pipelines-of-version-1-converted", {"converted": 0}, engine.clock.now())
+        view = await svc.get(read[0])
+        assert (await engine.status(read[1])).version == "2"
+        assert statuses(view) == [("one", "Pending")] and view["stages"][0]["attempt"] == 2
+        assert (await engine.status(pulled[1])).version == "1"
+        await svc.bootstrap("Step")
+        jobs = {j["pipelineId"]: j for j in [await svc.job(), await svc.job()]}  # the old attempt is not handed out
+        assert sorted(jobs) == sorted([read[0], pulled[0]]) and {j["attempt"] for j in jobs.values()} == {2}
+        assert (await engine.status(pulled[1])).version == "2"
+        for pid, job in jobs.items():
+            assert (await svc.result(job, output="ok")).status_code == 202
             await svc.until(pid, lambda v: v["status"] == "Completed", "completed")

@@ -4,7 +4,8 @@ workflow's journal into the decider's state (the workflow's code is not needed, 
 engine writes, in one write, what makes the execution the decider's:
 
 - its record's version (the decider's), and the state at version 1 with its index;
-- an ``execution.migrated`` entry, so its journal says where the workflow's part ends;
+- an ``execution.migrated`` entry with that state, so its journal says where the workflow's part
+  ends and what the decider's events fold from (``engine.verify`` folds from it);
 - for one not ended: the workflow's open work withdrawn (its DELEGATE tasks, so that a late
   answer is stale; its RESUME tasks; its timers; its waits on channels), and the command
   ``Adopted`` decided on the state, whose effects say what runs again (the attempts that were
@@ -60,7 +61,7 @@ async def adopt(rt: Runtime, eid: str, version: str, state: Any, last_seq: int, 
     prov = rt.provenance(actor=principal.actor, code=Code(decider.name, decider.version, "decider", "Adopted",
                                                           decider.ref))
     migrated = Entry(eid=eid, kind=EntryKind.EXECUTION_MIGRATED, provenance=prov, fid=ROOT,
-                     value={"from": record.version, "to": version, "decider": True})
+                     value={"from": record.version, "to": version, "decider": True, "state": state})
     adopted = dataclasses.replace(record, version=version)
     write = Write(guard=Guard(eid, last_seq, "adopt"), entries=[migrated])
     if record.terminal:

@@ -152,12 +152,19 @@ def _plain(value: Any) -> Any:
 async def _fold_check(rt: Runtime, registry: Registry, record: ExecutionRecord, journal: list[Entry]) -> Difference | None:
     """A decider's execution is not replayed: its journal's events, folded with the new code's
     ``evolve``, must give the state stored beside it (an archived one has none left: the fold
-    must only run)."""
+    must only run). One adopted from a workflow (``engine.adopt``) folds from the state its
+    ``execution.migrated`` entry holds, the events after it."""
     try:
         decider = registry.decider_of(record.workflow, record.version)
         if decider is None:
             raise ValueError(f"no decider {record.workflow!r} in the new code")
-        folded = plain(decider.fold(events_of(journal)))
+        adopted = [i for i, e in enumerate(journal) if e.kind is EntryKind.EXECUTION_MIGRATED
+                   and isinstance(e.value, dict) and e.value.get("decider")]
+        if adopted:
+            start = journal[adopted[-1]]
+            folded = plain(decider.fold(events_of(journal[adopted[-1] + 1:]), start.value["state"], start=False))
+        else:
+            folded = plain(decider.fold(events_of(journal)))
     except Exception as exc:
         return Difference("decider", f"the new code cannot fold its journal: {type(exc).__name__}: {exc}", None, None)
     stored = await rt.store.read_state(record.eid)

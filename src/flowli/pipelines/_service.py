@@ -62,6 +62,11 @@ class Pipelines:
     def items(self) -> Any:
         return self.engine.items
 
+    async def convert(self, eid: str) -> bool:
+        """Convert one pipeline of version 1 now (one that the upgrade's list did not hold yet:
+        its start was announced late); True once it is the decider's."""
+        return await convert(self.engine, eid)
+
     async def upgrade(self) -> None:
         """Convert the pipelines of version 1 into the decider's, once per store (see
         ``_upgrade``): the first use of the service in a process does it, or finds it done. One
@@ -217,6 +222,8 @@ class Pipelines:
         await self.upgrade()
         try:
             record = await self.engine.status(eid, application=access.application)
+            if record.version != VERSION and await self.convert(eid):
+                record = await self.engine.status(eid, application=access.application)
             _, state = await self.engine.decider_state(eid, application=access.application)
         except UnknownExecutionError:
             raise NotFound(f"no pipeline of execution {eid}") from None
@@ -331,7 +338,9 @@ class Pipelines:
                             "at": e.at.isoformat(), "actor": str(e.provenance.actor), "value": redact(data, keys),
                             "error": redact(error, keys)})
                 continue
-            if e.kind is EntryKind.EXECUTION_FAILED:
+            if e.kind is EntryKind.EXECUTION_MIGRATED and isinstance(value, dict):
+                value = {k: v for k, v in value.items() if k != "state"}  # the conversion; its state is the view's
+            elif e.kind is EntryKind.EXECUTION_FAILED:
                 error = stage_error(error)
             elif e.kind is EntryKind.EXECUTION_RETRIED and isinstance(value, dict):
                 value = {k: v for k, v in value.items() if k != "fid"} | {"error": stage_error(value.get("error"))}

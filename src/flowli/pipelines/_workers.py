@@ -232,6 +232,11 @@ class Workers:
             return None
         if not tasks:
             return None
+        if not (tasks[0].frame or {}).get("decider"):
+            # an attempt of a pipeline of an older release that the upgrade had not converted yet:
+            # converted now (this attempt withdrawn, dispatched again as the decider's next one)
+            await self.pipelines.convert(tasks[0].eid or "")
+            return None
         return await self.job(session, tasks[0])
 
     async def job(self, session: Session, task: Task) -> dict[str, Any]:
