@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -154,10 +155,10 @@ def engines(open_engine: Any) -> Any:
             yield engine
 
     @contextlib.asynccontextmanager
-    async def new(*, bootstrap: bool = True) -> AsyncIterator[Service]:
+    async def new(*, bootstrap: bool = True, **tuning: Any) -> AsyncIterator[Service]:
         registry = Registry()
         install(registry)
-        async with open_engine(registry, worker=False) as engine, contextlib.AsyncExitStack() as stack:
+        async with open_engine(registry, worker=False, **tuning) as engine, contextlib.AsyncExitStack() as stack:
             svc = Service(engine, None, "")  # type: ignore[arg-type]
             if bootstrap:
                 _, key = await Applications(engine).create("billing")
@@ -329,3 +330,21 @@ async def test_a_pipeline_the_upgrade_did_not_list_is_converted_when_it_is_read_
         for pid, job in jobs.items():
             assert (await svc.result(job, output="ok")).status_code == 202
             await svc.until(pid, lambda v: v["status"] == "Completed", "completed")
+
+
+async def test_a_pipeline_of_version_1_archived_before_the_upgrade_still_reads(engines):
+    old, new = engines
+    async with old() as engine:
+        pid, eid = await create_v1(engine, "archived", {"stageName": "one", "stageHandlerName": "Step"})
+        await answer(engine, await open_task(engine, eid), output="kept")
+        await settled(engine, eid, lambda r: _ended(r), "completed")
+
+    async with new(retention=timedelta(0)) as svc:
+        engine = svc.engine
+        await engine.retain()
+        assert await engine.archived(eid) is not None
+        view = await svc.get(pid)  # nothing to convert: its archived journal, folded
+        assert view["status"] == "Completed" and statuses(view) == [("one", "Completed")]
+        assert view["stages"][0]["output"] == "kept" and view["stages"][0]["attempt"] == 1
+        history = (await svc.http.get(f"/pipelines/{pid}/history", headers=svc.api)).json()
+        assert any(h["kind"] == "execution.completed" for h in history)

@@ -32,7 +32,7 @@ from ._access import Access, item_id, owned
 from ._decider import CHANNEL, VERSION, WORKFLOW, install
 from ._errors import Conflict, NotFound, PipelineInputError
 from ._spec import declaration, intent_digest, labels, short, stage_list
-from ._upgrade import convert, executions_of_version_1
+from ._upgrade import convert, executions_of_version_1, fold
 from ._view import build, declared, iso, pipeline_status
 
 PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
@@ -218,12 +218,17 @@ class Pipelines:
         return await owned(self.engine, access, PIPELINE, pid, "pipeline")
 
     async def state(self, access: Access, eid: str) -> tuple[Any, dict[str, Any]]:
-        """The execution's record and the pipeline's state: its decider's stored state."""
+        """The execution's record and the pipeline's state: its decider's stored state (a pipeline
+        of version 1 is converted first, see ``_upgrade``)."""
         await self.upgrade()
         try:
             record = await self.engine.status(eid, application=access.application)
             if record.version != VERSION and await self.convert(eid):
                 record = await self.engine.status(eid, application=access.application)
+            if record.version != VERSION:
+                # archived before the upgrade (nothing left to convert), or not convertible at
+                # this instant: its journal, folded as the conversion folds it, for this read
+                return record, fold(await self.engine.journal(eid, application=access.application))
             _, state = await self.engine.decider_state(eid, application=access.application)
         except UnknownExecutionError:
             raise NotFound(f"no pipeline of execution {eid}") from None
