@@ -147,11 +147,13 @@ def engines(open_engine: Any) -> Any:
     ``new()``: one of this release with its HTTP routes (``Service``), on the same database."""
 
     @contextlib.asynccontextmanager
-    async def old() -> AsyncIterator[Engine]:
+    async def old(*, worker: bool = True) -> AsyncIterator[Engine]:
         registry = Registry()
         install(registry)
         v1_workflow.install(registry)
-        async with open_engine(registry, worker=False) as engine, engine.worker(queues=("pipelines",)):
+        async with open_engine(registry, worker=False) as engine, contextlib.AsyncExitStack() as stack:
+            if worker:
+                await stack.enter_async_context(engine.worker(queues=("pipelines",)))
             yield engine
 
     @contextlib.asynccontextmanager
@@ -348,3 +350,22 @@ async def test_a_pipeline_of_version_1_archived_before_the_upgrade_still_reads(e
         assert view["stages"][0]["output"] == "kept" and view["stages"][0]["attempt"] == 1
         history = (await svc.http.get(f"/pipelines/{pid}/history", headers=svc.api)).json()
         assert any(h["kind"] == "execution.completed" for h in history)
+
+
+async def test_a_cancel_the_workflow_had_not_taken_yet_is_taken_by_the_decider(engines):
+    old, new = engines
+    async with old() as engine:
+        pid, eid = await create_v1(engine, "cancelled", {"stageName": "one", "stageHandlerName": "Step"})
+        task = await open_task(engine, eid)
+    async with old(worker=False) as engine:  # asked while no worker of the old release ran
+        await engine.cancel(eid, by="olga@example.com", reason="not needed")
+
+    async with new() as svc:
+        view = await svc.get(pid)
+        assert view["status"] == "Cancelled" and statuses(view) == [("one", "Cancelled")]
+        record = await svc.engine.status(eid)
+        assert (record.version, record.status.value) == ("2", "cancelled")
+        assert (await svc.engine.task(task.id)).state == "withdrawn"  # type: ignore[union-attr]
+        history = (await svc.http.get(f"/pipelines/{pid}/history", headers=svc.api)).json()
+        cancelled = [h for h in history if h["kind"] == "pipeline.cancelled"]
+        assert len(cancelled) == 1 and cancelled[0]["value"]["reason"] == "not needed"

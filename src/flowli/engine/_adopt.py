@@ -9,7 +9,8 @@ engine writes, in one write, what makes the execution the decider's:
 - for one not ended: the workflow's open work withdrawn (its DELEGATE tasks, so that a late
   answer is stale; its RESUME tasks; its timers; its waits on channels), and the command
   ``Adopted`` decided on the state, whose effects say what runs again (the attempts that were
-  open, as the decider's Delegates with their next attempt numbers).
+  open, as the decider's Delegates with their next attempt numbers); or, when a cancel was
+  requested that the workflow had not taken yet, the command CancelRequested.
 
 The write is guarded as an operator's is: the journal must still end where the caller read it,
 and no live worker may hold the execution's lease, so a fold never misses an entry; the state's
@@ -73,7 +74,10 @@ async def adopt(rt: Runtime, eid: str, version: str, state: Any, last_seq: int, 
     else:
         write.expect = (eid, frozenset(Status) - TERMINAL)
         open_tasks = await rt.store.read_tasks(None, eid, False)
-        deciding.decide(rt, decider, adopted, state, 0, Adopted(record.version), principal.actor, write)
+        # a cancel the workflow was asked for and had not taken yet is the decider's to take
+        command = deciding.cancel_command(record.cancel_requested) if record.cancel_requested is not None \
+            else Adopted(record.version)
+        deciding.decide(rt, decider, adopted, state, 0, command, principal.actor, write)
         # the workflow's own tasks go (its DELEGATE attempts, before the decider's are inserted;
         # its RESUME tasks, which no worker could run now), with its timers and waits
         write.withdrawals += [Withdrawal(t.id) for t in open_tasks if t.kind is not TaskKind.DELEGATE]
