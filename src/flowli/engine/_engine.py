@@ -347,11 +347,9 @@ class Engine(ReadModels):
         await ops.migrate(self._rt, self._archive, self.registry, eid, version, by, scope_of(by, application), force)
 
     async def adopt(self, eid: str, version: str, state: Any, last_seq: int, by: By = None) -> bool:
-        """Hand the execution of a Python workflow to the decider of version ``version`` of the same
-        name, from ``state``, which the caller folded from its journal up to seq ``last_seq``: its
-        open work withdrawn and what the decider decides of ``Adopted`` applied, in one write (see
-        ``_adopt``). True when this call adopted it, False when it is the decider's already;
-        OperationRefused when its journal moved on or a live worker holds it (fold it again)."""
+        """Hand a workflow's execution to the decider ``version`` of its name from ``state``, folded by
+        the caller from its journal up to ``last_seq``, in one write (see ``_adopt``). False when it
+        is the decider's already; OperationRefused when its journal moved on or a worker holds it."""
         return await adopt(self._rt, eid, version, state, last_seq, by)
 
     async def replays(self, eid: str, version: str | None = None, *, application: str | None = None) -> Divergence | None:
