@@ -23,7 +23,6 @@ from flowli.domain import (
     new_eid,
     principal_for,
 )
-from flowli.log import Evidence
 from flowli.store import (
     Intent,
     Items,
@@ -592,13 +591,6 @@ class Engine(ReadModels):
         """The store's items: the named records of the layers above (applications, keys,
         pipeline ids, policies, schedules), scoped by application (see ``flowli.store.Item``)."""
         return self._store.items()
-
-    async def evidence(self, eid: str) -> builtins.list[Evidence]:
-        """What the steps of an execution wrote while they ran, attempt by attempt (never authority)."""
-        return await asyncio.to_thread(self._rt.bucket.read, eid)
-
-    async def messages(self, eid: str, channel: str) -> builtins.list[Any]:
-        return await self._store.read_messages(f"{eid}.{channel}", 0, 10_000)
 
     async def sweep(self) -> int:
         """Run one sweep now (the worker runs them on its own)."""

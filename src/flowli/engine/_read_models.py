@@ -5,21 +5,25 @@ number of executions stored."""
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from flowli.domain import ExecutionRecord, Task, Timer
+from flowli.log import Evidence
 from flowli.store import StateIndex, StateQuery, Store, StoredState
 
 from ._clock import Clock
+from ._runtime import Runtime
 
 
 class ReadModels:
     """Part of the Engine (its store and clock)."""
 
     _store: Store
+    _rt: Runtime
     clock: Clock
 
     async def decided(self, query: StateQuery) -> tuple[builtins.list[StoredState], int]:
@@ -63,3 +67,10 @@ class ReadModels:
         if task is None or (application is not None and task.application != application):
             return None
         return task
+
+    async def evidence(self, eid: str) -> builtins.list[Evidence]:
+        """What the steps of an execution wrote while they ran, attempt by attempt (never authority)."""
+        return await asyncio.to_thread(self._rt.bucket.read, eid)
+
+    async def messages(self, eid: str, channel: str) -> builtins.list[Any]:
+        return await self._store.read_messages(f"{eid}.{channel}", 0, 10_000)
