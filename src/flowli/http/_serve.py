@@ -56,9 +56,20 @@ async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, le
                 for sock in s.sockets:
                     bound = sock.getsockname()[1]
             (announce or _print)(f"listening on http://{host}:{bound}")
+            # pipelines of an older release become the decider's now, not at their first request
+            upgrading = asyncio.create_task(_upgrade(state.pipelines))
         await task
+        if server.started and not upgrading.done():
+            upgrading.cancel()
 
 
 def _print(line: str) -> None:
     print(line, flush=True)
     sys.stdout.flush()
+
+
+async def _upgrade(pipelines: Any) -> None:
+    try:
+        await pipelines.upgrade()
+    except Exception:  # noqa: BLE001 - the first use of the service tries it again
+        logging.getLogger("flowli.serve").exception("the upgrade of the pipelines of an older release failed")
