@@ -145,12 +145,17 @@ def json_body(model: type[BaseModel]) -> Any:
     async def parsed(request: Request) -> BaseModel:
         data = await read_json(request)
         request.state.json = data
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            raise RequestValidationError(exc.errors(include_url=False), body=data) from None
+        return checked(model, data)
 
     return Depends(parsed)
+
+
+def checked(model: type[BaseModel], data: Any) -> BaseModel:
+    """``data`` as a ``model``: a RequestValidationError (400 naming the field) when it is not one."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False), body=data) from None
 
 
 def raw(request: Request) -> Any:
