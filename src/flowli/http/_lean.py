@@ -99,6 +99,8 @@ class Call:
 
 
 Handler = Callable[[Call], Awaitable[Answer]]
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=jsonable_encoder)
+"""What Starlette's ``JSONResponse`` renders with (``json.dumps`` would build it per call)."""
 
 
 class Lean:
@@ -141,9 +143,7 @@ class Lean:
         """Answer the request with ``handler``: its answer, or the refusal of what it raised."""
         try:
             status, content = await handler(Call(scope, receive, stage_id))
-            body = b"" if content is None and status == 204 else json.dumps(
-                content, ensure_ascii=False, allow_nan=False, separators=(",", ":"),
-                default=jsonable_encoder).encode()
+            body = b"" if content is None and status == 204 else _ENCODER.encode(content).encode()
         except Exception as exc:
             await refusal(exc)(scope, receive, send)
             return
