@@ -58,9 +58,8 @@ class WithMcp:
             if path == "/mcp" or path.startswith("/mcp/"):
                 await self.mcp(scope, receive, send)
                 return
-            routed = self.lean.route(scope) if self.lean is not None else None
-            if routed is not None:
-                await self.lean.answer(*routed, scope, receive, send)  # type: ignore[union-attr]
+            if self.lean is not None and (routed := self.lean.route(scope)) is not None:
+                await self.lean.answer(*routed, scope, receive, send)
                 return
         await self.api(scope, receive, send)
 
