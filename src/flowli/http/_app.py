@@ -4,23 +4,18 @@ input, never a stack trace in a body."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Iterable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from mcp.server.transport_security import TransportSecuritySettings
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic.json_schema import models_json_schema
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowli.catalog import Catalog
-from flowli.domain import DatabaseUnavailable, FlowliError
 from flowli.engine import Engine
 from flowli.mcp import MCP_SESSION_IDLE_SECONDS, from_headers
 from flowli.mcp import McpGate as mcp_gate
@@ -29,80 +24,44 @@ from flowli.metrics import Metrics
 from flowli.pipelines import (
     Access,
     Applications,
-    PipelineInputError,
     Pipelines,
     Policies,
     Schedules,
-    ServiceError,
     Session,
     Workers,
     key_of,
 )
 
 from . import _models as m
-from ._body import BODIES, MAX_BODY, BodyLimit, BodyRefused, json_body, raw, takes
+from ._body import BODIES, MAX_BODY, BodyLimit, json_body, raw, takes
 from ._catalog_routes import add_catalog_routes
 from ._docs import add_docs
+from ._errors import error, register
 from ._hosts import AllowedHosts, HostGuard
+from ._lean import Lean, gone, session_token
 from ._schedule_routes import add_schedule_routes
 
-log = logging.getLogger("flowli.http")
-__all__ = ["MAX_BODY", "BodyLimit", "create_app"]
-
-
-def error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status)
-
-
-def _validation_sentence(exc: RequestValidationError, body: Any = None) -> str:
-    first = exc.errors()[0] if exc.errors() else {}
-    kind = first.get("type", "")
-    if kind in ("json_invalid", "json_type"):
-        return "the body is not valid JSON" + (f": {first.get('ctx', {}).get('error')}" if first.get("ctx") else "")
-    loc = [x for x in first.get("loc", ()) if x != "body"]
-    if len(loc) >= 2 and loc[0] in ("stages", "appendStages") and isinstance(loc[1], int):
-        # name the stage, as the service does: stage 'validate': options.maxRetries ...
-        stages = body.get(loc[0]) if isinstance(body, dict) else None
-        name = stages[loc[1]].get("stageName") if isinstance(stages, list) and len(stages) > loc[1] and \
-            isinstance(stages[loc[1]], dict) else None
-        label = f"stage {name!r}" if isinstance(name, str) and name else f"{loc[0]}[{loc[1]}]"
-        rest = ".".join(str(x) for x in loc[2:])
-        where = f"{label}: {rest}" if rest else label
-    else:
-        where = ".".join(str(x) for x in loc) if loc else "the body"
-    msg = first.get("msg", "is not valid")
-    if kind == "missing":
-        return f"{where} is required"
-    if kind == "extra_forbidden":
-        return f"{where} is not a known field"
-    return f"{where}: {msg}"
-
-
-async def _gone(request: Request) -> None:
-    """Return once the client of ``request`` has gone (its connection closed): after the body,
-    the server's next message is the disconnect."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-        if not message.get("body") and not message.get("more_body"):
-            await asyncio.Event().wait()  # a server that answers at once here cannot tell: no watch
+__all__ = ["MAX_BODY", "BodyLimit", "create_app", "error"]
 
 
 class WithMcp:
-    """The service's ASGI app: ``/mcp`` (the MCP server's streamable HTTP) beside the FastAPI
-    routes. ``state`` is the FastAPI app's."""
+    """The service's ASGI app: ``/mcp`` (the MCP server's streamable HTTP) and the lean routes
+    (``_lean``) beside the FastAPI routes. ``state`` is the FastAPI app's."""
 
-    def __init__(self, api: FastAPI, mcp: ASGIApp):
-        self.api, self.mcp = api, mcp
+    def __init__(self, api: FastAPI, mcp: ASGIApp, lean: Lean | None = None):
+        self.api, self.mcp, self.lean = api, mcp, lean
         self.state = api.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path == "/mcp" or path.startswith("/mcp/"):
-            await self.mcp(scope, receive, send)
-        else:
-            await self.api(scope, receive, send)
+        if scope["type"] == "http":
+            path = scope["path"]
+            if path == "/mcp" or path.startswith("/mcp/"):
+                await self.mcp(scope, receive, send)
+                return
+            if self.lean is not None and (routed := self.lean.route(scope)) is not None:
+                await self.lean.answer(*routed, scope, receive, send)
+                return
+        await self.api(scope, receive, send)
 
 
 def from_this_machine(request: Any) -> bool:
@@ -134,48 +93,13 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     app.state.pipelines, app.state.workers, app.state.applications = pipelines, workers, apps
     app.state.catalog, app.state.schedules = catalog, schedules
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error(400, _validation_sentence(exc, exc.body))
-
-    @app.exception_handler(BodyRefused)
-    async def unreadable(_: Request, exc: BodyRefused) -> JSONResponse:
-        return error(exc.status, exc.message)
-
-    @app.exception_handler(ServiceError)
-    async def refused(_: Request, exc: ServiceError) -> JSONResponse:
-        return error(exc.status, exc.message, **exc.extra)
-
-    @app.exception_handler(PipelineInputError)
-    async def bad_input(_: Request, exc: PipelineInputError) -> JSONResponse:
-        return error(400, str(exc))
-
-    @app.exception_handler(DatabaseUnavailable)
-    async def unavailable(_: Request, exc: DatabaseUnavailable) -> JSONResponse:
-        return error(503, "the store is unavailable: not confirmed, send the request again")
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error(exc.status_code, str(exc.detail))
-
-    @app.exception_handler(FlowliError)
-    async def engine_refused(_: Request, exc: FlowliError) -> JSONResponse:
-        return error(409, str(exc))
-
-    @app.exception_handler(Exception)
-    async def crashed(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("internal error")
-        return error(500, "internal error (the service logged it)")
+    register(app)  # the refusals (``_errors.REFUSALS``), the lean routes' too
 
     async def access(request: Request) -> Access:
         return await apps.authenticate(key_of(request.headers))
 
     async def session(request: Request) -> Session:
-        token = request.headers.get("x-worker-session")
-        auth = request.headers.get("authorization", "")
-        if not token and auth.lower().startswith("bearer "):
-            token = auth[7:].strip()
-        return await workers.session(token)
+        return await workers.session(session_token(request.headers))
 
     metrics = Metrics(engine)
 
@@ -192,6 +116,9 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
         return "ok"
 
     # ---- pipelines ------------------------------------------------------------------------
+    # The routes of ``_lean.LEAN_ROUTES`` are answered by ``_lean.Lean`` in front of FastAPI (the
+    # same calls without the framework's machinery); their declarations here make the OpenAPI
+    # document and answer for an app reached without that dispatcher.
     # Each route's credential is a dependency declared before its body (FastAPI solves them in
     # order): a request without a valid credential gets 401 before its body is read.
 
@@ -274,7 +201,7 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     @app.post("/jobs/pull", openapi_extra=takes(m.PullIn),
               responses={200: {"model": m.JobOut}, 204: {"description": "no job within waitSeconds"}})
     async def pull(request: Request, s: Session = Depends(session), _body: Any = json_body(m.PullIn)) -> Any:
-        job = await workers.pull(s, raw(request), gone=lambda: _gone(request))
+        job = await workers.pull(s, raw(request), gone=lambda: gone(request.receive))
         return Response(status_code=204) if job is None else job
 
     @app.post("/stages/{stage_id}/lease/acquire", openapi_extra=takes(m.LeaseIn),
@@ -347,7 +274,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     mcp_app = mcp_gate(server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=NO_SDK_CHECK,
                                                   session_idle_timeout=MCP_SESSION_IDLE_SECONDS), engine)
     app.state.mcp = server  # flowli serve runs its session manager
-    return guarded(WithMcp(app, mcp_app), AllowedHosts(host, allowed_hosts))  # type: ignore[return-value]
+    lean = Lean(pipelines, workers, apps)
+    return guarded(WithMcp(app, mcp_app, lean), AllowedHosts(host, allowed_hosts))  # type: ignore[return-value]
 
 
 NO_SDK_CHECK = TransportSecuritySettings(enable_dns_rebinding_protection=False)

@@ -130,7 +130,7 @@ class HostGuard:
         await self.app(scope, receive, send)
 
     def refusal(self, scope: Scope) -> JSONResponse | None:
-        headers = _headers(scope)
+        headers = headers_of(scope)
         host = headers.get("host", "")
         if not self.hosts.allows(host):
             return _refusal(421, f"the Host header {_shown(host)} is not a name this service answers to"
@@ -150,7 +150,7 @@ class HostGuard:
         return None
 
 
-def _headers(scope: Scope) -> dict[str, str]:
+def headers_of(scope: Scope) -> dict[str, str]:
     """The request's headers by lowercase name (the first of a repeated one)."""
     out: dict[str, str] = {}
     for name, value in scope.get("headers") or []:

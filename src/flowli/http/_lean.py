@@ -1,0 +1,195 @@
+"""The hot routes — a worker's pull, lease, renewal, result, ack and heartbeat, and the creates of a
+pipeline — answered without FastAPI's machinery around them.
+
+Why: a one-stage pipeline goes through five of these calls, and a profile of ``flowli serve``
+showed most of the event loop's CPU per call in the framework (its middleware layers, its router,
+the dependency solver, the response encoder), not in the handlers. A lean route does what its
+FastAPI route does, through the same functions, and nothing more:
+
+- the credential first (``key_of`` and ``Applications.authenticate``, or the worker session of
+  ``session_token`` through ``Workers.session``): 401 before the body is read;
+- the body read by ``parse_json`` (the depth limit, finite numbers: 400 naming why) and checked
+  against the route's model (``checked``: 400 naming the field);
+- the service's call, and its answer encoded as Starlette's ``JSONResponse`` encodes it (values
+  that are not JSON go through FastAPI's ``jsonable_encoder``, as a route's return value does);
+- a refusal answered from ``_errors.REFUSALS``, the table of the FastAPI app's handlers.
+
+The Host and Origin checks and the body limit are the layers in front of both (``guarded``). The
+FastAPI routes stay declared for the OpenAPI document and the docs, and answer any request the
+dispatcher (``WithMcp``) does not hand here; ``LEAN_ROUTES`` names the ones it does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from fastapi.encoders import jsonable_encoder
+from pydantic import BaseModel
+from starlette.types import Receive, Scope, Send
+
+from flowli.pipelines import Applications, Pipelines, Session, Workers, key_of
+
+from . import _models as m
+from ._body import checked, parse_json
+from ._errors import refusal
+from ._hosts import headers_of
+
+Answer = tuple[int, Any]
+"""A lean route's answer: its status and its JSON content (None with 204: no body)."""
+
+LEAN_ROUTES: tuple[tuple[str, str], ...] = (
+    ("POST", "/pipelines"),
+    ("POST", "/pipelines/idempotent"),
+    ("POST", "/jobs/pull"),
+    ("POST", "/stages/{stage_id}/lease/acquire"),
+    ("POST", "/stages/{stage_id}/lease/renew"),
+    ("POST", "/stages/{stage_id}/result"),
+    ("POST", "/jobs/ack"),
+    ("POST", "/workers/heartbeat"),
+)
+"""The (method, path) of each route a lean handler answers, as the FastAPI app declares it."""
+
+
+def session_token(headers: Mapping[str, str]) -> str | None:
+    """The worker session a request carries: ``X-Worker-Session``, else ``Authorization: Bearer``
+    (``headers`` by lower-case name)."""
+    token = headers.get("x-worker-session")
+    auth = headers.get("authorization", "")
+    if not token and auth.lower().startswith("bearer "):
+        token = auth[7:].strip()
+    return token
+
+
+async def gone(receive: Receive) -> None:
+    """Return once the client has gone (its connection closed): after the body, the server's
+    next message is the disconnect."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        if not message.get("body") and not message.get("more_body"):
+            await asyncio.Event().wait()  # a server that answers at once here cannot tell: no watch
+
+
+class Call:
+    """A request as a lean route reads it: its headers (lower-case names, the first of a repeated
+    one, as Starlette's ``Headers.get``), the ``{stage_id}`` of its path, its body."""
+
+    __slots__ = ("headers", "receive", "stage_id")
+
+    def __init__(self, scope: Scope, receive: Receive, stage_id: str = ""):
+        self.headers = headers_of(scope)
+        self.receive, self.stage_id = receive, stage_id
+
+    async def json(self, model: type[BaseModel]) -> Any:
+        """The body as sent (parsed by ``parse_json``), once ``model`` accepts it."""
+        chunks = []
+        while True:
+            message = await self.receive()
+            if message["type"] != "http.request":
+                break  # gone before the whole body: what came is refused as a body like any other
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        data = parse_json(b"".join(chunks))
+        checked(model, data)
+        return data
+
+
+Handler = Callable[[Call], Awaitable[Answer]]
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=jsonable_encoder)
+"""What Starlette's ``JSONResponse`` renders with (``json.dumps`` would build it per call)."""
+
+
+class Lean:
+    """The lean routes of one service (its ``Pipelines``, ``Workers`` and ``Applications``)."""
+
+    def __init__(self, pipelines: Pipelines, workers: Workers, apps: Applications):
+        self.pipelines, self.workers, self.apps = pipelines, workers, apps
+        handlers: dict[str, Handler] = {
+            "/pipelines": self.create_legacy, "/pipelines/idempotent": self.create_idempotent,
+            "/jobs/pull": self.pull, "/stages/{stage_id}/lease/acquire": self.acquire,
+            "/stages/{stage_id}/lease/renew": self.renew, "/stages/{stage_id}/result": self.result,
+            "/jobs/ack": self.ack, "/workers/heartbeat": self.heartbeat}
+        self.exact: dict[str, Handler] = {}
+        self.staged: dict[str, Handler] = {}
+        """By what follows ``/stages/{stage_id}/``."""
+        for method, path in LEAN_ROUTES:
+            assert method == "POST"
+            if path.startswith("/stages/{stage_id}/"):
+                self.staged[path.removeprefix("/stages/{stage_id}/")] = handlers[path]
+            else:
+                self.exact[path] = handlers[path]
+
+    def route(self, scope: Scope) -> tuple[Handler, str] | None:
+        """The handler of an HTTP request, and its ``{stage_id}``; None for a request it does not
+        answer (another method or path, a ``root_path``: FastAPI's to route)."""
+        if scope["method"] != "POST" or scope.get("root_path"):
+            return None
+        path = scope["path"]
+        handler = self.exact.get(path)
+        if handler is not None:
+            return handler, ""
+        if path.startswith("/stages/"):
+            stage_id, _, rest = path[8:].partition("/")
+            handler = self.staged.get(rest)
+            if handler is not None and stage_id:
+                return handler, stage_id
+        return None
+
+    async def answer(self, handler: Handler, stage_id: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer the request with ``handler``: its answer, or the refusal of what it raised."""
+        try:
+            status, content = await handler(Call(scope, receive, stage_id))
+            body = b"" if content is None and status == 204 else _ENCODER.encode(content).encode()
+        except Exception as exc:
+            await refusal(exc)(scope, receive, send)
+            return
+        headers = [] if status == 204 else [(b"content-length", str(len(body)).encode()),
+                                            (b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    # ---- the routes: each as its FastAPI route in ``_app`` -------------------------------------
+
+    async def session(self, call: Call) -> Session:
+        return await self.workers.session(session_token(call.headers))
+
+    async def create_legacy(self, call: Call) -> Answer:
+        who = await self.apps.authenticate(key_of(call.headers))
+        view, _ = await self.pipelines.create(who, await call.json(m.PipelineIn), idempotent=False,
+                                              traceparent=call.headers.get("traceparent"))
+        return 200, view
+
+    async def create_idempotent(self, call: Call) -> Answer:
+        who = await self.apps.authenticate(key_of(call.headers))
+        view, created = await self.pipelines.create(who, await call.json(m.IdempotentPipelineIn), idempotent=True,
+                                                    traceparent=call.headers.get("traceparent"))
+        return 201 if created else 200, {"pipeline": view, "created": created, "wasExisting": not created}
+
+    async def pull(self, call: Call) -> Answer:
+        s = await self.session(call)
+        job = await self.workers.pull(s, await call.json(m.PullIn), gone=lambda: gone(call.receive))
+        return (204, None) if job is None else (200, job)
+
+    async def acquire(self, call: Call) -> Answer:
+        s = await self.session(call)
+        return 200, await self.workers.acquire(s, call.stage_id, await call.json(m.LeaseIn))
+
+    async def renew(self, call: Call) -> Answer:
+        s = await self.session(call)
+        return 200, await self.workers.acquire(s, call.stage_id, await call.json(m.LeaseIn), renew=True)
+
+    async def result(self, call: Call) -> Answer:
+        s = await self.session(call)
+        return await self.workers.result(s, call.stage_id, await call.json(m.ResultIn))
+
+    async def ack(self, call: Call) -> Answer:
+        s = await self.session(call)
+        return 200, await self.workers.ack(s, await call.json(m.AckIn))
+
+    async def heartbeat(self, call: Call) -> Answer:
+        s = await self.session(call)
+        return 200, await self.workers.heartbeat(s, await call.json(m.HeartbeatIn))
