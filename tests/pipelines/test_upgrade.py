@@ -30,7 +30,6 @@ from flowli.engine import Engine
 from flowli.http import create_app
 from flowli.pipelines import WORKFLOW, Applications, Pipelines, install, plan
 from flowli.pipelines._upgrade import convert  # the conversion of one pipeline, run twice below
-from flowli.store import StateIndex
 
 from . import v1_workflow
 from .test_records import Service, statuses
@@ -268,9 +267,6 @@ async def test_a_conversion_cut_short_is_finished_by_the_next_process_and_none_i
         second = await create_v1(engine, "b", {"stageName": "one", "stageHandlerName": "Step"})
         for _, eid in (first, second):
             await open_task(engine, eid)
-        # the index the old release kept for lists (version -1), which a conversion takes over
-        for pid, eid in (first, second):
-            await engine.keep_state(eid, {"spec": None}, StateIndex(WORKFLOW, "billing", 0.0, pid, "Running"))
 
     async with new(bootstrap=False) as svc:
         engine = svc.engine

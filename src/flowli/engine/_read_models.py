@@ -13,7 +13,7 @@ from typing import Any
 
 from flowli.domain import ExecutionRecord, Task, Timer
 from flowli.log import Evidence
-from flowli.store import StateIndex, StateQuery, Store, StoredState
+from flowli.store import StateQuery, Store, StoredState
 
 from ._clock import Clock
 from ._runtime import Runtime
@@ -35,11 +35,6 @@ class ReadModels:
     async def open_tasks(self, eids: Sequence[str]) -> builtins.list[Task]:
         """The tasks not yet acked of several executions, in one read."""
         return await self._store.read_open_tasks(list(eids)) if eids else []
-
-    async def keep_state(self, eid: str, state: Any, index: StateIndex) -> None:
-        """Keep, for reads, the state and index of an execution that no decider advances (an
-        older code's run folded once): a page of ``decided`` lists it with version -1."""
-        await self._store.keep_state(eid, state, index)
 
     async def idle(self, older_than: timedelta, *, application: str | None = None,
                    limit: int = 200) -> builtins.list[ExecutionRecord]:

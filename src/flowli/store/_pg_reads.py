@@ -21,7 +21,7 @@ from ._journal_sql import QUEUE_DEPTHS, JournalFilter, idle
 from ._journal_sql import page as journal_page
 from ._journal_sql import tasks as task_query
 from ._pg_sql import dialect
-from ._protocol import StateIndex, StateQuery, StoredState
+from ._protocol import StateQuery, StoredState
 
 _READ_STATE = dialect(states.READ)
 READ_MESSAGES = (
@@ -81,11 +81,6 @@ class PostgresReads:
         rows = await self._pool.fetch(f"SELECT {c.TASK_READ} FROM tasks WHERE eid = ANY($1::text[]) AND state = 'ready'"
                                       " ORDER BY visible_at, id", list(eids))
         return [c.task_record(r) for r in rows]
-
-    async def keep_state(self, eid: str, state: Any, index: StateIndex) -> None:
-        assert self._pool is not None
-        sql, params = states.keep(eid, state, index)
-        await self._pool.execute(dialect(sql), *params)
 
     async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         assert self._pool is not None

@@ -199,8 +199,7 @@ class WakeWaiters:
 class Advance:
     """The state of a decider's execution ``eid`` moved from ``version - 1`` to ``version`` (1:
     created), checked in the write's transaction: refused with StaleState (and nothing of the
-    write applied) when the stored version is not ``version - 1`` (version 1 also takes over a row
-    kept for reads at -1: see ``keep_state``). The compare-and-set that fences a decider's
+    write applied) when the stored version is not ``version - 1``. The compare-and-set that fences a decider's
     commands, as the epoch fences a lease."""
 
     eid: str
@@ -577,10 +576,6 @@ class Store(Protocol):
 
     async def read_open_tasks(self, eids: Sequence[str]) -> list[Task]:
         """The tasks not yet acked of the executions ``eids`` (one statement)."""
-
-    async def keep_state(self, eid: str, state: Any, index: StateIndex) -> None:
-        """Write the state and index of an execution that no decider advances (a fold of an
-        older code's run, kept for reads), at version -1, replacing the one kept before."""
 
     async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         """``read_state`` of many executions in one read: those with a state, by eid."""

@@ -38,11 +38,11 @@ def advance_state(a: Advance) -> Plan:
         yield ("exec", f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, 0, 'null', {_marks(9)})"
                        " ON CONFLICT (eid) DO NOTHING", (a.eid, *row))
         return
-    if a.version == 1:  # its first command takes over the row of its start, or the row kept for reads (-1)
+    if a.version == 1:  # its first command takes over the row of its start
         n = yield ("exec", f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, 1, ?, {_marks(9)})"
                            " ON CONFLICT (eid) DO UPDATE SET version = 1, state = excluded.state,"
                            + ", ".join(f" {col} = excluded.{col}" for col in _INDEX.split(", "))
-                           + " WHERE decider_states.version <= 0", (a.eid, _text(a), *row))
+                           + " WHERE decider_states.version = 0", (a.eid, _text(a), *row))
     else:
         n = yield ("exec", "UPDATE decider_states SET version = ?, state = ?, "
                            + ", ".join(f"{col} = ?" for col in _INDEX.split(", ")) + " WHERE eid = ? AND version = ?",
@@ -53,13 +53,6 @@ def advance_state(a: Advance) -> Plan:
 
 def _text(a: Advance) -> str | None:
     return a.encoded if a.encoded is not None else c.js(a.state)
-
-
-def keep(eid: str, state: Any, index: StateIndex) -> tuple[str, tuple[Any, ...]]:
-    return (f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, -1, ?, {_marks(9)})"
-            " ON CONFLICT (eid) DO UPDATE SET state = excluded.state,"
-            + ", ".join(f" {col} = excluded.{col}" for col in _INDEX.split(", "))
-            + " WHERE decider_states.version = -1", (eid, c.js(state), *index_row(index)))
 
 
 def _marks(n: int) -> str:

@@ -32,7 +32,7 @@ from ._apply import apply_write, stale_hold
 from ._journal_sql import QUEUE_DEPTHS, JournalFilter, idle
 from ._journal_sql import page as journal_page
 from ._journal_sql import tasks as task_query
-from ._protocol import Acquired, Renewal, StateIndex, StateQuery, StoredState, Write, WriteResult
+from ._protocol import Acquired, Renewal, StateQuery, StoredState, Write, WriteResult
 from ._sqlite_file import Thread, connect_wal, drive
 from ._sqlite_items import SQLiteItems
 from ._sqlite_views import SQLiteViews
@@ -337,10 +337,6 @@ class SQLiteStore:
             return []
         return await self._r(lambda conn: [c.task_record(r) for r in conn.execute(states.open_tasks(len(eids)),
                                                                                   tuple(eids))])
-
-    async def keep_state(self, eid: str, state: Any, index: StateIndex) -> None:
-        sql, params = states.keep(eid, state, index)
-        await self._w(lambda conn: conn.execute(sql, params))
 
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
         marks = ",".join("?" * len(eids))
