@@ -108,8 +108,6 @@ from ._waits import new_execution
 
 log = logging.getLogger("flowli.deciders")
 NOT_TERMINAL = frozenset(Status) - TERMINAL
-HELD_MAX = 1000
-"""Decider states a process holds (see ``Runtime.held``); past it, it forgets them all."""
 _TRIES = 100
 """Decisions of one command against a state that others keep advancing, before giving up."""
 
@@ -216,11 +214,10 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         decider = rt.registry.decider_of(record.workflow, record.version)
         if decider is None:
             raise ValueError(f"execution {eid} runs {record.workflow} version {record.version}, not a decider")
-        held = rt.held.pop(eid, None)
-        stored = await rt.store.read_state(eid, held[0] if held is not None else None)
+        stored = await rt.store.read_state(eid, known[1] if known is not None else None)
         version, state = stored if stored is not None else (0, decider.start_state())
         if state is HELD:
-            state = held[1]  # type: ignore[index]  # the state this process wrote last, still the stored one
+            state = known[2]  # type: ignore[index]  # the state this process wrote last, still the stored one
         write = base()
         began = rt.clock.now()
         own = await execution_span(rt, eid) if rt.tracing is not None else None
@@ -239,11 +236,6 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
             raise
         _adopt(direct, write, result)
         _remember(rt, record, write)
-        advanced = write.advance
-        if advanced is not None and (write.status is None or not write.status.status.terminal):
-            if len(rt.held) >= HELD_MAX:
-                rt.held.clear()
-            rt.held[eid] = (advanced.version, advanced.state)
         if own is not None:
             _trace(rt, decider, record, command, version + 1, write, began, own)
         return result
@@ -296,7 +288,7 @@ def _remember(rt: Runtime, record: ExecutionRecord, write: Write) -> None:
     if len(rt.decided_last) >= _REMEMBERED:
         rt.decided_last.clear()
     after = record if change is None else dataclasses.replace(record, status=change.status)
-    rt.decided_last[eid] = (after, advance.version, None)
+    rt.decided_last[eid] = (after, advance.version, advance.state)
 
 
 def _trace(rt: Runtime, decider: Decider, record: ExecutionRecord, command: Command, version: int, write: Write,
@@ -355,7 +347,7 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
     decided_ = Write()  # what the decider decided, merged into the command's write when all of it holds
     try:
         new_state = _decided(rt, decider, record, state, command, actor, prov, now, decided_, own)
-        encoded = state_text(decider, new_state)
+        encoded = dumps(new_state)  # the state as the store keeps it (checked already): encoded once
     except Exception as exc:
         log.warning("decider %s version %s failed on %s for execution %s: %s", decider.name, decider.version,
                     type(command).__name__, eid, exc)
@@ -373,11 +365,6 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
     write.withdrawals += decided_.withdrawals
     write.status = decided_.status
     write.clear_timers, write.withdraw_delegates = decided_.clear_timers, decided_.withdraw_delegates
-
-
-def state_text(decider: Decider, state: Any) -> str:
-    """The state as the store keeps it (JSON, checked already): encoded once per command."""
-    return dumps(state)
 
 
 def _index_or_none(decider: Decider, record: ExecutionRecord, state: Any) -> StateIndex | None:

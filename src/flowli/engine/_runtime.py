@@ -173,20 +173,17 @@ class Runtime:
         self.polls = Polls()
         """The long polls of this process's consumers (see ``_handoff``)."""
         self.nacking: set[asyncio.Future[Any]] = set()
+        """Hand-offs whose poll went away, being given back to the queue."""
         self.deciding: dict[str, list[Any]] = {}
         """Per decider execution, the commands of this process being decided: [lock, users]. The
         commands of one process take turns (several children ending at once would otherwise race
         on the state's version and be decided again); other processes are fenced by the version."""
-        self.held: dict[str, tuple[int, Any]] = {}
-        """Per decider execution, the last state this process wrote and its version: the next
-        command reads the stored version only, and decodes the state only when another process
-        advanced it (see ``_deciding``)."""
-        """Hand-offs whose poll went away, being given back to the queue."""
         self.decided_last: dict[str, tuple[Any, int, Any]] = {}
-        """Per decider execution that this process advanced last: its record after that write and
-        its state's version (see ``_deciding.apply``; the state itself is ``held``). The next
-        command starts from the record instead of reading it again; the state's compare-and-set
-        refuses a write made on it when another process advanced the execution meanwhile."""
+        """Per decider execution that this process advanced last: its record after that write,
+        its state's version and the state (see ``_deciding.apply``). The next command starts
+        from the record instead of reading it again, and reads the stored version only: the state
+        is decoded again only when another process advanced it (and the state's compare-and-set
+        refuses a write made on a stale record)."""
         self.workers: list[Any] = []
         """The running workers of this process's engine: a start or an answer made here hands its
         execution to one with a free slot (``Worker.reserve``), without the queue."""
