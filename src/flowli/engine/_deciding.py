@@ -60,7 +60,6 @@ from flowli.domain import Timer as StoreTimer
 from flowli.store import (
     HELD,
     Advance,
-    Intent,
     JournalFilter,
     NewExecution,
     NewItem,
@@ -97,7 +96,6 @@ from ._decider import (
     decided,
     delegate_fid,
     event_value,
-    plain,
     timer_fid,
 )
 from ._errors import error_data
@@ -126,9 +124,7 @@ def start_execution(rt: Runtime, decider: Decider, eid: str, args: list[Any], *,
                     actor: Actor, application: str | None, parent: tuple[str, str] | None = None,
                     trace: dict[str, Any] | None = None) -> NewExecution:
     """The record, started entry and START task of a decider's execution; the START task carries
-    the Start command to a worker, which decides it. (A start is not decided in the caller's
-    write: a keyed start that finds its execution must change nothing, and the store creates an
-    execution if absent, not the rest of a write.)"""
+    the Start command to a worker, which decides it (a child started by its parent's command)."""
     new = new_execution(rt, decider, eid, args, queue=queue, key=key, actor=actor, application=application,
                         parent=parent, trace=trace)
     assert new.task is not None
@@ -138,27 +134,43 @@ def start_execution(rt: Runtime, decider: Decider, eid: str, args: list[Any], *,
 async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *, by: Any, key: str | None, queue: str,
                         application: str | None, trace: dict[str, Any] | None = None,
                         items: tuple[NewItem, ...] = ()) -> str:
-    """``engine.start`` of a decider: its execution, with the START task that carries its input
-    to a worker (the command Start), and ``items`` if the write creates it. Returns the eid; a
-    keyed start returns the first one's."""
+    """``engine.start`` of a decider: its execution with its Start command decided, and ``items``,
+    in one write (``Write.creates``: a keyed start that finds its execution writes nothing).
+    Returns the eid; a keyed start returns the first one's."""
     if len(args) > 1:
         raise WorkflowArgumentsError(decider.name, f"a decider takes one input, got {len(args)} arguments")
     json_args = check_json(list(args), f"the input of decider {decider.name!r}", "args")
     eid = keyed_eid(decider.name, key if application is None else f"{application}/{key}") if key is not None else new_eid()
     principal = principal_for(by, Actor("system", "engine"), application)
-    new = start_execution(rt, decider, eid, json_args, queue=queue, key=key, actor=principal.actor,
-                          application=application, trace=trace)
-    new = dataclasses.replace(new, items=items)
-    write = Write(intent=None if items else Intent.START, executions=[new])  # items: the generic path
-    if decider.index is not None:
-        # listed from its start: the index of the state its Start will lead to, at version 0
-        # (written only if the row is absent; its first command takes the row over)
-        first = Start(json_args[0] if json_args else None, at=new.record.created_at.isoformat())
-        events, _ = decider.decide(plain(decider.start_state()), first)
-        write = Write(executions=[new], advance=Advance(eid, 0, None, state_index(
-            decider, new.record, decider.fold(events))))
-    await commit(rt, Transition("start", write, eid, decider.name, principal,
-                                application, {"args": json_args, "version": decider.version, "queue": queue, "key": key}))
+    new = new_execution(rt, decider, eid, json_args, queue=queue, key=key, actor=principal.actor,
+                        application=application, trace=trace)
+    new = dataclasses.replace(new, task=None, items=items)
+    own = None
+    if rt.tracing is not None:
+        own, parent = execution_context(eid, new.entry.value)
+        _spans[eid] = own
+        if parent is not None:
+            _parents[eid] = parent
+    write = Write(executions=[new], creates=True)
+    began = rt.clock.now()
+    command = Start(json_args[0] if json_args else None)
+    decide(rt, decider, new.record, decider.start_state(), 0, command, principal.actor, write, own)
+    write.expect = None  # created by this very write
+    direct = _direct_children(rt, write)
+    handed = _hand_off(rt, write)
+    try:
+        result = await commit(rt, Transition("start", write, eid, decider.name, principal, application,
+                                             {"args": json_args, "version": decider.version, "queue": queue, "key": key}))
+    except BaseException:
+        _adopt(direct, write, None)
+        _handed(rt, handed, None)
+        raise
+    _adopt(direct, write, result)
+    _handed(rt, handed, result if result.created[0] else None)
+    if result.created[0]:
+        _remember(rt, new.record, write)
+        if own is not None:
+            _trace(rt, decider, new.record, command, 1, write, began, own)
     return eid
 
 
@@ -223,18 +235,22 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         own = await execution_span(rt, eid) if rt.tracing is not None else None
         decide(rt, decider, record, state, version, command, principal.actor, write, own)
         direct = _direct_children(rt, write)
+        handed = _hand_off(rt, write)
         try:
             result = await commit(rt, Transition(kind, write, eid, record.workflow, principal, record.application, payload))
         except StaleState:
             _adopt(direct, write, None)
+            _handed(rt, handed, None)
             rt.decided_last.pop(eid, None)
             record = None  # another command advanced it: decide again against the fresh state
             continue
         except BaseException:
             _adopt(direct, write, None)
+            _handed(rt, handed, None)
             rt.decided_last.pop(eid, None)
             raise
         _adopt(direct, write, result)
+        _handed(rt, handed, result)
         _remember(rt, record, write)
         if own is not None:
             _trace(rt, decider, record, command, version + 1, write, began, own)
@@ -272,6 +288,36 @@ def _adopt(direct: list[tuple[int, Any]], write: Write, result: WriteResult | No
             worker.adopt(new.record, entries_with_seqs([new.entry], [1]))
         else:
             worker.unreserve()
+
+
+def _hand_off(rt: Runtime, write: Write) -> list[tuple[Any, Task]]:
+    """The DELEGATE tasks of ``write`` that a long poll of this process waits for, written leased
+    to it (see ``_handoff``): each poll with its task."""
+    handed: list[tuple[Any, Task]] = []
+    if not rt.polls.waiting:
+        return handed
+    now = rt.clock.now()
+    for i, task in enumerate(write.tasks):
+        if task.kind is not TaskKind.DELEGATE:
+            continue
+        match = rt.polls.match(task, now)
+        if match is not None:
+            write.tasks[i] = match[1]
+            handed.append(match)
+    return handed
+
+
+def _handed(rt: Runtime, handed: list[tuple[Any, Task]], result: WriteResult | None) -> None:
+    """Resolve the polls of ``_hand_off``: each gets its task, or None (it waits on) when the write
+    failed; a poll that went away meanwhile gives its task back to the queue."""
+    for poll, task in handed:
+        if result is None:
+            if not poll.handed.done():
+                poll.handed.set_result(None)
+        elif poll.handed.done():
+            rt.nack_handed(task, poll.owner)
+        else:
+            poll.handed.set_result(task)
 
 
 _REMEMBERED = 10_000

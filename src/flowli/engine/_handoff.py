@@ -31,6 +31,11 @@ class Polls:
     def __init__(self) -> None:
         self._waiting: list[Poll] = []
 
+    @property
+    def waiting(self) -> bool:
+        """Whether any poll waits."""
+        return bool(self._waiting)
+
     def wait(self, poll: Poll) -> None:
         self._waiting.append(poll)
 

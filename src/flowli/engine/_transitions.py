@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from flowli.domain import Entry, Principal
+from flowli.domain import Entry, Principal, TaskKind
 from flowli.store import Write, WriteResult
 
 from ._runtime import LOG, Runtime
@@ -116,15 +116,19 @@ def react(rt: Runtime, w: Write, result: WriteResult, now: datetime) -> None:
     created = [new for new, made in zip(w.executions, result.created) if made]
     # a RESUME whose lease the write acquired (Write.acquire) is acked already: no worker need look
     resumed = w.resumes if result.acquired is None else [r for r in w.resumes if r.id != w.acquire.resume]  # type: ignore[union-attr]
-    if w.tasks or resumed or w.wake_waiters or result.woke or any(new.task is not None for new in created):
+    # the workers of this process look for START, RESUME and RUN_STEP tasks; a DELEGATE task
+    # wakes the long polls of its queue only (its consumers'), and one written leased (a hand-off)
+    # wakes nobody
+    if resumed or w.wake_waiters or result.woke or any(new.task is not None for new in created) \
+            or any(task.kind is not TaskKind.DELEGATE for task in w.tasks):
         rt.work.set()
-        if rt.hub.active and w.tasks:
-            per_queue: dict[str, int] = {}
-            for task in w.tasks:
-                if task.visible_at <= now:
-                    per_queue[task.queue] = per_queue.get(task.queue, 0) + 1
-            for queue, count in per_queue.items():
-                rt.hub.touch_some(("queue", queue), count)  # consumers' long polls (Consumer.dequeue)
+    if rt.hub.active and w.tasks:
+        per_queue: dict[str, int] = {}
+        for task in w.tasks:
+            if task.visible_at <= now and task.lease_owner is None:
+                per_queue[task.queue] = per_queue.get(task.queue, 0) + 1
+        for queue, count in per_queue.items():
+            rt.hub.touch_some(("queue", queue), count)  # consumers' long polls (Consumer.dequeue)
     # (a task written leased, a hand-off, is not due at its lease's end: that is the sweeper's)
     later = [t.visible_at for t in w.tasks if t.visible_at > now and t.lease_owner is None] + [t.at for t in w.timers]
     if later:

@@ -33,7 +33,7 @@ from flowli.domain import (
 from . import _codec as c
 from . import _states_sql as states
 from ._items_sql import body_text
-from ._protocol import Acquired, Acquisition, NewItem, Plan, Write, WriteResult
+from ._protocol import Acquired, Acquisition, NewExecution, NewItem, Plan, Write, WriteResult
 
 
 def insert_task(task: Task) -> Plan:
@@ -136,6 +136,11 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
     now = now_dt.timestamp()
     fenced_seq = 0
     status_done = False
+    created: list[bool] = []
+    if w.creates:  # the execution first: nothing else applies when it exists already
+        if not (yield from create_execution(w.executions[0], now)):
+            return WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[False])
+        created.append(True)
     if w.fence is not None:
         # the fence check and the reservation of the journal seqs of the fenced execution, in one
         # statement; in PostgreSQL the UPDATE also locks the row until commit
@@ -186,17 +191,8 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
             need = " or ".join(sorted(s.value for s in statuses))
             raise ExecutionStateError(eid, row[0], "change", need)
     entries = list(w.entries)
-    created: list[bool] = []
-    for new in w.executions:
-        n = yield ("exec", f"INSERT INTO executions ({c.EXECUTION_COLUMNS}) VALUES ({','.join('?' * c.EXECUTION_WIDTH)})"
-                           " ON CONFLICT (eid) DO NOTHING", c.execution_row(new.record))
-        created.append(n > 0)
-        if n > 0:
-            yield from append(new.entry, now)
-            if new.task is not None:
-                yield from insert_task(new.task)
-            for item in new.items:
-                yield from put_item(item, now)
+    for new in w.executions[len(created):]:
+        created.append((yield from create_execution(new, now)))
     for item in w.items:
         yield from put_item(item, now)
     message_seqs: list[int] = []
@@ -307,6 +303,20 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
     acquired = (yield from acquire_lease(w.acquire, now)) if w.acquire is not None else None
     return WriteResult(entry_seqs=entry_seqs, entry_values=[e.value for e in entries], message_seqs=message_seqs,
                        created=created, woke=woke, acquired=acquired)
+
+
+def create_execution(new: NewExecution, now: float) -> Plan:
+    """Create an execution unless its eid exists, with its first entry, START task and items;
+    whether it was created."""
+    n = yield ("exec", f"INSERT INTO executions ({c.EXECUTION_COLUMNS}) VALUES ({','.join('?' * c.EXECUTION_WIDTH)})"
+                       " ON CONFLICT (eid) DO NOTHING", c.execution_row(new.record))
+    if n > 0:
+        yield from append(new.entry, now)
+        if new.task is not None:
+            yield from insert_task(new.task)
+        for item in new.items:
+            yield from put_item(item, now)
+    return n > 0
 
 
 def acquire_lease(t: Acquisition, now: float) -> Plan:

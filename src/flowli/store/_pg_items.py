@@ -28,6 +28,7 @@ def _count(status: str) -> int:
 class PostgresItems:
     def __init__(self, pool: Callable[[], asyncpg.Pool]):
         self._pool = pool
+        self._blocks = q.Blocks(self._take)
 
     async def put(self, kind: str, application: str, key: str, body: Any, now: datetime) -> tuple[Item, bool]:
         async with self._pool().acquire() as conn:
@@ -43,6 +44,9 @@ class PostgresItems:
         return out
 
     async def reserve(self, n: int) -> list[int]:
+        return await self._blocks.reserve(n)
+
+    async def _take(self, n: int) -> list[int]:
         if n < 1:
             return []
         rows = await self._pool().fetch("SELECT nextval(pg_get_serial_sequence('items', 'id'))"

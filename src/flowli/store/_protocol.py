@@ -346,6 +346,11 @@ class Write:
     """Lease the resumed execution to the writer's process (see Acquisition); WriteResult.acquired says."""
     items: list[NewItem] = field(default_factory=list)
     """Items written in this write's transaction (see NewItem), after its checks hold."""
+    creates: bool = False
+    """The write is the creation of ``executions[0]`` with its first command decided: that
+    execution is created first, and when its eid exists already nothing of the write applies
+    (``WriteResult.created`` is ``[False]``). A keyed start that finds its execution changes
+    nothing, whatever its write carries."""
 
 
 _FIELDS: dict[Intent, frozenset[str]] = {

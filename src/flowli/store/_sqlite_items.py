@@ -18,6 +18,7 @@ class SQLiteItems:
                  read: Callable[[Callable[[sqlite3.Connection], Any]], Any]):
         self._w = write
         self._r = read
+        self._blocks = q.Blocks(self._take)
 
     async def put(self, kind: str, application: str, key: str, body: Any, now: datetime) -> tuple[Item, bool]:
         def run(conn: sqlite3.Connection) -> tuple[Item, bool]:
@@ -39,6 +40,9 @@ class SQLiteItems:
         return result
 
     async def reserve(self, n: int) -> list[int]:
+        return await self._blocks.reserve(n)
+
+    async def _take(self, n: int) -> list[int]:
         def run(conn: sqlite3.Connection) -> list[int]:
             # the table's AUTOINCREMENT counter (never below the highest id ever used): moved on by n
             row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'items'").fetchone()
