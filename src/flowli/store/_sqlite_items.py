@@ -15,9 +15,12 @@ T = TypeVar("T")
 
 class SQLiteItems:
     def __init__(self, write: Callable[[Callable[[sqlite3.Connection], Any]], Any],
-                 read: Callable[[Callable[[sqlite3.Connection], Any]], Any]):
+                 read: Callable[[Callable[[sqlite3.Connection], Any]], Any],
+                 point: Callable[[Callable[[sqlite3.Connection], Any]], Any]):
         self._w = write
         self._r = read
+        self._p = point
+        """A read of one row by its key (see ``SQLiteStore._p``)."""
         self._blocks = q.Blocks(self._take)
 
     async def put(self, kind: str, application: str, key: str, body: Any, now: datetime) -> tuple[Item, bool]:
@@ -64,7 +67,7 @@ class SQLiteItems:
             row = conn.execute(q.GET, (kind, int(id))).fetchone()
             return None if row is None else q.item(row)
 
-        result: Item | None = await self._r(run)
+        result: Item | None = await self._p(run)
         return result
 
     async def find(self, kind: str, key: str, application: str | None = None) -> Item | None:
@@ -75,7 +78,7 @@ class SQLiteItems:
                 row = conn.execute(q.FIND_IN, (kind, application, key)).fetchone()
             return None if row is None else q.item(row)
 
-        result: Item | None = await self._r(run)
+        result: Item | None = await self._p(run)
         return result
 
     async def list(self, kind: str, application: str | None, *, prefix: str | None = None,
