@@ -13,6 +13,7 @@ import pytest
 
 from flowli import Context, Registry
 from flowli.domain import TaskKind, task_id
+from flowli.engine.deciders import Answered, Complete, Delegate, Event, Start
 from flowli.testing import store_of
 
 from ..crash import until
@@ -121,3 +122,52 @@ async def test_a_poll_that_went_away_before_the_hand_off_gives_the_task_back(ope
         assert task.id == attempt_of(eid)  # at once, not after the first lease ran out
         await engine.consumer(QUEUE, "second", lease=LEASE).answer(task, "approved")
         assert await engine.result(eid, timeout=30) == "approved"
+
+
+def pair() -> Registry:
+    """A decider that delegates one piece of work at its start and a second once the first is answered."""
+    registry = Registry()
+
+    def decide(state: Any, command: Any) -> Any:
+        if isinstance(command, Start):
+            return [Event("asked", {"asked": 1})], [Delegate("first", QUEUE, {"what": "first"})]
+        if isinstance(command, Answered) and command.key == "first":
+            return [Event("asked", {"asked": 2})], [Delegate("second", QUEUE, {"what": "second"})]
+        if isinstance(command, Answered):
+            return [Event("done", {})], [Complete(command.value)]
+        return [], []
+
+    registry.decider("pair", initial={}, evolve=lambda state, event: {**state, **event.data})(decide)
+    return registry
+
+
+async def test_a_deciders_delegations_are_handed_to_a_waiting_poll(open_engine):
+    """A decider's Delegate, decided in its start's write or in an answer's, reaches a long poll of
+    this process leased to it, with no dequeue: the write that creates the task hands it."""
+    async with open_engine(pair(), poll_interval=30.0, worker=False) as engine:
+        clerk = engine.consumer(QUEUE, "clerk", lease=LEASE)
+        dequeued = 0
+        store = store_of(engine)
+        real = store.dequeue
+
+        async def counting(*args: Any, **kwargs: Any) -> Any:
+            nonlocal dequeued
+            found = await real(*args, **kwargs)
+            dequeued += sum(1 for t in found if t.kind is TaskKind.DELEGATE)
+            return found
+
+        store.dequeue = counting  # type: ignore[method-assign]
+        poll = asyncio.ensure_future(clerk.dequeue(1, wait=20))
+        await polling(engine)
+        eid = await engine.start("pair")
+        [first] = await asyncio.wait_for(poll, 20)
+        assert (first.lease_owner, first.payload) == ("clerk", {"what": "first"})
+        assert (await engine.task(first.id)).lease_owner == "clerk"
+        poll = asyncio.ensure_future(clerk.dequeue(1, wait=20))
+        await polling(engine)
+        await clerk.answer(first, "one")
+        [second] = await asyncio.wait_for(poll, 20)
+        assert (second.lease_owner, second.payload) == ("clerk", {"what": "second"})
+        assert dequeued == 0  # both handed, none dequeued
+        await clerk.answer(second, "two")
+        assert await engine.result(eid, timeout=30) == "two"

@@ -14,6 +14,7 @@ import pytest
 
 from flowli import Registry
 from flowli.domain import EntryKind, ExecutionTerminalError, StaleAnswer, Status, UnknownExecutionError
+from flowli.engine.deciders import Delegate, Event, Start
 from flowli.store import NewItem
 
 from .test_deciders import ORDER, folds, make_registry
@@ -83,3 +84,42 @@ async def test_a_signals_and_an_answers_items_commit_with_them_or_not_at_all(ope
         assert (await folds(engine, eid))["notes"] == [{"text": "hi"}]
         with pytest.raises(UnknownExecutionError):
             await engine.announce("no-such-execution", "answer.refused", {})
+
+
+async def test_a_keyed_deciders_start_that_finds_its_execution_writes_nothing(open_engine):
+    """A decider's start decides its Start in the write that creates it: a second start with the
+    same key finds the execution and writes nothing of what its own decision would have (no
+    items, no events, no DELEGATE, no new state version)."""
+    registry = Registry()
+
+    def decide(state: Any, command: Any) -> Any:
+        if isinstance(command, Start):
+            return [Event("opened", {"n": command.input})], [Delegate("work", "clerks", {"n": command.input})]
+        return [], []
+
+    registry.decider("desk", initial={}, evolve=lambda state, event: {**state, **event.data})(decide)
+    async with open_engine(registry, worker=False) as engine:
+        ids = await engine.items.reserve(1)
+        eid = await engine.start("desk", 1, key="once", items=[NewItem("thing", "a", "k1", {}, id=ids[0])])
+        journal = await engine.journal(eid)
+        assert await engine.decider_state(eid) == (1, {"n": 1})
+        again = await engine.start("desk", 2, key="once", items=[NewItem("thing", "a", "k2", {})])
+        assert again == eid
+        assert await engine.items.count("thing", "a") == 1
+        assert await engine.journal(eid) == journal
+        assert await engine.decider_state(eid) == (1, {"n": 1})
+        assert [t.payload for t in await engine.tasks(eid=eid)] == [{"n": 1}]
+
+
+async def test_ids_are_reserved_in_blocks_that_two_processes_never_share(open_engine):
+    """``items.reserve`` hands ids out of blocks that one store write takes from the sequence:
+    ids of one process rise, two processes (two engines on one database) never get the same id,
+    and an item inserted without an id takes one past every block taken."""
+    async with open_engine(Registry(), worker=False) as a, open_engine(Registry(), worker=False) as b:
+        taken = [(await a.items.reserve(3)), (await b.items.reserve(2)), (await a.items.reserve(1)),
+                 (await b.items.reserve(70))]
+        mine_a, mine_b = taken[0] + taken[2], taken[1] + taken[3]
+        assert mine_a == sorted(mine_a) and mine_b == sorted(mine_b) and len(set(mine_a + mine_b)) == 76
+        assert await a.items.reserve(0) == []
+        item, _ = await a.items.put("thing", "a", "k", {}, a.clock.now())
+        assert item.id > max(mine_a + mine_b)
