@@ -1,5 +1,6 @@
-"""The hot routes — a worker's pull, lease, renewal, result, ack and heartbeat, and the creates of a
-pipeline — answered without FastAPI's machinery around them.
+"""The hot routes — a worker's pull, lease, renewal, result, ack and heartbeat, the creates of a
+pipeline, and the reads of one pipeline and of a page of them — answered without FastAPI's
+machinery around them.
 
 Why: a one-stage pipeline goes through five of these calls, and a profile of ``flowli serve``
 showed most of the event loop's CPU per call in the framework (its middleware layers, its router,
@@ -8,6 +9,9 @@ FastAPI route does, through the same functions, and nothing more:
 
 - the credential first (``key_of`` and ``Applications.authenticate``, or the worker session of
   ``session_token`` through ``Workers.session``): 401 before the body is read;
+- a list's query taken as FastAPI takes it when it is plain (each of ``pageNumber``, ``pageSize``,
+  ``search`` and ``name`` at most once, the numbers in digits); any other query is left to the
+  FastAPI route, whose refusal names what was wrong (``plain_query``);
 - the body read by ``parse_json`` (the depth limit, finite numbers: 400 naming why) and checked
   against the route's model (``checked``: 400 naming the field);
 - the service's call, and its answer encoded as Starlette's ``JSONResponse`` encodes it (values
@@ -22,8 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+from urllib.parse import parse_qsl
 
 from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel
@@ -48,6 +54,8 @@ LEAN_ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/stages/{stage_id}/result"),
     ("POST", "/jobs/ack"),
     ("POST", "/workers/heartbeat"),
+    ("GET", "/pipelines"),
+    ("GET", "/pipelines/{pipeline_id}"),
 )
 """The (method, path) of each route a lean handler answers, as the FastAPI app declares it."""
 
@@ -77,11 +85,13 @@ class Call:
     """A request as a lean route reads it: its headers (lower-case names, the first of a repeated
     one, as Starlette's ``Headers.get``), the ``{stage_id}`` of its path, its body."""
 
-    __slots__ = ("headers", "receive", "stage_id")
+    __slots__ = ("headers", "receive", "stage_id", "query")
 
     def __init__(self, scope: Scope, receive: Receive, stage_id: str = ""):
         self.headers = headers_of(scope)
         self.receive, self.stage_id = receive, stage_id
+        """The ``{stage_id}`` (or ``{pipeline_id}``) of the path."""
+        self.query: dict[str, list[str]] = {}
 
     async def json(self, model: type[BaseModel]) -> Any:
         """The body as sent (parsed by ``parse_json``), once ``model`` accepts it."""
@@ -96,6 +106,26 @@ class Call:
         data = parse_json(b"".join(chunks))
         checked(model, data)
         return data
+
+
+_ONCE = ("pageNumber", "pageSize", "search", "name")
+_DIGITS = re.compile(r"[0-9]{1,9}")
+
+
+def plain_query(raw: bytes) -> dict[str, list[str]] | None:
+    """The query of ``GET /pipelines`` by name, each with its values in order; None when FastAPI's
+    route is to read it instead (a value it would refuse or pick among)."""
+    query: dict[str, list[str]] = {}
+    try:
+        for name, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True, strict_parsing=False):
+            query.setdefault(name, []).append(value)
+    except ValueError:
+        return None
+    for name in _ONCE:
+        values = query.get(name, [])
+        if len(values) > 1 or (values and name.startswith("page") and not _DIGITS.fullmatch(values[0])):
+            return None
+    return query
 
 
 Handler = Callable[[Call], Awaitable[Answer]]
@@ -117,7 +147,8 @@ class Lean:
         self.staged: dict[str, Handler] = {}
         """By what follows ``/stages/{stage_id}/``."""
         for method, path in LEAN_ROUTES:
-            assert method == "POST"
+            if method == "GET":
+                continue  # the two reads: ``route`` names them
             if path.startswith("/stages/{stage_id}/"):
                 self.staged[path.removeprefix("/stages/{stage_id}/")] = handlers[path]
             else:
@@ -126,9 +157,13 @@ class Lean:
     def route(self, scope: Scope) -> tuple[Handler, str] | None:
         """The handler of an HTTP request, and its ``{stage_id}``; None for a request it does not
         answer (another method or path, a ``root_path``: FastAPI's to route)."""
-        if scope["method"] != "POST" or scope.get("root_path"):
+        if scope.get("root_path"):
             return None
         path = scope["path"]
+        if scope["method"] == "GET":
+            return self._read(scope, path)
+        if scope["method"] != "POST":
+            return None
         handler = self.exact.get(path)
         if handler is not None:
             return handler, ""
@@ -139,10 +174,22 @@ class Lean:
                 return handler, stage_id
         return None
 
+    def _read(self, scope: Scope, path: str) -> tuple[Handler, str] | None:
+        if path == "/pipelines":
+            return (self.list, "") if plain_query(scope.get("query_string", b"")) is not None else None
+        if path.startswith("/pipelines/"):
+            pipeline_id = path[11:]
+            if pipeline_id and "/" not in pipeline_id:
+                return self.get, pipeline_id
+        return None
+
     async def answer(self, handler: Handler, stage_id: str, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer the request with ``handler``: its answer, or the refusal of what it raised."""
         try:
-            status, content = await handler(Call(scope, receive, stage_id))
+            call = Call(scope, receive, stage_id)
+            if handler == self.list:
+                call.query = plain_query(scope.get("query_string", b"")) or {}
+            status, content = await handler(call)
             body = b"" if content is None and status == 204 else _ENCODER.encode(content).encode()
         except Exception as exc:
             await refusal(exc)(scope, receive, send)
@@ -168,6 +215,21 @@ class Lean:
         view, created = await self.pipelines.create(who, await call.json(m.IdempotentPipelineIn), idempotent=True,
                                                     traceparent=call.headers.get("traceparent"))
         return 201 if created else 200, {"pipeline": view, "created": created, "wasExisting": not created}
+
+    async def list(self, call: Call) -> Answer:
+        who = await self.apps.authenticate(key_of(call.headers))
+        q = call.query
+
+        def one(name: str) -> str | None:
+            return q[name][0] if name in q else None
+
+        return 200, await self.pipelines.list(who, page=int(one("pageNumber") or 1), size=int(one("pageSize") or 20),
+                                              search=one("search"), name=one("name"), statuses=q.get("statuses", []),
+                                              keywords=q.get("keywords", []))
+
+    async def get(self, call: Call) -> Answer:
+        who = await self.apps.authenticate(key_of(call.headers))
+        return 200, await self.pipelines.get(who, call.stage_id)
 
     async def pull(self, call: Call) -> Answer:
         s = await self.session(call)
