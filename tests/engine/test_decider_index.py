@@ -6,13 +6,18 @@ rewrites the row in the write that advances the state (a stale row is never read
 
 from __future__ import annotations
 
+import sqlite3
+from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import pytest
 
+import flowli
 from flowli import Registry
 from flowli.engine import StateQuery
 from flowli.engine.deciders import Complete, Event, Index, Signal, Start
+from flowli.testing import Clock
 
 from .conftest import wait_status
 
@@ -96,3 +101,75 @@ async def test_a_start_is_listed_with_the_state_its_start_decided(open_engine: A
         assert total == 1 and rows[0].record.eid == eid and rows[0].version == 1 and rows[0].state["owner"] == "cy"
         assert (await engine.status(eid, application="app")).status.value == "suspended"
 
+
+
+async def test_counts_and_tags_follow_every_write_and_are_rebuilt_for_a_database_of_the_release_before(
+        db_url: str, tmp_path: Any) -> None:
+    """The total of a page filtered by labels and the rows of a tag filter come from what the
+    writes keep beside the index (label counts on SQLite, tag rows on both): right after starts,
+    relabelling commands and retention, and built by the migration for a database whose index was
+    written before them."""
+    clock = Clock()
+
+    def tickets(engine: Any) -> Any:
+        async def page(**q: Any) -> tuple[list[int], int]:
+            rows, total = await engine.decided(StateQuery("ticket", **q))
+            return sorted(numbers(rows)), total
+        return page
+
+    async with await connect_engine(db_url, tmp_path, clock) as engine:
+        eids = {}
+        for n in range(1, 7):
+            eids[n] = await engine.start("ticket", {"n": n, "owner": "al", "tags": ["red"] if n % 2 else ["blue", "red"],
+                                                    "title": f"T{n}"}, application="app")
+        for n in (1, 2):
+            await engine.signal(eids[n], "close", None, application="app")
+        await engine.signal(eids[3], "review", None, application="app")
+        page = tickets(engine)
+        assert await page(application="app", labels=("Open",)) == ([4, 5, 6], 3)
+        assert await page(application="app", labels=("Open", "Review")) == ([3, 4, 5, 6], 4)
+        assert await page(application="app", tags=("blue",)) == ([2, 4, 6], 3)
+        assert await page(application="app", tags=("red",), labels=("Closed",)) == ([1, 2], 2)
+        await clock.advance(timedelta(days=31))
+        assert await engine.retain() == 2  # the two closed ones leave the live store
+        assert await page(application="app") == ([3, 4, 5, 6], 4)
+        assert await page(application="app", labels=("Closed",)) == ([], 0)
+        assert await page(application="app", tags=("blue",)) == ([4, 6], 2)
+    await forget_counts(db_url)  # as a database of the release before this schema held it
+    async with await connect_engine(db_url, tmp_path, clock) as engine:
+        page = tickets(engine)
+        assert await page(application="app") == ([3, 4, 5, 6], 4)
+        assert await page(application="app", labels=("Review",)) == ([3], 1)
+        assert await page(application="app", tags=("blue",)) == ([4, 6], 2)
+        await engine.signal(eids[4], "close", None, application="app")
+        assert await page(application="app", labels=("Open",)) == ([5, 6], 2)
+        assert await page(application="app", tags=("blue",), labels=("Open",)) == ([6], 1)
+
+
+async def connect_engine(db_url: str, tmp_path: Any, clock: Any) -> Any:
+    return await flowli.connect(db_url, registry(), clock=clock, bucket=str(tmp_path / "bucket"),
+                                retention=timedelta(days=30), poll_interval=0.05, sweep_interval=0.05)
+
+
+async def forget_counts(db_url: str) -> None:
+    """Take the database back to the schema before the label counts and tag rows (SQLite 8,
+    PostgreSQL 10): its index rows stay as that release wrote them."""
+    if db_url.startswith("sqlite"):
+        conn = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+        for trigger in ("counted", "relabelled", "retagged", "uncounted"):
+            conn.execute(f"DROP TRIGGER decider_states_{trigger}")
+        conn.execute("DROP TABLE decider_labels")
+        conn.execute("DROP TABLE decider_tags")
+        conn.execute("ALTER TABLE decider_states DROP COLUMN tag_list")
+        conn.execute("DELETE FROM schema_version WHERE version > 8")
+        conn.commit()
+        conn.close()
+        return
+    base, _, schema = db_url.partition("?schema=")
+    conn = await asyncpg.connect(base, server_settings={"search_path": schema})
+    try:
+        await conn.execute("DROP TRIGGER decider_states_tags ON decider_states; DROP FUNCTION flowli_decider_tags();"
+                           " DROP TABLE decider_tags; ALTER TABLE decider_states DROP COLUMN tag_list;"
+                           " DELETE FROM schema_version WHERE version > 10")
+    finally:
+        await conn.close()

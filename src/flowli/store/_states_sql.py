@@ -1,7 +1,13 @@
 """The statements of decider states and their index (see StateIndex, StateQuery), in the dialect
 both backends accept: ``?`` placeholders (PostgreSQL's store rewrites them), ``ON CONFLICT``.
 A substring test is a function of each backend (``instr`` on SQLite, ``strpos`` on PostgreSQL:
-the same arguments, both case-sensitive, unlike SQLite's LIKE)."""
+the same arguments, both case-sensitive, unlike SQLite's LIKE).
+
+What keeps a filtered page at the cost of its answer: a page reads the index in the order it is
+shown and stops at its size; a tag filter reads the rows of ``decider_tags`` that have the tag;
+and on SQLite the total of a page filtered by nothing but labels is a sum over
+``decider_labels``, the count of each label that triggers keep in the write of each row. A
+filter on text is a substring test, and its count reads every row of the application's index."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from ._protocol import HELD, Advance, Plan, StateIndex, StateQuery, StoredState
 
 READ = "SELECT version, CASE WHEN version = ? THEN NULL ELSE state END FROM decider_states WHERE eid = ? AND version > 0"
 """A state and its version; not the state itself when its version is the one the caller holds."""
-_INDEX = "decider, application, created_at, number, label, name, tags, text, waiting"
+_INDEX = "decider, application, created_at, number, label, name, tags, text, waiting, tag_list"
 _ROW = ", ".join(f"e.{col}" for col in c.EXECUTION_COLUMNS.split(", ")) + ", d.version, d.state, d.label"
 
 
@@ -25,21 +31,21 @@ def read(row: Any, held: int | None) -> tuple[int, Any]:
 
 def index_row(index: StateIndex | None) -> tuple[Any, ...]:
     if index is None:
-        return (None,) * 8 + (0,)
+        return (None,) * 8 + (0, None)
     tags = "\n" + "\n".join(index.tags) + "\n" if index.tags else None
     return (index.decider, index.application, index.created_at, index.number, index.label, index.name, tags,
-            index.text, index.waiting)
+            index.text, index.waiting, c.js(list(index.tags)))
 
 
 def advance_state(a: Advance) -> Plan:
     """The compare-and-set of a decider's state (see Advance), with its index row."""
     row = index_row(a.index)
     if a.version == 0:  # its start: the index of a state not decided yet, unless a command came first
-        yield ("exec", f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, 0, 'null', {_marks(9)})"
+        yield ("exec", f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, 0, 'null', {_marks(10)})"
                        " ON CONFLICT (eid) DO NOTHING", (a.eid, *row))
         return
     if a.version == 1:  # its first command takes over the row of its start
-        n = yield ("exec", f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, 1, ?, {_marks(9)})"
+        n = yield ("exec", f"INSERT INTO decider_states (eid, version, state, {_INDEX}) VALUES (?, 1, ?, {_marks(10)})"
                            " ON CONFLICT (eid) DO UPDATE SET version = 1, state = excluded.state,"
                            + ", ".join(f" {col} = excluded.{col}" for col in _INDEX.split(", "))
                            + " WHERE decider_states.version = 0", (a.eid, _text(a), *row))
@@ -71,8 +77,12 @@ def where(q: StateQuery, contains: str) -> tuple[str, list[Any]]:
         sql.append("d.name = ?")
         params.append(q.name)
     for tag in q.tags:
-        sql.append(f"{contains}(d.tags, ?) > 0")
-        params.append(f"\n{tag}\n")
+        if q.application is not None:
+            sql.append("d.eid IN (SELECT t.eid FROM decider_tags t WHERE t.decider = ? AND t.application = ? AND t.tag = ?)")
+            params += [q.decider, q.application, tag]
+        else:
+            sql.append("d.eid IN (SELECT t.eid FROM decider_tags t WHERE t.decider = ? AND t.tag = ?)")
+            params += [q.decider, tag]
     if q.text:
         sql.append(f"{contains}(d.text, ?) > 0")
         params.append(q.text.lower())
@@ -93,7 +103,18 @@ def page(q: StateQuery, contains: str) -> tuple[str, list[Any]]:
             " ORDER BY d.number DESC, d.created_at DESC, d.eid DESC LIMIT ? OFFSET ?", [*params, q.limit, q.offset])
 
 
-def count(q: StateQuery, contains: str) -> tuple[str, list[Any]]:
+def count(q: StateQuery, contains: str, labelled: bool = False) -> tuple[str, list[Any]]:
+    """The total of a page's query. ``labelled``: the store keeps ``decider_labels`` (SQLite),
+    which gives the total of a query that filters on labels alone without reading its rows."""
+    if labelled and not (q.name or q.tags or q.text or q.since is not None or q.until is not None or q.waiting):
+        sql, params = ["decider = ?"], [q.decider]
+        if q.application is not None:
+            sql.append("application = ?")
+            params.append(q.application)
+        if q.labels:
+            sql.append(f"label IN ({_marks(len(q.labels))})")
+            params += list(q.labels)
+        return f"SELECT COALESCE(SUM(n), 0) FROM decider_labels WHERE {' AND '.join(sql)}", params
     cond, params = where(q, contains)
     return f"SELECT COUNT(*) FROM decider_states d WHERE {cond}", params
 

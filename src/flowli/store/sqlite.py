@@ -68,6 +68,21 @@ def _migrations() -> list[tuple[int, str]]:
     return sorted(found)
 
 
+def _statements(script: str) -> list[str]:
+    """The statements of a migration, in order: split at each ``;`` that ends a line and ends a
+    whole statement (a trigger's body holds several of its own)."""
+    out, pending = [], ""
+    for part in script.split(";\n"):
+        pending += part + ";\n"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" ;\n"):
+                out.append(pending.strip())
+            pending = ""
+    if pending.strip(" ;\n"):
+        out.append(pending.strip())
+    return out
+
+
 def _connect(path: str) -> sqlite3.Connection:
     # FULL: a commit reported done survives a power cut, in WAL mode too.
     return connect_wal(path, synchronous="FULL")
@@ -148,9 +163,8 @@ class SQLiteStore:
         current = row[0] or 0
         for version, sql in _migrations():
             if version > current:
-                for statement in sql.split(";\n"):
-                    if statement.strip():
-                        conn.execute(statement)
+                for statement in _statements(sql):
+                    conn.execute(statement)
                 conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
                 current = version
         return int(current)
@@ -361,7 +375,7 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> tuple[list[StoredState], int]:
             sql, params = states.page(query, "instr")
             rows = [states.stored(r) for r in conn.execute(sql, params)]
-            sql, params = states.count(query, "instr")
+            sql, params = states.count(query, "instr", labelled=True)
             return rows, int(conn.execute(sql, params).fetchone()[0])
 
         return await self._r(run)
