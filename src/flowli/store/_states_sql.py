@@ -65,7 +65,9 @@ def _marks(n: int) -> str:
     return ", ".join("?" * n)
 
 
-def where(q: StateQuery, contains: str) -> tuple[str, list[Any]]:
+def where(q: StateQuery, contains: str, tags: tuple[str, ...] | None = None) -> tuple[list[str], list[Any]]:
+    """The conditions of ``q`` on ``decider_states d`` (``tags``: those of its tags that are not
+    read from ``decider_tags`` driving the query), each a clause with its parameters."""
     sql, params = ["d.decider = ?"], [q.decider]
     if q.application is not None:
         sql.append("d.application = ?")
@@ -76,12 +78,13 @@ def where(q: StateQuery, contains: str) -> tuple[str, list[Any]]:
     if q.name is not None:
         sql.append("d.name = ?")
         params.append(q.name)
-    for tag in q.tags:
+    for tag in q.tags if tags is None else tags:
         if q.application is not None:
-            sql.append("d.eid IN (SELECT t.eid FROM decider_tags t WHERE t.decider = ? AND t.application = ? AND t.tag = ?)")
+            sql.append("d.eid IN (SELECT t2.eid FROM decider_tags t2 WHERE t2.decider = ? AND t2.application = ?"
+                       " AND t2.tag = ?)")
             params += [q.decider, q.application, tag]
         else:
-            sql.append("d.eid IN (SELECT t.eid FROM decider_tags t WHERE t.decider = ? AND t.tag = ?)")
+            sql.append("d.eid IN (SELECT t2.eid FROM decider_tags t2 WHERE t2.decider = ? AND t2.tag = ?)")
             params += [q.decider, tag]
     if q.text:
         sql.append(f"{contains}(d.text, ?) > 0")
@@ -94,12 +97,23 @@ def where(q: StateQuery, contains: str) -> tuple[str, list[Any]]:
         params.append(q.until)
     if q.waiting:
         sql.append("d.waiting > 0")
-    return " AND ".join(sql), params
+    return sql, params
+
+
+def _by_tag(q: StateQuery) -> bool:
+    """Whether ``q`` is read from the rows of its first tag (``decider_tags``, in a page's order)."""
+    return bool(q.tags) and q.application is not None
 
 
 def page(q: StateQuery, contains: str) -> tuple[str, list[Any]]:
+    if _by_tag(q):
+        cond, params = where(q, contains, q.tags[1:])
+        return (f"SELECT {_ROW} FROM decider_tags t JOIN decider_states d ON d.eid = t.eid JOIN executions e"
+                " ON e.eid = d.eid WHERE t.decider = ? AND t.application = ? AND t.tag = ? AND " + " AND ".join(cond)
+                + " ORDER BY t.number DESC, t.created_at DESC, t.eid DESC LIMIT ? OFFSET ?",
+                [q.decider, q.application, q.tags[0], *params, q.limit, q.offset])
     cond, params = where(q, contains)
-    return (f"SELECT {_ROW} FROM decider_states d JOIN executions e ON e.eid = d.eid WHERE {cond}"
+    return (f"SELECT {_ROW} FROM decider_states d JOIN executions e ON e.eid = d.eid WHERE {' AND '.join(cond)}"
             " ORDER BY d.number DESC, d.created_at DESC, d.eid DESC LIMIT ? OFFSET ?", [*params, q.limit, q.offset])
 
 
@@ -115,8 +129,17 @@ def count(q: StateQuery, contains: str, labelled: bool = False) -> tuple[str, li
             sql.append(f"label IN ({_marks(len(q.labels))})")
             params += list(q.labels)
         return f"SELECT COALESCE(SUM(n), 0) FROM decider_labels WHERE {' AND '.join(sql)}", params
+    if _by_tag(q):
+        cond, params = where(q, contains, q.tags[1:])
+        rest = cond[2:]  # the tag's rows are of the decider and application already
+        head = "SELECT COUNT(*) FROM decider_tags t"
+        tag = "t.decider = ? AND t.application = ? AND t.tag = ?"
+        if not rest:
+            return f"{head} WHERE {tag}", [q.decider, q.application, q.tags[0]]
+        return (f"{head} JOIN decider_states d ON d.eid = t.eid WHERE {tag} AND {' AND '.join(rest)}",
+                [q.decider, q.application, q.tags[0], *params[2:]])
     cond, params = where(q, contains)
-    return f"SELECT COUNT(*) FROM decider_states d WHERE {cond}", params
+    return f"SELECT COUNT(*) FROM decider_states d WHERE {' AND '.join(cond)}", params
 
 
 def stored(row: Any) -> StoredState:
