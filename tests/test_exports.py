@@ -35,7 +35,7 @@ PINNED = {
         "NondeterminismError", "NotJSONCompatibleError", "OperationRefused", "OutputInvalid", "Prerequisite", "Principal", "Provenance", "REDACTED", "RegistrationError", "RetryPolicy",
         "Site", "StaleAnswer", "StaleState", "Status", "StepFailed", "TERMINAL", "Task", "TaskKind", "Timer", "TypeMetadata", "UnknownExecutionError",
         "UnknownTaskError", "UnknownWorkflowError", "WorkflowArgumentsError", "actor_for", "canonical", "check_json",
-        "check_json_since", "checked_eid", "child_eid", "digest", "dumps", "is_eid", "is_sensitive", "keyed_eid", "mask", "new_eid", "principal_for", "redact",
+        "check_json_since", "checked_eid", "child_eid", "digest", "dumps", "is_eid", "is_sensitive", "keyed_eid", "loads", "mask", "new_eid", "principal_for", "redact",
         "sensitive_keys", "task_id", "type_metadata",
     ],
     flowli.engine: [

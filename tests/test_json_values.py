@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from flowli.domain import NotJSONCompatibleError, check_json, check_json_since
+from flowli.domain import NotJSONCompatibleError, check_json, check_json_since, dumps, loads
 
 pytestmark = pytest.mark.unit
 
@@ -84,3 +84,18 @@ def test_a_value_made_from_a_plain_one_is_checked_where_it_changed():
         check_json_since({**before, "big": {"layers": [{**before["big"]["layers"][0], "extra": {1}}]}}, before, "the state")
     with pytest.raises(NotJSONCompatibleError, match="keys must be str"):
         check_json_since({**before, "status": {**before["status"], 3: "x"}}, before, "the state")
+
+
+def test_the_store_text_keeps_every_value_exactly():
+    """``dumps`` and ``loads`` (the store's JSON) give back each checked value equal and of the
+    same types: ints past 64 bits exact (a reader that makes them floats is not used for them),
+    a long run of digits in a string, unicode, nested containers, and a lone surrogate that one
+    writer refuses and the other keeps."""
+    values = [2**70, -(2**80), {"big": [10**30, 1.5, "12345678901234567890123"]}, "é ✓ \u2028", [[], {}, None, True],
+              {"n": 9007199254740993}, 0.1, -0.0, 1e16, "\ud800"]
+    for value in values:
+        back = loads(dumps(check_json(value, "the value")))
+        assert back == value and type(back) is type(value), (value, back)
+        assert json.loads(dumps(value)) == value  # the text is the standard's JSON
+    assert type(loads(dumps({"x": 2**70}))["x"]) is int
+    assert dumps({"a": [1, 2.5, "b"]}) == '{"a":[1,2.5,"b"]}'

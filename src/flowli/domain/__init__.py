@@ -35,6 +35,7 @@ from ._json import check_json as check_json
 from ._json import check_json_since as check_json_since
 from ._json import digest as digest
 from ._json import dumps as dumps
+from ._json import loads as loads
 from ._provenance import Actor as Actor
 from ._provenance import Code as Code
 from ._provenance import Principal as Principal
@@ -118,6 +119,7 @@ __all__ = [
     "child_eid",
     "digest",
     "dumps",
+    "loads",
     "is_eid",
     "is_sensitive",
     "keyed_eid",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from typing import Any
 
@@ -17,6 +16,7 @@ from flowli.domain import (
     TaskKind,
     Timer,
     dumps,
+    loads,
 )
 
 
@@ -38,7 +38,7 @@ def js(value: Any) -> str | None:
 
 
 def unjs(value: str | None) -> Any:
-    return None if value is None else json.loads(value)
+    return None if value is None else loads(value)
 
 
 def prov(p: Provenance) -> str:
@@ -46,7 +46,7 @@ def prov(p: Provenance) -> str:
 
 
 def unprov(s: str) -> Provenance:
-    return Provenance.from_json(json.loads(s))
+    return Provenance.from_json(loads(s))
 
 
 EXECUTION_COLUMNS = (
@@ -66,7 +66,7 @@ def execution_row(r: ExecutionRecord) -> tuple[Any, ...]:
 
 def execution_record(row: Any) -> ExecutionRecord:
     return ExecutionRecord(
-        eid=row[0], workflow=row[1], version=row[2], status=Status(row[3]), args=json.loads(row[4]),
+        eid=row[0], workflow=row[1], version=row[2], status=Status(row[3]), args=loads(row[4]),
         queue=row[5], created_at=dt_(row[6]), updated_at=dt_(row[7]), result=unjs(row[8]),
         error=unjs(row[9]), parent_eid=row[10], parent_fid=row[11], key=row[12], lease_owner=row[13],
         lease_epoch=row[14], lease_expires_at=dt(row[15]), cancel_requested=unjs(row[16]),

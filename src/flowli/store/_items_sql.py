@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from flowli.domain import loads
+
 from ._protocol import Item
 
 COLUMNS = "id, kind, application, key, body, at"
@@ -77,5 +79,5 @@ def body_text(body: Any) -> str:
 
 
 def item(row: Any) -> Item:
-    return Item(id=int(row[0]), kind=row[1], application=row[2], key=row[3], body=json.loads(row[4]),
+    return Item(id=int(row[0]), kind=row[1], application=row[2], key=row[3], body=loads(row[4]),
                 at=datetime.fromtimestamp(float(row[5]), timezone.utc))
