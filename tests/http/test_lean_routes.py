@@ -123,6 +123,11 @@ async def test_a_lean_route_refuses_a_bad_request_as_its_fastapi_route(pair):
                                       {"executionId": "nope", "attempt": 1, "isSuccess": True}],
         "/jobs/ack": [{"token": 5}, {"requeue": True}, {"token": "nope"}, {"token": "nope", "requeue": "yes"}],
         "/workers/heartbeat": [{"state": "asleep"}, {"inFlight": "2"}],
+        "/jobs/pull-batch": [{"max": 0}, {"max": 101}, {"max": "2"}, {"max": 2, "waitSeconds": 31}, {"max": 2, "x": 1}],
+        "/stages/results": [{"results": "x"}, {"results": [{}] * 101}, {"results": [1, {"stageId": "abc"}]},
+                            {"results": [{"stageId": BIG, "executionId": "e", "attempt": 1, "isSuccess": True}]}],
+        "/pipelines/idempotent/batch": [{"pipelines": {}}, {"pipelines": [{"name": 1}, "x"]},
+                                        {"pipelines": [{"name": "n", "idempotencyKey": "k", "stages": []}]}],
     }
     compared = 0
     for method, template in LEAN_ROUTES:

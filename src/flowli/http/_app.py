@@ -32,6 +32,7 @@ from flowli.pipelines import (
     key_of,
 )
 
+from . import _batch as batch
 from . import _models as m
 from ._body import BODIES, MAX_BODY, BodyLimit, json_body, raw, takes
 from ._catalog_routes import add_catalog_routes
@@ -196,7 +197,7 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
 
     @app.post("/workers/bootstrap", openapi_extra=takes(m.BootstrapIn), responses={200: {"model": m.BootstrapOut}})
     async def bootstrap(request: Request, who: Access = Depends(access), _body: Any = json_body(m.BootstrapIn)) -> Any:
-        return await workers.bootstrap(who, raw(request))
+        return {**await workers.bootstrap(who, raw(request)), "batch": batch.OFFER}
 
     @app.post("/jobs/pull", openapi_extra=takes(m.PullIn),
               responses={200: {"model": m.JobOut}, 204: {"description": "no job within waitSeconds"}})
@@ -222,6 +223,24 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
                      _body: Any = json_body(m.ResultIn)) -> Any:
         status, answer = await workers.result(s, stage_id, raw(request))
         return JSONResponse(answer, status_code=status)
+
+    # ---- the batch routes (``_batch``): many items in one request, each as its one-item route --
+
+    @app.post("/jobs/pull-batch", openapi_extra=takes(m.PullBatchIn),
+              responses={200: {"model": m.JobsOut}, 204: {"description": "no job within waitSeconds"}})
+    async def pull_batch(request: Request, s: Session = Depends(session), _body: Any = json_body(m.PullBatchIn)) -> Any:
+        status, answer = await batch.pull(workers, s, raw(request), gone=lambda: gone(request.receive))
+        return Response(status_code=204) if answer is None else JSONResponse(answer, status_code=status)
+
+    @app.post("/stages/results", openapi_extra=takes(m.ResultsIn), responses={200: {"model": m.ResultsOut}})
+    async def results(request: Request, s: Session = Depends(session), _body: Any = json_body(m.ResultsIn)) -> Any:
+        _, answer = await batch.results(workers, s, raw(request))
+        return answer
+
+    @app.post("/pipelines/idempotent/batch", openapi_extra=takes(m.CreatesIn), responses={200: {"model": m.CreatesOut}})
+    async def creates(request: Request, who: Access = Depends(access), _body: Any = json_body(m.CreatesIn)) -> Any:
+        _, answer = await batch.creates(pipelines, who, raw(request), request.headers.get("traceparent"))
+        return answer
 
     @app.post("/jobs/ack", openapi_extra=takes(m.AckIn), responses={200: {"model": m.AckOut}})
     async def ack(request: Request, s: Session = Depends(session), _body: Any = json_body(m.AckIn)) -> Any:

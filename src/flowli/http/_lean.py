@@ -38,6 +38,7 @@ from starlette.types import Receive, Scope, Send
 
 from flowli.pipelines import Applications, Pipelines, Session, Workers, key_of
 
+from . import _batch as batch
 from . import _models as m
 from ._body import checked, parse_json
 from ._errors import refusal
@@ -55,6 +56,9 @@ LEAN_ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/stages/{stage_id}/result"),
     ("POST", "/jobs/ack"),
     ("POST", "/workers/heartbeat"),
+    ("POST", "/jobs/pull-batch"),
+    ("POST", "/stages/results"),
+    ("POST", "/pipelines/idempotent/batch"),
     ("GET", "/pipelines"),
     ("GET", "/pipelines/{pipeline_id}"),
 )
@@ -155,7 +159,8 @@ class Lean:
             "/pipelines": self.create_legacy, "/pipelines/idempotent": self.create_idempotent,
             "/jobs/pull": self.pull, "/stages/{stage_id}/lease/acquire": self.acquire,
             "/stages/{stage_id}/lease/renew": self.renew, "/stages/{stage_id}/result": self.result,
-            "/jobs/ack": self.ack, "/workers/heartbeat": self.heartbeat}
+            "/jobs/ack": self.ack, "/workers/heartbeat": self.heartbeat, "/jobs/pull-batch": self.pull_batch,
+            "/stages/results": self.results, "/pipelines/idempotent/batch": self.creates}
         self.exact: dict[str, Handler] = {}
         self.staged: dict[str, Handler] = {}
         """By what follows ``/stages/{stage_id}/``."""
@@ -243,6 +248,18 @@ class Lean:
     async def get(self, call: Call) -> Answer:
         who = await self.apps.authenticate(key_of(call.headers))
         return 200, await self.pipelines.get(who, call.stage_id)
+
+    async def pull_batch(self, call: Call) -> Answer:
+        s = await self.session(call)
+        return await batch.pull(self.workers, s, await call.json(m.PullBatchIn), gone=lambda: gone(call.receive))
+
+    async def results(self, call: Call) -> Answer:
+        s = await self.session(call)
+        return await batch.results(self.workers, s, await call.json(m.ResultsIn))
+
+    async def creates(self, call: Call) -> Answer:
+        who = await self.apps.authenticate(key_of(call.headers))
+        return await batch.creates(self.pipelines, who, await call.json(m.CreatesIn), call.headers.get("traceparent"))
 
     async def pull(self, call: Call) -> Answer:
         s = await self.session(call)

@@ -138,6 +138,30 @@ class ResultIn(Body):
     logs: list[LogIn] | None = None
 
 
+MAX_BATCH = 100
+"""Jobs, results or creates in one request of a batch route at most (offered in the bootstrap answer)."""
+
+
+class PullBatchIn(PullIn):
+    max: int = Field(ge=1, le=MAX_BATCH, description=f"jobs at most, 1 to {MAX_BATCH}")
+
+
+class ResultItemIn(ResultIn):
+    stageId: int | str
+    token: str | None = None
+
+
+class ResultsIn(Body):
+    results: list[Any] = Field(max_length=MAX_BATCH, description=(
+        "each a ResultItemIn: a stage's result as POST /stages/{stageId}/result takes it, with its stageId and"
+        " the job's token; each is checked on its own (a bad one is answered 400 in its place)"))
+
+
+class CreatesIn(Body):
+    pipelines: list[Any] = Field(max_length=MAX_BATCH, description=(
+        "each an IdempotentPipelineIn, checked on its own (a bad one is answered 400 in its place)"))
+
+
 class AckIn(Body):
     token: str
     requeue: bool = False
@@ -286,6 +310,13 @@ class BootstrapOut(Answer):
     application: ApplicationRef
     heartbeat: dict[str, float] = Field(description='{"intervalSeconds"}')
     lease: dict[str, float] = Field(description='{"ttlSeconds"}')
+    batch: BatchOffer | None = Field(None, description="the batch routes this service offers, and their limits")
+
+
+class BatchOffer(Answer):
+    maxJobs: int
+    maxResults: int
+    maxCreates: int
 
 
 class JobOut(Answer):
@@ -303,6 +334,36 @@ class JobOut(Answer):
     pipelineKeywords: list[KeywordOut]
     timeoutSeconds: float | None
     traceparent: str | None
+
+
+class LeasedJobOut(JobOut):
+    leaseExpiresAt: str
+
+
+class JobsOut(Answer):
+    jobs: list[LeasedJobOut]
+
+
+class ItemResultOut(Answer):
+    stageId: int | str | None
+    status: int
+    accepted: bool
+    reason: str | None = None
+
+
+class ResultsOut(Answer):
+    results: list[ItemResultOut]
+
+
+class ItemCreatedOut(Answer):
+    status: int
+    pipeline: PipelineOut | None = None
+    error: str | None = None
+    pipelineId: int | None = None
+
+
+class CreatesOut(Answer):
+    results: list[ItemCreatedOut]
 
 
 class LeaseOut(Answer):

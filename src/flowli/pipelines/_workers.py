@@ -198,6 +198,19 @@ class Workers:
         """One job, or None when none came within ``waitSeconds``. ``gone()`` ends when the client
         has gone away (its connection closed): a job is handed only to a poll whose client is still
         there, and one taken meanwhile goes back to its queue at once (the same attempt: no expiry)."""
+        jobs = await self._poll(session, body, 1, gone)
+        return jobs[0] if jobs else None
+
+    async def pull_batch(self, session: Session, body: Any, limit: int,
+                         gone: Callable[[], Awaitable[Any]] | None = None) -> list[dict[str, Any]]:
+        """Up to ``limit`` jobs in one long poll (as ``pull``: none when none came within
+        ``waitSeconds``), each leased to this worker already: it carries ``leaseExpiresAt``, and
+        no acquire is needed (an acquire would find the lease held, as after a pull)."""
+        return [{**job, "leaseExpiresAt": iso(task.visible_at)}
+                for job, task in await self._poll(session, body, limit, gone, with_tasks=True)]
+
+    async def _poll(self, session: Session, body: Any, limit: int, gone: Callable[[], Awaitable[Any]] | None,
+                    with_tasks: bool = False) -> list[Any]:
         body = body if isinstance(body, dict) else {}
         handlers = body.get("handlers") or session.body["supportedHandlers"]
         if not isinstance(handlers, list) or not all(isinstance(h, str) and h for h in handlers):
@@ -206,9 +219,9 @@ class Workers:
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 30:
             raise PipelineInputError(f"waitSeconds must be a number from 0 to 30, got {wait!r}")
         if not handlers:
-            return None
+            return []
         consumer = self._consumer(session, handlers)
-        polling = asyncio.ensure_future(consumer.dequeue(1, wait=float(wait)))
+        polling = asyncio.ensure_future(consumer.dequeue(limit, wait=float(wait)))
         ends = [asyncio.ensure_future(self.closing.wait())]
         if gone is not None:
             ends.append(asyncio.ensure_future(gone()))
@@ -225,19 +238,21 @@ class Workers:
         except asyncio.CancelledError:
             if not polling.cancelled():
                 raise  # this request itself is cancelled
-            return None
+            return []
         if left:
             for task in tasks:  # taken as the client went: back to the queue at once
                 await consumer.nack(task)
-            return None
-        if not tasks:
-            return None
-        if not (tasks[0].frame or {}).get("decider"):
-            # an attempt of a pipeline of an older release that the upgrade had not converted yet:
-            # converted now (this attempt withdrawn, dispatched again as the decider's next one)
-            await self.pipelines.convert(tasks[0].eid or "")
-            return None
-        return await self.job(session, tasks[0])
+            return []
+        jobs: list[Any] = []
+        for task in tasks:
+            if not (task.frame or {}).get("decider"):
+                # an attempt of a pipeline of an older release that the upgrade had not converted
+                # yet: converted now (this attempt withdrawn, dispatched again as the decider's next one)
+                await self.pipelines.convert(task.eid or "")
+                continue
+            job = await self.job(session, task)
+            jobs.append((job, task) if with_tasks else job)
+        return jobs
 
     async def job(self, session: Session, task: Task) -> dict[str, Any]:
         seed = dict(task.payload or {})
