@@ -8,13 +8,15 @@ credential, another role, ``max`` out of range, too many items, not a list) is r
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
 from typing import Any
 
 import httpx
 import pytest
 
-from flowli.client import PipelinesClient
+from flowli.client import HttpWorker, PipelinesClient, StageError
 
 from ..served import Service
 from .test_pipelines import until_status
@@ -129,3 +131,62 @@ async def test_jobs_pulled_and_answered_in_batches(service: Service, billing: An
             assert r.status_code == 400, (bad, r.text)
         assert (await http.post("/stages/results", headers=s, json={"results": [{}] * 101})).status_code == 400
         assert (await http.post("/stages/results", headers=s, json={"results": "x"})).status_code == 400
+
+
+class Recording(httpx.AsyncBaseTransport):
+    """A real HTTP transport that notes each request's path; with ``hide_offer``, the bootstrap
+    answer loses its ``batch`` (as a service of an earlier release answers)."""
+
+    def __init__(self, hide_offer: bool):
+        self.inner = httpx.AsyncHTTPTransport()
+        self.paths: list[str] = []
+        self.hide_offer = hide_offer
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        response = await self.inner.handle_async_request(request)
+        if self.hide_offer and request.url.path == "/workers/bootstrap" and response.status_code == 200:
+            body = json.loads(await response.aread())
+            body.pop("batch", None)
+            return httpx.Response(200, json=body)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.parametrize("offered", [True, False], ids=["batch", "reference"])
+async def test_an_http_worker_uses_the_batch_routes_when_offered_and_the_reference_routes_otherwise(
+        service: Service, billing: Any, offered: bool) -> None:
+    _, key = billing
+    handler = f"H{uuid.uuid4().hex[:6]}"
+    transport = Recording(hide_offer=not offered)
+    worker = HttpWorker(service.url, key, "both-ways", wait_seconds=1, transport=transport)
+
+    @worker.handler(handler)
+    async def work(job: dict[str, Any]) -> str:
+        if job["input"] == "k-fail":
+            raise StageError("BUSINESS_REJECTED", "no")
+        return f"done {job['input']}"
+
+    async with PipelinesClient(service.url, key) as client:
+        running = asyncio.create_task(worker.run(concurrency=4))
+        try:
+            made = [(await client.create_idempotent(pipeline(handler, f"k-{i}")))["pipeline"] for i in range(6)]
+            failing = (await client.create_idempotent(pipeline(handler, "k-fail")))["pipeline"]
+            for p in made:
+                done = await until_status(client, p["id"], "Completed")
+                assert done["stages"][0]["output"] == f"done k-{made.index(p)}"
+            failed = await until_status(client, failing["id"], "Failed")
+            assert failed["stages"][0]["errorCode"] == "BUSINESS_REJECTED"
+        finally:
+            worker.stop()
+            await asyncio.wait_for(running, 30)
+    paths = set(transport.paths)
+    batch = {"/jobs/pull-batch", "/stages/results"}
+    if offered:
+        assert batch <= paths and "/jobs/pull" not in paths and "/jobs/ack" not in paths
+        assert not any(p.endswith("/lease/acquire") or p.endswith("/result") for p in paths), paths
+    else:
+        assert not batch & paths and "/jobs/pull" in paths and "/jobs/ack" in paths
+        assert any(p.endswith("/lease/acquire") for p in paths) and any(p.endswith("/result") for p in paths)

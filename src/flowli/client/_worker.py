@@ -1,6 +1,8 @@
 """``HttpWorker``: an application worker over the HTTP protocol. It bootstraps, long-polls for
 jobs, acquires each one's lease, renews it while the handler runs, submits the result (again on
-503) and acks the job."""
+503) and acks the job. When the bootstrap answer offers the batch routes (``batch``), a long poll
+takes as many jobs as there are free slots (leased already: no acquire) and the results go many
+to a request (``_batching``); otherwise the reference routes, one call each."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any, Callable
 import certifi
 import httpx
 
+from ._batching import Results
 from ._client import ClientError, _check
 
 log = logging.getLogger("flowli.client")
@@ -95,6 +98,8 @@ class HttpWorker:
         self._transport = transport
         self.session: dict[str, Any] | None = None
         self._stop = asyncio.Event()
+        self._results: Results | None = None
+        """The results' sender, when the service offers the batch routes."""
 
     def handler(self, name: str) -> Callable[[Handler], Handler]:
         """Register a handler function: the job (a dict) in, the output string back."""
@@ -132,8 +137,18 @@ class HttpWorker:
                 free.put_nowait(await stack.enter_async_context(client(headers)))
             working: set[asyncio.Task[None]] = set()
             self._working = working
-            lanes = [asyncio.create_task(self._lane(await stack.enter_async_context(client(headers)), boot, free, working))
-                     for _ in range(min(concurrency, POLLERS))]
+            offer = boot.get("batch") if isinstance(boot.get("batch"), dict) else None
+            helpers: list[asyncio.Task[None]] = []
+            if offer is not None:
+                self._results = Results(await stack.enter_async_context(client(headers)), int(offer["maxResults"]))
+                helpers.append(asyncio.create_task(self._results.run()))
+                lanes = [asyncio.create_task(self._batch_lane(await stack.enter_async_context(client(headers)), boot,
+                                                              free, working, int(offer["maxJobs"])))
+                         for _ in range(min(concurrency, POLLERS))]
+            else:
+                lanes = [asyncio.create_task(self._lane(await stack.enter_async_context(client(headers)), boot, free,
+                                                        working))
+                         for _ in range(min(concurrency, POLLERS))]
             stop = asyncio.create_task(self._stop.wait())
             beat = asyncio.create_task(self._heartbeat(http, float(boot["heartbeat"]["intervalSeconds"])))
             try:
@@ -142,9 +157,10 @@ class HttpWorker:
                     if lane.done() and lane.exception() is not None:
                         raise lane.exception()  # type: ignore[misc]
             finally:
-                for t in [stop, beat, *lanes, *working]:
+                for t in [stop, beat, *lanes, *working, *helpers]:
                     t.cancel()
-                await asyncio.gather(stop, beat, *lanes, *working, return_exceptions=True)
+                await asyncio.gather(stop, beat, *lanes, *working, *helpers, return_exceptions=True)
+                self._results = None
                 with contextlib.suppress(httpx.HTTPError):
                     await http.post("/workers/shutdown")
 
@@ -196,6 +212,28 @@ class HttpWorker:
             working.add(task)
             task.add_done_callback(working.discard)
 
+    async def _batch_lane(self, poll: httpx.AsyncClient, boot: dict[str, Any], free: asyncio.Queue[httpx.AsyncClient],
+                          working: set[asyncio.Task[None]], limit: int) -> None:
+        """A long poll for as many jobs as there are free job slots (``POST /jobs/pull-batch``)."""
+        while not self._stop.is_set():
+            slots = [await free.get()]  # a free job slot first, then every other free one
+            while len(slots) < limit and not free.empty():
+                slots.append(free.get_nowait())
+            jobs: list[dict[str, Any]] = []
+            try:
+                r = await poll.post("/jobs/pull-batch", json={"waitSeconds": self.wait_seconds, "max": len(slots)})
+                if r.status_code != 204:
+                    jobs = _check(r)["jobs"]
+            except httpx.TransportError:
+                await asyncio.sleep(0.5)
+            finally:
+                for http in slots[len(jobs):]:  # the slots that got no job, back
+                    free.put_nowait(http)
+            for job, http in zip(jobs, slots):
+                task = asyncio.create_task(self._job(http, boot, job, free))
+                working.add(task)
+                task.add_done_callback(working.discard)
+
     async def _job(self, http: httpx.AsyncClient, boot: dict[str, Any], job: dict[str, Any],
                    free: asyncio.Queue[httpx.AsyncClient]) -> None:
         try:
@@ -211,9 +249,10 @@ class HttpWorker:
     async def _work(self, http: httpx.AsyncClient, boot: dict[str, Any], job: dict[str, Any]) -> None:
         stage = job["stageId"]
         lease = {"executionId": job["executionId"], "workerId": boot["workerId"]}
-        acquired = _check(await http.post(f"/stages/{stage}/lease/acquire", json=lease))
-        if not acquired.get("acquired"):
-            return
+        if "leaseExpiresAt" not in job:  # a job of /jobs/pull-batch comes leased
+            acquired = _check(await http.post(f"/stages/{stage}/lease/acquire", json=lease))
+            if not acquired.get("acquired"):
+                return
         handler: asyncio.Future[Any] | None = None
         told = asyncio.Event()  # a renewal said stop: the lease is lost, or the pipeline was cancelled
 
@@ -254,6 +293,9 @@ class HttpWorker:
                     # the result goes back in the handler's trace (its traceparent), as its upstream calls did
                     headers = _propagated(span)
         if told.is_set():  # its result would be refused: nothing to send
+            return
+        if self._results is not None:  # many to a request; one answered 202 is acknowledged with it
+            await self._results.submit(stage, job["token"], result)
             return
         await self._submit(http, stage, result, headers)
         with contextlib.suppress(ClientError):
