@@ -1,7 +1,11 @@
 """The HTTP workloads: pipelines through a real ``flowli serve`` and ``HttpWorker`` processes.
 
 - H1: ``n`` one-stage pipelines (default 1 000), created by a client 32 at a time, worked by one
-  HttpWorker process (concurrency 32): stages/s, first create to last Completed.
+  HttpWorker process (concurrency 32) on the reference routes alone (one call each: pull,
+  acquire, result, ack): stages/s, first create to last Completed.
+- H1B: the same with the batch routes: created 100 to a request (``POST
+  /pipelines/idempotent/batch``, 4 requests at a time), and the HttpWorker takes the batch routes
+  the service offers (``POST /jobs/pull-batch``, ``POST /stages/results``).
 - H2: a lone one-stage pipeline, created and awaited (Completed) ``n`` times (default 100): p50
   and p99 latency in ms. The worker long-polls: no polling on the hot path.
 - H3: ``n`` pipelines (default 200) of the reference's dispatch-invoice shape (load, then email and
@@ -32,9 +36,9 @@ from typing import Any
 import httpx
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_N = {"H1": 1000, "H2": 100, "H3": 200}
-UNIT = {"H1": "stages/s", "H2": "ms", "H3": "stages/s"}
-STAGES = {"H1": 1, "H2": 1, "H3": 3}
+DEFAULT_N = {"H1": 1000, "H1B": 1000, "H2": 100, "H3": 200}
+UNIT = {"H1": "stages/s", "H1B": "stages/s", "H2": "ms", "H3": "stages/s"}
+STAGES = {"H1": 1, "H1B": 1, "H2": 1, "H3": 3}
 
 
 def _free_port() -> int:
@@ -53,10 +57,12 @@ class Running:
     """``flowli serve`` and an HttpWorker process on a fresh database (``worker=False``: the
     service alone, for a bench that works the jobs through the routes itself)."""
 
-    def __init__(self, db: str, concurrency: int = 32, worker: bool = True):
+    def __init__(self, db: str, concurrency: int = 32, worker: bool = True, batch: bool = False):
         self.db = db
         self.concurrency = concurrency
         self.worker = worker
+        self.batch = batch
+        """The worker takes the batch routes (else the reference routes alone)."""
         self.procs: list[subprocess.Popen[str]] = []
 
     def __enter__(self) -> Running:
@@ -73,8 +79,8 @@ class Running:
         self.url = line.split("listening on ", 1)[1].strip()
         if not self.worker:
             return self
-        worker = subprocess.Popen([sys.executable, "-m", "bench.http_worker", self.url, self.key, str(self.concurrency)],
-                                  cwd=HERE.parent, text=True)
+        worker = subprocess.Popen([sys.executable, "-m", "bench.http_worker", self.url, self.key, str(self.concurrency),
+                                   *([] if self.batch else ["reference"])], cwd=HERE.parent, text=True)
         self.procs.append(worker)
         return self
 
@@ -136,8 +142,19 @@ async def _throughput(workload: str, n: int, r: Running) -> dict[str, Any]:
             for i in numbers:
                 (await client.post("/pipelines", json=_body(workload, i))).raise_for_status()
 
+        async def batches(client: httpx.AsyncClient, numbers: range) -> None:
+            for start in numbers:
+                bodies = [{**_body(workload, i), "idempotencyKey": f"h1b-{i}"} for i in range(start, min(n, start + 100))]
+                r = await client.post("/pipelines/idempotent/batch", json={"pipelines": bodies})
+                r.raise_for_status()
+                assert all(x["status"] == 201 for x in r.json()["results"]), r.text[:300]
+
         t0 = time.perf_counter()
-        await asyncio.gather(*(creator(c, range(k, n, len(clients))) for k, c in enumerate(clients)))
+        if workload == "H1B":
+            starts = range(0, n, 100)
+            await asyncio.gather(*(batches(c, starts[k::4]) for k, c in enumerate(clients[:4])))
+        else:
+            await asyncio.gather(*(creator(c, range(k, n, len(clients))) for k, c in enumerate(clients)))
         created = time.perf_counter() - t0
         while _completed(r.db) < base + n:
             await asyncio.sleep(0.05)
@@ -168,7 +185,7 @@ def run(workload: str, n: int | None = None, backend: str = "sqlite") -> dict[st
     n = n or DEFAULT_N[workload]
     with tempfile.TemporaryDirectory(prefix=f"flowli-bench-{workload}-") as tmp:
         db = f"sqlite:///{tmp}/flowli.db"
-        with Running(db) as r:
+        with Running(db, batch=workload == "H1B") as r:
             try:
                 figures = asyncio.run(_latency(n, r) if workload == "H2" else _throughput(workload, n, r))
             finally:

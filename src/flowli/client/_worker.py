@@ -86,7 +86,7 @@ class WaitForApproval:
 
 class HttpWorker:
     def __init__(self, base_url: str, api_key: str, name: str, *, wait_seconds: float = 20.0,
-                 transport: Any = None, tracer_provider: Any = None):
+                 transport: Any = None, tracer_provider: Any = None, batch: bool = True):
         self.base_url = base_url.rstrip("/")
         self.tracer = _tracer(tracer_provider)
         """The tracer of the handlers' spans (``tracer_provider``, else OpenTelemetry's global
@@ -100,6 +100,8 @@ class HttpWorker:
         self._stop = asyncio.Event()
         self._results: Results | None = None
         """The results' sender, when the service offers the batch routes."""
+        self.batch = batch
+        """Use the batch routes when the service offers them (False: the reference routes only)."""
 
     def handler(self, name: str) -> Callable[[Handler], Handler]:
         """Register a handler function: the job (a dict) in, the output string back."""
@@ -137,7 +139,7 @@ class HttpWorker:
                 free.put_nowait(await stack.enter_async_context(client(headers)))
             working: set[asyncio.Task[None]] = set()
             self._working = working
-            offer = boot.get("batch") if isinstance(boot.get("batch"), dict) else None
+            offer = boot.get("batch") if self.batch and isinstance(boot.get("batch"), dict) else None
             helpers: list[asyncio.Task[None]] = []
             if offer is not None:
                 self._results = Results(await stack.enter_async_context(client(headers)), int(offer["maxResults"]))

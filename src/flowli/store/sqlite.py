@@ -140,6 +140,8 @@ class SQLiteStore:
         self._items = SQLiteItems(self._w, self._r, self._p)
         self._local = threading.local()
         self._inline: list[sqlite3.Connection] = []
+        self._writing: set[asyncio.Future[Any]] = set()
+        """The writes submitted and not answered yet (see ``_p``)."""
 
     async def open(self) -> None:
         try:
@@ -215,7 +217,10 @@ class SQLiteStore:
     def _w(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._writer is None:
             raise RuntimeError(f"store {self.url} is not open")
-        return self._writer.submit(fn)
+        fut = self._writer.submit(fn)
+        self._writing.add(fut)
+        fut.add_done_callback(self._writing.discard)
+        return fut
 
     def _r(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._reader is None:
@@ -226,11 +231,28 @@ class SQLiteStore:
         """A point read (one row by its key), run at once on the calling thread's own connection:
         it costs a few microseconds where a hop to the reader thread and back costs some 80 of
         CPU. A read that would wait for a lock (SQLITE_BUSY: a WAL reader seldom does) goes to the
-        reader thread instead of holding up the event loop."""
+        reader thread instead of holding up the event loop.
+
+        A read made while writes of this event loop are out waits for them to be answered first:
+        the inline connection sees a commit as soon as the writer thread made it, before its
+        caller (the engine) has taken the answer and done what follows it (wake-ups, the
+        control log, observers), and a caller that saw the commit would take those as done."""
         if self._reader is None:
             raise RuntimeError(f"store {self.url} is not open")
         if self.path == ":memory:":
             return self._r(fn)  # one connection holds an in-memory database
+        loop = asyncio.get_running_loop()
+        out = [f for f in self._writing if f.get_loop() is loop] if self._writing else None
+        if out:
+            return asyncio.ensure_future(self._after(out, fn))
+        return self._inline_read(fn)
+
+    async def _after(self, writes: list[asyncio.Future[Any]], fn: Callable[[sqlite3.Connection], T]) -> T:
+        await asyncio.wait(writes)
+        await asyncio.sleep(0)  # their callers resume first (each future's callbacks run in order)
+        return await self._inline_read(fn)
+
+    def _inline_read(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0)
