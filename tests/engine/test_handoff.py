@@ -43,6 +43,21 @@ def waiting_polls(engine: Any) -> list[Any]:
     return engine._rt.polls._waiting  # private: the hand-off's poll registry, the mechanism under test; not a read a user needs
 
 
+def count_dequeues(engine: Any) -> list[int]:
+    """A one-item list that counts the DELEGATE tasks the store hands out by a dequeue from now on."""
+    dequeued = [0]
+    store = store_of(engine)
+    real = store.dequeue
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        found = await real(*args, **kwargs)
+        dequeued[0] += sum(1 for t in found if t.kind is TaskKind.DELEGATE)
+        return found
+
+    store.dequeue = counting  # type: ignore[method-assign]  # the store's dequeue, counted: what the hand-off avoids
+    return dequeued
+
+
 async def polling(engine: Any, n: int = 1) -> None:
     await until(lambda: len(waiting_polls(engine)) >= n, 30, f"{n} long poll(s) waiting")
 
@@ -54,20 +69,10 @@ async def test_a_waiting_long_poll_is_handed_the_delegation_leased_to_it(open_en
         clerk = engine.consumer(QUEUE, "clerk", lease=LEASE)
         poll = asyncio.ensure_future(clerk.dequeue(1, wait=20))
         await polling(engine)
-        dequeued = 0
-        store = store_of(engine)
-        real = store.dequeue
-
-        async def counting(*args: Any, **kwargs: Any) -> Any:
-            nonlocal dequeued
-            found = await real(*args, **kwargs)
-            dequeued += sum(1 for t in found if t.kind is TaskKind.DELEGATE)
-            return found
-
-        store.dequeue = counting  # type: ignore[method-assign]
+        dequeued = count_dequeues(engine)
         eid = await engine.start("approve", "invoice 7")
         [task] = await asyncio.wait_for(poll, 20)
-        assert dequeued == 0  # handed, not dequeued
+        assert dequeued == [0]  # handed, not dequeued
         assert (task.id, task.lease_owner, task.deliveries, task.payload) == (attempt_of(eid), "clerk", 1, {"what": "invoice 7"})
         stored = await engine.task(task.id)
         assert (stored.lease_owner, stored.deliveries, stored.state) == ("clerk", 1, "ready")
@@ -146,17 +151,7 @@ async def test_a_deciders_delegations_are_handed_to_a_waiting_poll(open_engine):
     this process leased to it, with no dequeue: the write that creates the task hands it."""
     async with open_engine(pair(), poll_interval=30.0, worker=False) as engine:
         clerk = engine.consumer(QUEUE, "clerk", lease=LEASE)
-        dequeued = 0
-        store = store_of(engine)
-        real = store.dequeue
-
-        async def counting(*args: Any, **kwargs: Any) -> Any:
-            nonlocal dequeued
-            found = await real(*args, **kwargs)
-            dequeued += sum(1 for t in found if t.kind is TaskKind.DELEGATE)
-            return found
-
-        store.dequeue = counting  # type: ignore[method-assign]
+        dequeued = count_dequeues(engine)
         poll = asyncio.ensure_future(clerk.dequeue(1, wait=20))
         await polling(engine)
         eid = await engine.start("pair")
@@ -168,6 +163,6 @@ async def test_a_deciders_delegations_are_handed_to_a_waiting_poll(open_engine):
         await clerk.answer(first, "one")
         [second] = await asyncio.wait_for(poll, 20)
         assert (second.lease_owner, second.payload) == ("clerk", {"what": "second"})
-        assert dequeued == 0  # both handed, none dequeued
+        assert dequeued == [0]  # both handed, none dequeued
         await clerk.answer(second, "two")
         assert await engine.result(eid, timeout=30) == "two"

@@ -12,10 +12,11 @@ against the fresh state: never lost, never applied twice.
 
 Where commands come from:
 
-- directly, in the caller's write: a signal (``engine.signal``), a cancel request, a consumer's
-  answer or failure (``Consumer``), the sweeper ending an attempt whose lease expired;
-- through a task, for what the engine learns asynchronously: the START task of the execution,
-  the RESUME of a fired timer, the RESUME of a child's end. These tasks carry ``DECIDER_TASK``
+- directly, in the caller's write: a start (``engine.start``: the write that creates the
+  execution), a signal (``engine.signal``), a cancel request, a consumer's answer or failure
+  (``Consumer``), the sweeper ending an attempt whose lease expired;
+- through a task, for what the engine learns asynchronously: the START task of a decider child
+  (started by its parent's command), the RESUME of a fired timer, the RESUME of a child's end. These tasks carry ``DECIDER_TASK``
   in their payload; a worker that dequeues one applies it here (``handle``) with a hold on it, so
   a worker that crashes before its write leaves the task to be dequeued again, and one whose
   task lease was taken over writes nothing.

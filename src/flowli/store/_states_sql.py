@@ -65,16 +65,23 @@ def _marks(n: int) -> str:
     return ", ".join("?" * n)
 
 
+def _labelled(q: StateQuery, alias: str) -> tuple[list[str], list[Any]]:
+    """The conditions of ``q`` on its decider, application and labels, on columns of ``alias``
+    (``d.`` of ``decider_states``, or nothing for ``decider_labels``)."""
+    sql, params = [f"{alias}decider = ?"], [q.decider]
+    if q.application is not None:
+        sql.append(f"{alias}application = ?")
+        params.append(q.application)
+    if q.labels:
+        sql.append(f"{alias}label IN ({_marks(len(q.labels))})")
+        params += list(q.labels)
+    return sql, params
+
+
 def where(q: StateQuery, contains: str, tags: tuple[str, ...] | None = None) -> tuple[list[str], list[Any]]:
     """The conditions of ``q`` on ``decider_states d`` (``tags``: those of its tags that are not
     read from ``decider_tags`` driving the query), each a clause with its parameters."""
-    sql, params = ["d.decider = ?"], [q.decider]
-    if q.application is not None:
-        sql.append("d.application = ?")
-        params.append(q.application)
-    if q.labels:
-        sql.append(f"d.label IN ({_marks(len(q.labels))})")
-        params += list(q.labels)
+    sql, params = _labelled(q, "d.")
     if q.name is not None:
         sql.append("d.name = ?")
         params.append(q.name)
@@ -121,13 +128,7 @@ def count(q: StateQuery, contains: str, labelled: bool = False) -> tuple[str, li
     """The total of a page's query. ``labelled``: the store keeps ``decider_labels`` (SQLite),
     which gives the total of a query that filters on labels alone without reading its rows."""
     if labelled and not (q.name or q.tags or q.text or q.since is not None or q.until is not None or q.waiting):
-        sql, params = ["decider = ?"], [q.decider]
-        if q.application is not None:
-            sql.append("application = ?")
-            params.append(q.application)
-        if q.labels:
-            sql.append(f"label IN ({_marks(len(q.labels))})")
-            params += list(q.labels)
+        sql, params = _labelled(q, "")
         return f"SELECT COALESCE(SUM(n), 0) FROM decider_labels WHERE {' AND '.join(sql)}", params
     if _by_tag(q):
         cond, params = where(q, contains, q.tags[1:])
