@@ -12,7 +12,7 @@ import pytest
 
 import flowli
 from flowli import Context, Registry
-from flowli.domain import EntryKind, RetryPolicy, Status, TaskKind
+from flowli.domain import EntryKind, RetryPolicy, Status, TaskKind, UnknownExecutionError, keyed_eid
 
 from .conftest import kinds
 
@@ -341,3 +341,35 @@ async def test_a_direct_start_whose_worker_stops_meanwhile_is_handed_back(open_e
         suspended = [e for e in await engine.journal(eid) if e.kind is EntryKind.EXECUTION_SUSPENDED]
         assert suspended and suspended[0].value == {"reason": "worker stopped"}
         assert suspended[0].provenance.site.epoch == 1
+
+
+async def test_a_read_that_sees_a_write_of_this_process_comes_after_its_caller_resumed(tmp_path):
+    """SQLite reads a row by its key on the event loop's own connection, which sees a commit as
+    soon as the writer thread made it. A read made while a write of this loop is out waits for its
+    answer: whoever sees the row sees it after the write's caller resumed (and did what follows
+    it). The reads here run back to back without yielding to the loop (a read answered at once
+    does not), so a read that did not wait would see the row before the starting task resumed."""
+    registry = Registry()  # SQLite's own: PostgreSQL's reads go through the network
+
+    @registry.workflow("quiet")
+    async def quiet(ctx: Context) -> None:
+        return None
+
+    engine = await flowli.connect(f"sqlite:///{tmp_path}/reads.db", registry, bucket=str(tmp_path / "bucket"))
+    async with engine:
+        resumed: list[str] = []
+
+        async def start() -> None:
+            resumed.append(await engine.start("quiet", key="k"))
+
+        starting = asyncio.ensure_future(start())
+        await asyncio.sleep(0)  # the start submits its write
+        eid = keyed_eid("quiet", "k")
+        for _ in range(1_000_000):
+            try:
+                await engine.status(eid)
+            except UnknownExecutionError:
+                continue
+            break
+        assert resumed == [eid]  # the start had its answer before the row was seen
+        await starting

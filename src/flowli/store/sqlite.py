@@ -126,6 +126,25 @@ def _task(conn: sqlite3.Connection, task_id: str) -> Task | None:
     return None if row is None else c.task_record(row)
 
 
+def _chain(source: asyncio.Future[T], target: asyncio.Future[T]) -> None:
+    """Settle ``target`` as ``source`` settles (at once when it has)."""
+
+    def settle(done: asyncio.Future[T]) -> None:
+        if target.done():
+            return
+        if done.cancelled():
+            target.cancel()
+        elif done.exception() is not None:
+            target.set_exception(done.exception())  # type: ignore[arg-type]
+        else:
+            target.set_result(done.result())
+
+    if source.done():
+        settle(source)
+    else:
+        source.add_done_callback(settle)
+
+
 class SQLiteStore:
     """The Store protocol on one SQLite file."""
 
@@ -243,14 +262,25 @@ class SQLiteStore:
             return self._r(fn)  # one connection holds an in-memory database
         loop = asyncio.get_running_loop()
         out = [f for f in self._writing if f.get_loop() is loop] if self._writing else None
-        if out:
-            return asyncio.ensure_future(self._after(out, fn))
-        return self._inline_read(fn)
+        if not out:
+            return self._inline_read(fn)
+        # after the last of them is answered: its callbacks run in the order they were added, so
+        # its caller resumes (and runs up to its next await) before this one counts it
+        fut: asyncio.Future[T] = loop.create_future()
+        left = [len(out)]
 
-    async def _after(self, writes: list[asyncio.Future[Any]], fn: Callable[[sqlite3.Connection], T]) -> T:
-        await asyncio.wait(writes)
-        await asyncio.sleep(0)  # their callers resume first (each future's callbacks run in order)
-        return await self._inline_read(fn)
+        def read() -> None:
+            if not fut.cancelled():
+                _chain(self._inline_read(fn), fut)
+
+        def answered(_: Any) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                loop.call_soon(read)
+
+        for write in out:
+            write.add_done_callback(answered)
+        return fut
 
     def _inline_read(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         conn = getattr(self._local, "conn", None)
