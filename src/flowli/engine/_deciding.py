@@ -146,12 +146,7 @@ async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *,
     new = new_execution(rt, decider, eid, json_args, queue=queue, key=key, actor=principal.actor,
                         application=application, trace=trace)
     new = dataclasses.replace(new, task=None, items=items)
-    own = None
-    if rt.tracing is not None:
-        own, parent = execution_context(eid, new.entry.value)
-        _spans[eid] = own
-        if parent is not None:
-            _parents[eid] = parent
+    own = _kept_span(eid, new.entry.value) if rt.tracing is not None else None
     write = Write(executions=[new], creates=True)
     began = rt.clock.now()
     command = Start(json_args[0] if json_args else None)
@@ -370,14 +365,19 @@ async def execution_span(rt: Runtime, eid: str) -> Any:
     if own is None:
         started, _ = await rt.store.read_journal_page(eid, JournalFilter(None, EntryKind.EXECUTION_STARTED.value, None),
                                                       None, 1)
-        value = started[0].value if started else None
-        own, parent = execution_context(eid, value)
-        if len(_spans) > 10_000:
-            _spans.clear()
-            _parents.clear()
-        _spans[eid] = own
-        if parent is not None:
-            _parents[eid] = parent
+        own = _kept_span(eid, started[0].value if started else None)
+    return own
+
+
+def _kept_span(eid: str, started: Any) -> Any:
+    """The span context of ``eid`` from the value of its started entry, kept for its next commands."""
+    own, parent = execution_context(eid, started)
+    if len(_spans) > 10_000:
+        _spans.clear()
+        _parents.clear()
+    _spans[eid] = own
+    if parent is not None:
+        _parents[eid] = parent
     return own
 
 

@@ -86,17 +86,22 @@ async def gone(receive: Receive) -> None:
             await asyncio.Event().wait()  # a server that answers at once here cannot tell: no watch
 
 
+Query = dict[str, list[str]]
+"""A query string by name, each name with its values in order."""
+
+
 class Call:
     """A request as a lean route reads it: its headers (lower-case names, the first of a repeated
     one, as Starlette's ``Headers.get``), the ``{stage_id}`` of its path, its body."""
 
     __slots__ = ("headers", "receive", "stage_id", "query")
 
-    def __init__(self, scope: Scope, receive: Receive, stage_id: str = ""):
+    def __init__(self, scope: Scope, receive: Receive, stage_id: str = "", query: Query | None = None):
         self.headers = headers_of(scope)
         self.receive, self.stage_id = receive, stage_id
         """The ``{stage_id}`` (or ``{pipeline_id}``) of the path."""
-        self.query: dict[str, list[str]] = {}
+        self.query: Query = query or {}
+        """A list's query (``plain_query``)."""
 
     async def json(self, model: type[BaseModel]) -> Any:
         """The body as sent (parsed by ``parse_json``), once ``model`` accepts it."""
@@ -117,10 +122,10 @@ _ONCE = ("pageNumber", "pageSize", "search", "name")
 _DIGITS = re.compile(r"[0-9]{1,9}")
 
 
-def plain_query(raw: bytes) -> dict[str, list[str]] | None:
-    """The query of ``GET /pipelines`` by name, each with its values in order; None when FastAPI's
-    route is to read it instead (a value it would refuse or pick among)."""
-    query: dict[str, list[str]] = {}
+def plain_query(raw: bytes) -> Query | None:
+    """The query of ``GET /pipelines``; None when FastAPI's route is to read it instead (a value
+    it would refuse or pick among)."""
+    query: Query = {}
     try:
         for name, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True, strict_parsing=False):
             query.setdefault(name, []).append(value)
@@ -172,9 +177,10 @@ class Lean:
             else:
                 self.exact[path] = handlers[path]
 
-    def route(self, scope: Scope) -> tuple[Handler, str] | None:
-        """The handler of an HTTP request, and its ``{stage_id}``; None for a request it does not
-        answer (another method or path, a ``root_path``: FastAPI's to route)."""
+    def route(self, scope: Scope) -> tuple[Handler, str, Query | None] | None:
+        """The handler of an HTTP request, its ``{stage_id}`` (or ``{pipeline_id}``) and a list's
+        query; None for a request it does not answer (another method or path, a ``root_path``, a
+        query it leaves to FastAPI: FastAPI's to route)."""
         if scope.get("root_path"):
             return None
         path = scope["path"]
@@ -184,30 +190,30 @@ class Lean:
             return None
         handler = self.exact.get(path)
         if handler is not None:
-            return handler, ""
+            return handler, "", None
         if path.startswith("/stages/"):
             stage_id, _, rest = path[8:].partition("/")
             handler = self.staged.get(rest)
             if handler is not None and stage_id:
-                return handler, stage_id
+                return handler, stage_id, None
         return None
 
-    def _read(self, scope: Scope, path: str) -> tuple[Handler, str] | None:
+    def _read(self, scope: Scope, path: str) -> tuple[Handler, str, Query | None] | None:
         if path == "/pipelines":
-            return (self.list, "") if plain_query(scope.get("query_string", b"")) is not None else None
+            query = plain_query(scope.get("query_string", b""))
+            return None if query is None else (self.list, "", query)
         if path.startswith("/pipelines/"):
             pipeline_id = path[11:]
             if pipeline_id and "/" not in pipeline_id:
-                return self.get, pipeline_id
+                return self.get, pipeline_id, None
         return None
 
-    async def answer(self, handler: Handler, stage_id: str, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer the request with ``handler``: its answer, or the refusal of what it raised."""
+    async def answer(self, handler: Handler, stage_id: str, query: Query | None, scope: Scope, receive: Receive,
+                     send: Send) -> None:
+        """Answer the request with ``handler`` (what ``route`` gave): its answer, or the refusal
+        of what it raised."""
         try:
-            call = Call(scope, receive, stage_id)
-            if handler == self.list:
-                call.query = plain_query(scope.get("query_string", b"")) or {}
-            status, content = await handler(call)
+            status, content = await handler(Call(scope, receive, stage_id, query))
             body = b"" if content is None and status == 204 else encode(content)
         except Exception as exc:
             await refusal(exc)(scope, receive, send)
