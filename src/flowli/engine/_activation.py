@@ -19,6 +19,7 @@ from flowli.domain import (
     ArgumentsInvalid,
     Cancelled,
     EntryKind,
+    ExecutionRecord,
     FrameKind,
     LeaseLost,
     NondeterminismError,
@@ -32,14 +33,16 @@ from flowli.domain import (
     check_json,
     task_id,
 )
-from flowli.store import Intent, StatusChange, WakeCheck, Write
+from flowli.store import Intent, StatusChange, WakeCheck, Write, WriteResult
 
 from ._core import Stopping, StoreFailure
 from ._decider import DECIDER_TASK, decided
+from ._deciding import end_with_parent
 from ._errors import error_data
 from ._frames import ROOT
 from ._tasks import cancel_and_wait
 from ._tracing import derived
+from ._transitions import Transition
 from ._typing import ValidationError, problems
 from ._waits import Waits
 
@@ -251,6 +254,12 @@ class Activation(Waits):
             # a cancelled execution withdraws its open delegations: their consumers find nothing
             write.withdraw_delegates = [self.eid]
         told: Task | None = None
+        payload = {"status": status.value, "result": result, "error": error}
+        if self.record.parent_eid is not None and decided(self.record.parent_fid) \
+                and await self._end_with_parent(write, replace(self.record, status=status, result=result, error=error),
+                                                payload):
+            self._finish_span(status, error)
+            return status
         if self.record.parent_eid is not None:
             # a child runs on the queue of its parent
             now = self.rt.clock.now()
@@ -268,13 +277,30 @@ class Activation(Waits):
             write.tasks.append(told)
         if not write.tasks and not write.withdraw_delegates:
             write.intent = Intent.APPEND  # an end goes with the plain appends of its batch
-        await self._write(write, kind="end", final=True, payload={"status": status.value, "result": result, "error": error})
+        await self._write(write, kind="end", final=True, payload=payload)
         if told is not None and told.lease_owner is not None:
             self.told = (told, replace(self.record, status=status, result=result, error=error))
+        self._finish_span(status, error)
+        return status
+
+    async def _end_with_parent(self, write: Write, ended: ExecutionRecord, payload: Any) -> bool:
+        """The end of a decider's child, written with its parent's command in one store write (see
+        ``_deciding.end_with_parent``): whether it was; when not, nothing was written."""
+        made: list[WriteResult] = []
+
+        async def commit_end(parent: Transition) -> WriteResult:
+            write.intent = None  # a joined write has no one-statement form
+            made.append(await self._write(write, kind="end", final=True, payload=payload, then=parent))
+            assert made[-1].then is not None
+            return made[-1].then
+
+        await end_with_parent(self.rt, ended, commit_end)
+        return bool(made)
+
+    def _finish_span(self, status: Status, error: dict[str, Any] | None) -> None:
         if self.rt.tracing is not None:
             self.rt.tracing.finish(
                 f"workflow {self.wf.name}", self.trace, self.trace_parent,
                 {"flowli.eid": self.eid, "flowli.workflow": self.wf.name, "flowli.version": self.wf.version,
                  "flowli.status": status.value}, self.record.created_at, self.rt.clock.now(),
                 error=None if status is Status.COMPLETED else (error or {}).get("message") or status.value)
-        return status

@@ -212,11 +212,12 @@ class Core(Context):
             provenance=self.rt.provenance(epoch=self.epoch, code=code, attempt=attempt),
         )
 
-    async def _write(self, write: Write, *, kind: str = "append", final: bool = False, payload: Any = None) -> WriteResult:
+    async def _write(self, write: Write, *, kind: str = "append", final: bool = False, payload: Any = None,
+                     then: Transition | None = None) -> WriteResult:
         """Commit a write of this execution under its fence. ``append`` (a frame's write) takes the
         fast lane of the transition path. The caller sets the write's intent (``plain`` marks a
         write of entries only); the entries pending are only entries of this execution, so they
-        keep it."""
+        keep it. ``then``: another execution's transition committed in the same store write."""
         if self.closing and not final:
             raise Closed()
         if self.lost:
@@ -233,10 +234,11 @@ class Core(Context):
             self.pending = []
         write.fence = self.fence
         try:
-            if kind == "append" and write.intent is Intent.APPEND and not self.rt.observers:
+            if kind == "append" and write.intent is Intent.APPEND and not self.rt.observers and then is None:
                 result = await store_call(append(self.rt, write))  # the fast lane
             else:
-                t = Transition(kind, write, self.eid, self.wf.name, self.rt.principal, self.record.application, payload)
+                t = Transition(kind, write, self.eid, self.wf.name, self.rt.principal, self.record.application, payload,
+                               then)
                 result = await store_call(commit(self.rt, t))
         except LeaseLost:
             self.mark_lost()

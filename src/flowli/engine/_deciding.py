@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -184,13 +184,20 @@ Base = Callable[[], Write]
 """The command's own part of the write, made afresh for each try."""
 
 
+Joined = Callable[[Transition], Awaitable[WriteResult]]
+"""Commits a decider's transition joined to the caller's own (``Transition.then``) and answers
+the decider's part."""
+
+
 async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Base, principal: Principal,
-                payload: Any, record: ExecutionRecord | None = None, reopen: bool = False) -> WriteResult | None:
+                payload: Any, record: ExecutionRecord | None = None, reopen: bool = False,
+                joined: Joined | None = None) -> WriteResult | None:
     """Decide ``command`` for ``eid`` and commit it with ``base()`` in one write, fenced by the
     state's version; decided again on StaleState. None when the execution ended already (nothing
     written: the caller ends what it holds). Raises what the write raises otherwise (a
     middleware's refusal, StaleAnswer for a hold that is gone, ...). With ``reopen``, a failed
-    execution takes the command too (a retry: ``base`` expects it failed)."""
+    execution takes the command too (a retry: ``base`` expects it failed). With ``joined``, the
+    transition is committed by it, in the caller's own write."""
     turn = rt.deciding.get(eid)
     if turn is None:
         turn = rt.deciding[eid] = [asyncio.Lock(), 0]
@@ -200,7 +207,7 @@ async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Bas
     try:
         async with turn[0]:
             return await _apply(rt, eid, command, kind=kind, base=base, principal=principal, payload=payload,
-                                record=record, reopen=reopen)
+                                record=record, reopen=reopen, joined=joined)
     finally:
         turn[1] -= 1
         if turn[1] == 0:
@@ -208,7 +215,7 @@ async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Bas
 
 
 async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Base, principal: Principal,
-                 payload: Any, record: ExecutionRecord | None, reopen: bool) -> WriteResult | None:
+                 payload: Any, record: ExecutionRecord | None, reopen: bool, joined: Joined | None) -> WriteResult | None:
     for _ in range(_TRIES):
         # the record this process's last write left (see ``Runtime.decided_last``): no read of
         # it when the caller has none; the state's version fences a stale one
@@ -233,7 +240,8 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         direct = _direct_children(rt, write)
         handed = _hand_off(rt, write)
         try:
-            result = await commit(rt, Transition(kind, write, eid, record.workflow, principal, record.application, payload))
+            t = Transition(kind, write, eid, record.workflow, principal, record.application, payload)
+            result = await (commit(rt, t) if joined is None else joined(t))
         except StaleState:
             _adopt(direct, write, None)
             _handed(rt, handed, None)
@@ -519,6 +527,23 @@ def _child(rt: Runtime, record: ExecutionRecord, c: Child, actor: Actor) -> NewE
 
 
 # ---- commands from tasks: START, a fired timer, a child's end -----------------------------------
+
+
+async def end_with_parent(rt: Runtime, child: ExecutionRecord, commit_end: Joined) -> None:
+    """Apply the end of ``child`` (its record as it ends) to its decider parent in the child's own
+    end write: ``commit_end`` commits that write joined with the parent's transition, so the
+    caller knows whether it was made. When it was not (the parent ended, a middleware refused the
+    parent's command, the store kept refusing it, ...), the caller writes the end alone, with the
+    RESUME that tells the parent. A lost lease of the child, or a failing store, is raised."""
+    assert child.parent_eid is not None
+    command = ChildEnded(str(child.parent_fid).split("/child:", 1)[-1], child.eid, child.status.value,
+                         child.result, child.error)
+    try:
+        await apply(rt, child.parent_eid, command, kind="decide", base=Write, principal=rt.principal,
+                    payload={"command": "ChildEnded", "child": child.eid}, joined=commit_end)
+    except Exception as exc:  # noqa: BLE001 - the end goes alone; its RESUME gives the parent the rest
+        log.info("the end of %s goes alone, not with its parent %s's command (%s: %s)", child.eid, child.parent_eid,
+                 type(exc).__name__, exc)
 
 
 async def tell_parent(rt: Runtime, task: Task, child: ExecutionRecord) -> None:

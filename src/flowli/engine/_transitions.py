@@ -49,6 +49,9 @@ class Transition:
     principal: Principal | None = None
     application: str | None = None
     payload: Any = None
+    then: Transition | None = None
+    """A transition of another execution committed in the same store write, after this one
+    (``Write.then``): both or neither, each through its own middleware and observers."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -77,17 +80,52 @@ async def append(rt: Runtime, write: Write) -> WriteResult:
 
 async def commit(rt: Runtime, t: Transition) -> WriteResult:
     """Commit one transition: the middleware chain (not for ``append``), the store write, the
-    reactions, the observers. A middleware that raises refuses it: nothing is written."""
+    reactions, the observers. A middleware that raises refuses it: nothing is written.
+
+    With ``t.then``: its middleware chain runs inside this one's, and one store write holds both;
+    each middleware and observer sees its own transition and answer (the joined one's answer is
+    also ``WriteResult.then`` of the one returned)."""
+    if t.then is None:
+        return await _through(rt, t, lambda: _apply(rt, t))
+    joined = t.then
+    firsts: list[WriteResult] = []
+
+    async def both() -> WriteResult:
+        now = rt.clock.now()
+        t.write.then = joined.write
+        try:
+            first = await rt.store.write(t.write, now)
+        finally:
+            t.write.then = None  # the link is this commit's: a write tried again goes alone, or joined anew
+        second = first.then
+        assert second is not None
+        react(rt, t.write, first, now)
+        react(rt, joined.write, second, now)
+        for observer in rt.observers:
+            observer(t, first)
+            observer(joined, second)
+        firsts.append(first)
+        return second
+
+    async def inner() -> WriteResult:
+        await _through(rt, joined, both)
+        return firsts[0]
+
+    return await _through(rt, t, inner)
+
+
+async def _through(rt: Runtime, t: Transition, write: CallNext) -> WriteResult:
+    """``write`` behind the middleware chain that sees ``t`` (none for ``append``)."""
     if t.kind == "append" or not rt.middleware:
-        return await _apply(rt, t)
+        return await write()
     only = rt.middleware_kinds
     chain: list[Middleware] = [m for m in rt.middleware if m not in only or t.kind in only[m]]
     if not chain:
-        return await _apply(rt, t)
+        return await write()
 
     async def call(i: int) -> WriteResult:
         if i == len(chain):
-            return await _apply(rt, t)
+            return await write()
         called = False
 
         async def call_next() -> WriteResult:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
-from flowli.domain import Entry, EntryKind, ExecutionRecord
+from flowli.domain import TERMINAL, Entry, EntryKind, ExecutionRecord
 
 from ._archive import Archive, entry_from
 from ._operations import read_record
@@ -125,21 +126,26 @@ async def await_end(
 ) -> ExecutionRecord:
     """Wait until ``eid`` is terminal. While an activation of this process holds it, its end
     touches the hub: no read until then. Else each wake-up (its end in another process, told by
-    the store's notification; or the slow poll of a store that cannot tell) reads its record."""
+    the store's notification; or the slow poll of a store that cannot tell) reads its status, and
+    its record once it ended."""
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     poll = 0.01  # a store that cannot notify: polled from 10 ms, doubling up to poll_interval
     with rt.hub.subscribe(("end", eid)) as ended:
-        touched = True
-        while True:
-            if touched or not held(eid):
-                ended.clear()
-                record = await read_record(rt, archive, eid, application)
-                if record.terminal:
-                    return record
+        record = await read_record(rt, archive, eid, application)  # an unknown eid says so
+        while not record.terminal:
             bound, poll = _bound(rt, poll, deadline, timeout, record)
             await _wake(ended, bound)
             touched = ended.is_set()
+            if touched or not held(eid):
+                ended.clear()
+                # its status alone until it ends (a poll decodes no arguments, no result)
+                status = await rt.store.read_status(eid)
+                if status is None or status in TERMINAL:  # ended, or folded into the archive meanwhile
+                    record = await read_record(rt, archive, eid, application)
+                elif status is not record.status:
+                    record = dataclasses.replace(record, status=status)  # what a timeout names
+        return record
 
 
 def _bound(

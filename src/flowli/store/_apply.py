@@ -301,8 +301,9 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         if woke:
             yield from insert_task(w.wake.task)
     acquired = (yield from acquire_lease(w.acquire, now)) if w.acquire is not None else None
+    then = (yield from apply_write(w.then, now_dt)) if w.then is not None else None
     return WriteResult(entry_seqs=entry_seqs, entry_values=[e.value for e in entries], message_seqs=message_seqs,
-                       created=created, woke=woke, acquired=acquired)
+                       created=created, woke=woke, acquired=acquired, then=then)
 
 
 def create_execution(new: NewExecution, now: float) -> Plan:

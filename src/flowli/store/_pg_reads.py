@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncpg
 
-from flowli.domain import Entry, ExecutionRecord, Message, Task, Timer
+from flowli.domain import Entry, ExecutionRecord, Message, Status, Task, Timer
 
 from . import _codec as c
 from . import _states_sql as states
@@ -63,6 +63,11 @@ class PostgresReads:
         assert self._pool is not None
         row = await self._pool.fetchrow(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = $1", eid)
         return None if row is None else c.execution_record(row)
+
+    async def read_status(self, eid: str) -> Status | None:
+        assert self._pool is not None
+        status = await self._pool.fetchval("SELECT status FROM executions WHERE eid = $1", eid)
+        return None if status is None else Status(status)
 
     async def read_state(self, eid: str, held: int | None = None) -> tuple[int, Any] | None:
         assert self._pool is not None

@@ -346,6 +346,9 @@ class Write:
     """Lease the resumed execution to the writer's process (see Acquisition); WriteResult.acquired says."""
     items: list[NewItem] = field(default_factory=list)
     """Items written in this write's transaction (see NewItem), after its checks hold."""
+    then: Write | None = None
+    """A write of another execution applied after this one in the same transaction: both or
+    neither (a child's end with its decider parent's command). Its answer is ``WriteResult.then``."""
     creates: bool = False
     """The write is the creation of ``executions[0]`` with its first command decided: that
     execution is created first, and when its eid exists already nothing of the write applies
@@ -403,6 +406,8 @@ class WriteResult:
     acquired: Acquired | None = None
     """With Write.acquire: the lease acquired, the record at its new epoch and the journal (None:
     not acquired, its RESUME is on the queue)."""
+    then: WriteResult | None = None
+    """The answer of ``Write.then``."""
 
 
 @dataclass(frozen=True)
@@ -565,6 +570,9 @@ class Store(Protocol):
         """Ready tasks of frame attempts (``frame`` set) whose consumer's lease expired."""
 
     async def read_execution(self, eid: str) -> ExecutionRecord | None: ...
+
+    async def read_status(self, eid: str) -> Status | None:
+        """An execution's status alone (None: no such execution): what a wait for its end polls."""
 
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]: ...
 

@@ -506,10 +506,14 @@ class PostgresStore(PostgresLeases):
                         out.append((None, exc))
                     else:
                         out.append((result, None))
-                        notify = notify or _wakes(w, result)
-                        timers = timers or _later(w, now)
-                        appended.update(e.eid for e in w.entries)
-                        announced += w.announcements
+                        link: Write | None = w
+                        answer: WriteResult | None = result
+                        while link is not None and answer is not None:  # with those joined (Write.then)
+                            notify = notify or _wakes(link, answer)
+                            timers = timers or _later(link, now)
+                            appended.update(e.eid for e in link.entries)
+                            announced += link.announcements
+                            link, answer = link.then, answer.then
                 if notify:
                     await conn.execute(f"SELECT pg_notify({CHANNEL_SQL}, $1)", payload(self.origin, timers))
                 notes = log_notes(announced)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import weakref
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any, Callable, Sequence, TypeVar
@@ -22,6 +23,7 @@ from flowli.domain import (
     ExecutionRecord,
     InvalidDatabaseURL,
     Message,
+    Status,
     Task,
     TaskKind,
     Timer,
@@ -159,7 +161,9 @@ class SQLiteStore:
         self._items = SQLiteItems(self._w, self._r, self._p)
         self._local = threading.local()
         self._inline: list[sqlite3.Connection] = []
-        self._writing: set[asyncio.Future[Any]] = set()
+        self._last_write: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Future[Any]] = \
+            weakref.WeakKeyDictionary()
+        """Each event loop's newest write: the writer answers a loop's writes in the order they came."""
         """The writes submitted and not answered yet (see ``_p``)."""
 
     async def open(self) -> None:
@@ -237,8 +241,7 @@ class SQLiteStore:
         if self._writer is None:
             raise RuntimeError(f"store {self.url} is not open")
         fut = self._writer.submit(fn)
-        self._writing.add(fut)
-        fut.add_done_callback(self._writing.discard)
+        self._last_write[fut.get_loop()] = fut
         return fut
 
     def _r(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
@@ -261,25 +264,19 @@ class SQLiteStore:
         if self.path == ":memory:":
             return self._r(fn)  # one connection holds an in-memory database
         loop = asyncio.get_running_loop()
-        out = [f for f in self._writing if f.get_loop() is loop] if self._writing else None
-        if not out:
+        last = self._last_write.get(loop)
+        if last is None or last.done():
             return self._inline_read(fn)
-        # after the last of them is answered: its callbacks run in the order they were added, so
-        # its caller resumes (and runs up to its next await) before this one counts it
+        # after the newest of them is answered: the writer answers a loop's writes in the order
+        # they came, and a future's callbacks run in the order they were added, so every caller
+        # of those writes resumes (and runs up to its next await) before this read is made
         fut: asyncio.Future[T] = loop.create_future()
-        left = [len(out)]
 
         def read() -> None:
             if not fut.cancelled():
                 _chain(self._inline_read(fn), fut)
 
-        def answered(_: Any) -> None:
-            left[0] -= 1
-            if left[0] == 0:
-                loop.call_soon(read)
-
-        for write in out:
-            write.add_done_callback(answered)
+        last.add_done_callback(lambda _: loop.call_soon(read))
         return fut
 
     def _inline_read(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
@@ -406,6 +403,13 @@ class SQLiteStore:
 
     async def read_execution(self, eid: str) -> ExecutionRecord | None:
         return await self._p(lambda conn: _execution(conn, eid))
+
+    async def read_status(self, eid: str) -> Status | None:
+        def run(conn: sqlite3.Connection) -> Status | None:
+            row = conn.execute("SELECT status FROM executions WHERE eid = ?", (eid,)).fetchone()
+            return None if row is None else Status(row[0])
+
+        return await self._p(run)
 
     async def read_state(self, eid: str, held: int | None = None) -> tuple[int, Any] | None:
         def run(conn: sqlite3.Connection) -> tuple[int, Any] | None:
