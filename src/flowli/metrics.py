@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from flowli._hosts import AllowedHosts
 from flowli.engine import Engine
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -91,12 +95,42 @@ class Metrics(Collector):
                                 value=stats.timer_lag)
 
 
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape left open does not hold the worker's exit
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass  # a scrape every few seconds is no news for the worker's log
+
+
+def guarded(app: Callable[..., Any], hosts: AllowedHosts) -> Callable[..., Any]:
+    """``app`` (WSGI) behind the check of the ``Host`` header that every flowli service makes: a
+    page of another site that points its name at this machine (DNS rebinding) reads nothing."""
+
+    def check(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        host = environ.get("HTTP_HOST")
+        if not hosts.allows(host):
+            shown = repr((host or "")[:100])
+            body = (f"the Host header {shown} is not a name this service answers to ({hosts.describe()})\n").encode()
+            start_response("421 Misdirected Request", [("Content-Type", "text/plain; charset=utf-8"),
+                                                        ("Content-Length", str(len(body)))])
+            return [body]
+        return app(environ, start_response)
+
+    return check
+
+
 @contextlib.asynccontextmanager
 async def serve(engine: Engine, port: int, host: str = "127.0.0.1") -> AsyncIterator[Metrics]:
-    """Serve the metrics on ``host:port`` while the block runs, read again every REFRESH s."""
+    """Serve the metrics on ``host:port`` while the block runs, read again every REFRESH s. A
+    request is answered only when its ``Host`` names this machine (a loopback name) or ``host``."""
     metrics = Metrics(engine)
     await metrics.refresh()
-    server, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    server = make_server(host, port, guarded(make_wsgi_app(metrics.registry), AllowedHosts(host)),
+                         server_class=_Server, handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, name="flowli-metrics", daemon=True)
+    thread.start()
 
     async def again() -> None:
         while True:
@@ -112,7 +146,7 @@ async def serve(engine: Engine, port: int, host: str = "127.0.0.1") -> AsyncIter
         with contextlib.suppress(asyncio.CancelledError):
             await task
         server.shutdown()
+        server.server_close()
         thread.join(5)
-
 
 __all__ = ["Metrics", "serve"]

@@ -114,3 +114,25 @@ def test_a_worker_serves_its_metrics_on_a_port_of_its_own(tmp_path):
     finally:
         worker.terminate()
         worker.wait(30)
+
+
+async def test_a_metrics_port_answers_only_to_the_names_of_this_machine(tmp_path):
+    # a page of another site that points its name at 127.0.0.1 (DNS rebinding) reads nothing
+    import flowli
+    from flowli.metrics import serve
+
+    from ..catalog.app import registry
+
+    engine = await flowli.connect(f"sqlite:///{tmp_path / 'm.db'}", registry)
+    port = free_port()
+    async with engine, serve(engine, port), httpx.AsyncClient(timeout=5) as http:
+        url = f"http://127.0.0.1:{port}/metrics"
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost"):
+            ok = await http.get(url, headers={"Host": host})
+            assert ok.status_code == 200, (host, ok.text)
+            assert ("flowli_sweeps_total", ()) in samples(ok.text)
+        for host in ("attacker.example", f"attacker.example:{port}", "127.0.0.1.attacker.example", ""):
+            refused = await http.get(url, headers={"Host": host})
+            assert refused.status_code == 421, (host, refused.text)
+            assert "is not a name this service answers to" in refused.text
+            assert "flowli_" not in refused.text
