@@ -11,6 +11,10 @@ from flowli.patterns import review
 from ..catalog.app import app
 
 registry = app()
+# the application's own roles, known to every process that loads this registry (the served
+# tests' flowli serve, and the CLI given --app)
+registry.role("auditor", ["runs:read"])
+registry.role("launcher", ["runs:read", "runs:start", "s3:write"])
 
 
 @registry.workflow("ops.expense", description="Pays an expense claim once a person approves it.")

@@ -21,7 +21,7 @@ from flowli.client import PipelinesClient, WaitForApproval
 from ..catalog.test_remediation import gated
 from ..http.test_pipelines import Worker, until_stage, until_status
 from ..served import application, flowli, rows, serving
-from .conftest import Tenants, csrf_of, logged_in, pipeline
+from .conftest import PASSWORD, Tenants, csrf_of, logged_in, pipeline
 
 pytestmark = pytest.mark.e2e
 
@@ -136,9 +136,9 @@ async def test_a_viewer_a_forged_form_and_another_application_are_refused_and_ch
     async with logged_in(url, tenants.vic) as vic:
         html = (await page_of(vic, made["id"])).text
         assert "<button" not in html.split("<main>")[1].split("Timeline")[0]  # no action on a viewer's page
-        assert "You are a viewer: you can look, not act." in html
+        assert "Your role, viewer, lets you look, not act." in html
         refused = await vic.post(f"{path}/act", data={"csrf": csrf_of(html), "action": "cancel"})
-        assert refused.status_code == 403 and "a viewer cannot act" in refused.text
+        assert refused.status_code == 403 and "runs:operate" in refused.text and "it cannot act on runs" in refused.text
     async with logged_in(url, tenants.sam) as sam:  # an operator of shipping
         assert (await sam.get(path)).status_code == 404
         assert (await sam.get(f"/pipelines/{made['id']}", headers={"Accept": "text/html"})).status_code == 404
@@ -432,3 +432,25 @@ async def test_an_expired_session_is_sent_to_the_login_and_its_forms_change_noth
         events = await ann.get(f"{run_path(html)}/events")
         assert events.status_code == 303
     assert "human:" not in str(await history(url, key, made["id"]))
+
+
+async def test_a_user_with_a_role_the_application_declares_acts_by_its_capabilities(tenants: Tenants):
+    url, key, db = tenants.service.url, tenants.billing_key, tenants.service.db
+    made = await pipeline(url, key, name="audited")
+    auditor = tenants.ann.replace("ann-", "aud-")
+    # the CLI given the application knows its roles (``tests.dashboard.app`` declares auditor)
+    created = flowli(db, "--app", "tests.dashboard.app:registry", "users", "create", auditor, "--password-stdin",
+                     "--role", "auditor", "--app", tenants.billing, stdin=f"{PASSWORD}\n")
+    assert created.returncode == 0, created.stderr
+    assert f"user {auditor} (auditor) sees {tenants.billing}" in created.stdout
+    async with logged_in(url, tenants.ann) as ann:  # an operator's page has the run's action form
+        path = run_path((await page_of(ann, made["id"])).text)
+    async with logged_in(url, auditor) as aud:
+        html = (await page_of(aud, made["id"])).text
+        assert "Your role, auditor, lets you look, not act." in html
+        assert "<button" not in html.split("<main>")[1].split("Timeline")[0]
+        refused = await aud.post(f"{path}/act", data={"csrf": csrf_of(html), "action": "cancel"})
+        assert refused.status_code == 403 and "runs:operate" in refused.text
+        assert (await aud.get("/runs")).status_code == 200
+    view = await api_view(url, key, made["id"])
+    assert view["status"] in ("NotStarted", "Running"), view

@@ -198,7 +198,7 @@ async def test_a_viewer_sees_no_action_and_every_page_passes_axe(tenants: Tenant
     made = await pipeline(url, key, name="viewed")
     await log_in(page, url, tenants.vic)
     await page.goto(f"{url}/pipelines/{made['id']}")
-    await expect(page.get_by_text("You are a viewer: you can look, not act.")).to_be_visible()
+    await expect(page.get_by_text("Your role, viewer, lets you look, not act.")).to_be_visible()
     await expect(page.get_by_role("group", name="Actions on the run")).to_have_count(0)
     await expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
     # a forged action from the viewer's own session is refused, and nothing changes
@@ -209,7 +209,7 @@ async def test_a_viewer_sees_no_action_and_every_page_passes_axe(tenants: Tenant
                               {method: 'POST', body: new URLSearchParams({csrf, action: 'cancel'})});
         return [r.status, await r.text()];
     }""")
-    assert status[0] == 403 and "a viewer cannot act" in status[1]
+    assert status[0] == 403 and "runs:operate" in status[1] and "it cannot act on runs" in status[1]
     async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}) as api:
         assert (await api.get(f"/pipelines/{made['id']}")).json()["status"] in ("NotStarted", "Running")
     await accessible(page)

@@ -8,55 +8,70 @@ principals their roles (an API key's, a dashboard user's, an MCP session's)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from flowli.domain import Principal
+from flowli.domain import (
+    BUILT_IN_ROLES,
+    OPERATE_RUNS,
+    READ_RUNS,
+    START_RUNS,
+    WRITE_CATALOG,
+    Principal,
+    custom_role,
+    grants,
+)
 from flowli.engine import CallNext, Engine, Registry, Transition
 
 from ._dag import DAG, dag_args
 from ._errors import ApprovalNeeded, PermissionDenied
 
-READ, START, OPERATE, WRITE = "runs:read", "runs:start", "runs:operate", "catalog:write"
-ROLES: dict[str, frozenset[str]] = {
-    "admin": frozenset({"*"}),
-    "operator": frozenset({READ, START, OPERATE, WRITE}),
-    "viewer": frozenset({READ}),
-}
-"""The built-in roles. ``admin`` holds every capability, a type's declared permissions included;
-``operator`` reads, starts, operates runs and saves compositions; ``viewer`` reads."""
+READ, START, OPERATE, WRITE = READ_RUNS, START_RUNS, OPERATE_RUNS, WRITE_CATALOG
+ROLES = BUILT_IN_ROLES
+"""The built-in roles (``flowli.domain.BUILT_IN_ROLES``)."""
 
 _OPERATE = {"signal", "broadcast", "cancel", "migrate", "answer", "retry", "terminate", "fail"}
 
 
 class Roles:
-    """The roles of one engine: the built-in ones and custom ones (``define``)."""
+    """The roles of one engine: the built-in ones, the custom ones its registry declares
+    (``Registry.role``), and those defined here (``define``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, declared: Mapping[str, frozenset[str]] | None = None) -> None:
         self._roles = dict(ROLES)
+        self._declared = declared if declared is not None else {}
+        """The registry's own mapping, read at each check: a role declared later counts too."""
+
+    def _of(self, role: str) -> frozenset[str]:
+        found = self._roles.get(role)
+        return found if found is not None else self._declared.get(role, frozenset())
 
     def define(self, name: str, capabilities: Iterable[str]) -> None:
-        """Define (or redefine) a custom role: the capabilities it grants (``runs:start``, a type's
-        declared permission such as ``s3:write``)."""
-        if not isinstance(name, str) or not name or name in ROLES:
-            raise ValueError(f"a custom role needs a name that is not a built-in role, got {name!r}")
-        caps = frozenset(capabilities)
-        if not all(isinstance(c, str) and c for c in caps):
-            raise ValueError(f"role {name!r}: capabilities are non-empty strings, got {sorted(map(repr, caps))}")
-        self._roles[name] = caps
+        """Define (or redefine) a custom role of this process: the capabilities it grants
+        (``runs:start``, a type's declared permission such as ``s3:write``). A role every process
+        knows is declared with the registry (``Registry.role``)."""
+        declared, caps = custom_role(name, capabilities)
+        self._roles[declared] = caps
+
+    def knows(self, role: str) -> bool:
+        return role in self._roles or role in self._declared
 
     def names(self) -> list[str]:
-        return sorted(self._roles)
+        return sorted({*self._roles, *self._declared})
 
     def capabilities(self, roles: Iterable[str]) -> frozenset[str]:
+        """What ``roles`` grant together; a role this engine does not know grants nothing."""
         out: set[str] = set()
         for role in roles:
-            out |= self._roles.get(role, frozenset())
+            out |= self._of(role)
         return frozenset(out)
 
     def allows(self, principal: Principal, capability: str) -> bool:
-        caps = self.capabilities(principal.roles)
-        return "*" in caps or capability in caps
+        return grants(self.capabilities(principal.roles), capability)
+
+    def role_allows(self, role: str, capability: str) -> bool:
+        """Whether the one role ``role`` grants ``capability`` (an unknown role grants nothing)."""
+        return grants(self._of(role), capability)
 
     def require_all(self, principal: Any, needed: Iterable[tuple[str, str]]) -> None:
         """Refuse a principal with roles that lacks one of the capabilities (PermissionDenied,
@@ -128,7 +143,7 @@ def install(engine: Engine) -> Roles:
     roles: Roles | None = getattr(engine, _INSTALLED, None)
     if roles is not None:
         return roles
-    found = Roles()
+    found = Roles(engine.registry.roles)
 
     async def rbac(t: Transition, call_next: CallNext) -> Any:
         if isinstance(t.principal, Principal) and t.principal.roles:

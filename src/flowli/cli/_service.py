@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from flowli.pipelines import ROLES, Applications, install
+from flowli.pipelines import Applications, install
 
 from ._app import AppOption, DbOption, _settings, app, open_engine, out, parse_value, registry_of, run
 
@@ -23,13 +23,8 @@ app.add_typer(apps_app, name="apps")
 app.add_typer(keys_app, name="keys")
 app.add_typer(users_app, name="users")
 
-RoleOption = Annotated[str, typer.Option("--role", help="admin, operator or viewer.")]
-
-
-def _role(role: str) -> str:
-    if role not in ROLES:
-        raise typer.BadParameter(f"--role must be admin, operator or viewer, got {role!r}")
-    return role
+RoleOption = Annotated[str, typer.Option("--role", help="admin, operator, viewer, or a role the application"
+                                                        " declares (Registry.role: give its --app).")]
 
 
 @app.command()
@@ -143,10 +138,9 @@ def keys_create(
 ) -> None:
     """Create an API key of an application and print it, once."""
     s = _settings(ctx, None, db)
-    _role(role)
 
     async def go() -> int:
-        async with open_engine(s) as engine:
+        async with open_engine(s, registry_of(s)) as engine:  # its --app declares its custom roles
             key = await Applications(engine).create_key(application, name, role, assistant=assistant)
         if as_json:
             print(json.dumps(key))
@@ -202,22 +196,22 @@ def users_create(
     """Create a dashboard user: an admin sees every application; another user sees the
     applications given with --app (none without: give them later with ``flowli users grant``)."""
     s = _settings(ctx, None, db)
-    _role(role)
     if not password_stdin:
         raise typer.BadParameter("give the password on standard input with --password-stdin")
     password = sys.stdin.readline().rstrip("\n")
 
     async def go() -> int:
-        async with open_engine(s) as engine:
-            user = await Applications(engine).create_user(email, password, role, list(applications or []))
-        out.print(f"user {user['email']} ({user['role']}) sees {_sees(user)}")
+        async with open_engine(s, registry_of(s)) as engine:  # its --app declares its custom roles
+            apps = Applications(engine)
+            user = await apps.create_user(email, password, role, list(applications or []))
+        out.print(f"user {user['email']} ({user['role']}) sees {_sees(user, apps)}")
         return 0
 
     run(go())
 
 
-def _sees(user: dict[str, Any]) -> str:
-    if user["role"] == "admin":
+def _sees(user: dict[str, Any], apps: Applications) -> str:
+    if apps.sees_all(user["role"]):
         return "every application"
     return ", ".join(user["applications"]) or "no application yet (flowli users grant EMAIL --app APP)"
 
@@ -228,11 +222,13 @@ def users_ls(ctx: typer.Context, db: DbOption = None) -> None:
     s = _settings(ctx, None, db)
 
     async def go() -> int:
-        async with open_engine(s) as engine:
-            users = await Applications(engine).users()
+        async with open_engine(s, registry_of(s)) as engine:
+            apps = Applications(engine)
+            users = await apps.users()
         table = Table("id", "email", "role", "state", "applications")
         for u in users:
-            table.add_row(str(u["id"]), u["email"], u["role"], "disabled" if u["disabled"] else "enabled", _sees(u))
+            table.add_row(str(u["id"]), u["email"], u["role"], "disabled" if u["disabled"] else "enabled",
+                          _sees(u, apps))
         out.print(table)
         return 0
 
@@ -274,9 +270,10 @@ def users_grant(
     s = _settings(ctx, None, db)
 
     async def go() -> int:
-        async with open_engine(s) as engine:
-            user = await Applications(engine).grant_user(email, list(applications))
-        out.print(f"user {user['email']} ({user['role']}) sees {_sees(user)}")
+        async with open_engine(s, registry_of(s)) as engine:
+            apps = Applications(engine)
+            user = await apps.grant_user(email, list(applications))
+        out.print(f"user {user['email']} ({user['role']}) sees {_sees(user, apps)}")
         return 0
 
     run(go())

@@ -149,7 +149,7 @@ class Dashboard:
         user = await self.sessions.user(request.cookies.get(SESSION_COOKIE))
         if user is None and self.local and from_this_machine(request):
             apps = tuple(a["name"] for a in await self.applications.list())
-            user = User(LOCAL_USER, "admin", apps, self._local_csrf)
+            user = User(LOCAL_USER, "admin", apps, self._local_csrf, can_act=True, sees_all=True)
         if user is None:
             raise Refused(401, "log in first")
         return user
@@ -175,7 +175,8 @@ class Dashboard:
                 self._app_ids[application] = (await self.applications.get(application))["id"]
             except NotFound:
                 raise Refused(404, f"There is no application {application}.") from None
-        return Access(application, self._app_ids[application], user.role, user.email, actor_kind="human")
+        return Access(application, self._app_ids[application], user.role, user.email, actor_kind="human",
+                      roles=self.applications.roles)
 
     async def form(self, request: Request, user: User) -> Any:
         """The form of an action, its CSRF token checked; a viewer is refused before anything."""
@@ -183,7 +184,8 @@ class Dashboard:
         if not same(form.get("csrf"), user.csrf):
             raise Refused(403, "The form expired or was not sent from this dashboard: reload the page and try again.")
         if not user.can_act:
-            raise Refused(403, f"{user.email} is a {user.role}: a viewer cannot act on runs.")
+            raise Refused(403, f"{user.email} has role {user.role}, which lacks the capability 'runs:operate':"
+                               " it cannot act on runs.")
         return form
 
     async def _refused(self, request: Request, exc: Exception) -> Response:

@@ -104,10 +104,10 @@ class User:
     role: str
     applications: tuple[str, ...]
     csrf: str
-
-    @property
-    def can_act(self) -> bool:
-        return self.role in ("operator", "admin")
+    can_act: bool = False
+    """Whether their role acts on runs (``runs:operate``): the pages show them the actions."""
+    sees_all: bool = False
+    """Whether their role holds every capability: every application, the engine's own rows."""
 
 
 class Sessions:
@@ -149,11 +149,13 @@ class Sessions:
         if user is None or user["id"] != b.get("userId"):  # disabled, deleted (or made again: another user)
             await self.engine.items.delete(SESSION_KIND, item.id)
             return None
-        if user["role"] == "admin":
+        every = self.apps.sees_all(user["role"])
+        if every:
             applications = tuple(a["name"] for a in await self.apps.list())
         else:
             applications = tuple(user["applications"])
-        return User(user["email"], user["role"], applications, b["csrf"])
+        return User(user["email"], user["role"], applications, b["csrf"], can_act=self.apps.can_act(user["role"]),
+                    sees_all=every)
 
     async def logout(self, token: str | None) -> None:
         if token:

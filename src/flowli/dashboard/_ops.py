@@ -126,7 +126,7 @@ def routes(d: Dashboard) -> list[Route]:
         application = d.application(request, user)
         listed = await d.workers.list(await d.access(user, application)) if application else []
         engine_workers = None
-        if user.role == "admin":  # the engine's rows: its workers and the consumers that said they live
+        if user.sees_all:  # the engine's rows: its workers and the consumers that said they live
             engine_workers = [{**w, "started_at": _stamp(w.get("started_at")), "seen_at": _stamp(w.get("seen_at"))}
                               for w in await d.engine.workers(seen_within=WORKERS_SEEN)]
         return d.page(request, "workers.html", user, application=application, workers=listed,

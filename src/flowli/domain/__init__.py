@@ -55,6 +55,14 @@ from ._redact import redact as redact
 from ._redact import sensitive_keys as sensitive_keys
 from ._retry import NO_RETRY as NO_RETRY
 from ._retry import RetryPolicy as RetryPolicy
+from ._roles import BUILT_IN_ROLES as BUILT_IN_ROLES
+from ._roles import EVERY_CAPABILITY as EVERY_CAPABILITY
+from ._roles import OPERATE_RUNS as OPERATE_RUNS
+from ._roles import READ_RUNS as READ_RUNS
+from ._roles import START_RUNS as START_RUNS
+from ._roles import WRITE_CATALOG as WRITE_CATALOG
+from ._roles import custom_role as custom_role
+from ._roles import grants as grants
 from ._status import ENTRY_STATUS as ENTRY_STATUS
 from ._status import TERMINAL as TERMINAL
 from ._status import EntryKind as EntryKind
@@ -66,6 +74,14 @@ from ._types import TypeMetadata as TypeMetadata
 from ._types import type_metadata as type_metadata
 
 __all__ = [
+    "BUILT_IN_ROLES",
+    "EVERY_CAPABILITY",
+    "OPERATE_RUNS",
+    "READ_RUNS",
+    "START_RUNS",
+    "WRITE_CATALOG",
+    "custom_role",
+    "grants",
     "Actor",
     "Cancelled",
     "Code",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
@@ -14,6 +15,7 @@ from flowli.domain import (
     TypeMetadata,
     UnknownWorkflowError,
     WorkflowArgumentsError,
+    custom_role,
     type_metadata,
 )
 
@@ -120,6 +122,8 @@ class Registry:
         self._defs: dict[str, dict[str, WorkflowDef]] = {}
         self._errors: dict[tuple[str, str], type[Exception]] = {}
         self._deciders: dict[str, dict[str, Decider]] = {}
+        self.roles: dict[str, frozenset[str]] = {}
+        """The application's custom roles (``role``), by name."""
 
     def error(self, cls: E) -> E:
         """Declare an exception type of the application's own, so that ``engine.result`` raises
@@ -130,6 +134,18 @@ class Registry:
             raise RegistrationError(f"registry.error takes an Exception subclass, got {cls!r}")
         self._errors[(cls.__module__, cls.__name__)] = cls
         return cls
+
+    def role(self, name: str, capabilities: Iterable[str]) -> None:
+        """Declare a custom role of the application: the capabilities it grants (``runs:read``,
+        ``runs:start``, ``runs:operate``, ``catalog:write``, a type's declared permission such as
+        ``s3:write``). Every process that loads this registry knows it: an API key or a dashboard
+        user may be given it (``flowli keys create APP --role NAME``), and every entry point checks
+        it as it checks a built-in role. RegistrationError for a bad name or capability."""
+        try:
+            declared, caps = custom_role(name, capabilities)
+        except ValueError as exc:
+            raise RegistrationError(str(exc)) from None
+        self.roles[declared] = caps
 
     def declared_error(self, module: str, name: str) -> type[Exception] | None:
         return self._errors.get((module, name))

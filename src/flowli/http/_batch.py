@@ -21,6 +21,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from flowli.domain import START_RUNS
 from flowli.pipelines import Access, Pipelines, Session, Workers
 
 from . import _models as m
@@ -72,7 +73,7 @@ async def creates(pipelines: Pipelines, who: Access, body: Any, traceparent: str
     """``POST /pipelines/idempotent/batch``: 200 ``{"results"}``, one per pipeline in the request's
     order: 201 (created) or 200 (an equivalent request created it) with the pipeline, 400 or 409
     with the error (and a 409's ``pipelineId``)."""
-    who.require("operator")  # what creating a pipeline needs, refused for the whole request
+    who.require(START_RUNS)  # what creating a pipeline needs, refused for the whole request
 
     async def one(item: Any) -> dict[str, Any]:
         try:

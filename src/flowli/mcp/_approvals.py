@@ -17,7 +17,7 @@ from flowli.catalog import Catalog, CatalogError, catalog_of
 from flowli.domain import NO_RETRY, Principal, Status, checked_eid
 from flowli.engine import Context, Engine, Registry
 from flowli.patterns import review
-from flowli.pipelines import Applications, ServiceError
+from flowli.pipelines import Applications, NotFound, ServiceError
 
 APPROVAL = "flowli.mcp_approval"
 WRITES = ("start_workflow", "retry_workflow", "resolve_workflow", "force_terminate_workflow", "save_composition",
@@ -107,8 +107,9 @@ async def required(engine: Engine, principal: Principal) -> bool:
         return False
     try:
         settings = await Applications(engine).settings(principal.application)
-    except Exception:
-        return False
+    except NotFound:
+        return False  # an application with no record (code of its own, no keys): its settings are the defaults
+    # any other failure (the store, ...) is raised: the write is refused, never carried out unasked
     return bool(settings.get("mcpApproval") == "required")
 
 

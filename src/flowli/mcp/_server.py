@@ -137,7 +137,7 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
             read = False
         else:
             read = await _call(catalog.check_start(arguments["workflow_type"], by=probe))
-        if not read and (by.waits_for_approval or await approvals.required(engine, by)):
+        if not read and (by.waits_for_approval or await _call(approvals.required(engine, by))):
             return dict(await _call(approvals.ask(engine, tool, arguments, by)))
         return dict(await _call(do(by)))
 

@@ -9,18 +9,17 @@ import builtins
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from flowli.catalog import ApprovalNeeded, require_approval
-from flowli.domain import Principal
+from flowli.catalog import ApprovalNeeded, Roles, install_rbac, require_approval
+from flowli.domain import BUILT_IN_ROLES, EVERY_CAPABILITY, OPERATE_RUNS, READ_RUNS, Principal, grants
 from flowli.engine import Engine
 
 from ._errors import Conflict, Forbidden, NotFound, PipelineInputError, Unauthorized
 
-ROLES = ("admin", "operator", "viewer")
-OPERATE = "runs:operate"
-"""The capability of a write (the catalog's name), for the approval gate of an assistant's key."""
+ROLES = tuple(BUILT_IN_ROLES)
+"""The built-in roles' names; an application may declare more (``Registry.role``)."""
 APPLICATION, KEY, USER, SESSION = "application", "apikey", "user", "worker-session"
 
 
@@ -62,14 +61,26 @@ class Access:
         return Principal(self.actor, self.actor_kind, (self.role,), self.application, credential=credential,
                          assistant=self.assistant)
 
-    def require(self, role: str) -> None:
-        rank = {"viewer": 0, "operator": 1, "admin": 2}
-        if rank[self.role] < rank[role]:
+    roles: Roles | None = field(default=None, compare=False, repr=False)
+    """The engine's roles (``install_rbac``), which know its custom roles; without them, the
+    built-in roles alone."""
+
+    def allows(self, capability: str) -> bool:
+        """Whether this caller's role grants ``capability`` (a role nobody declared grants nothing)."""
+        if self.roles is not None:
+            return self.roles.role_allows(self.role, capability)
+        return grants(BUILT_IN_ROLES.get(self.role, frozenset()), capability)
+
+    def require(self, capability: str) -> None:
+        """Refuse (Forbidden, naming the capability) a caller whose role lacks ``capability``; then
+        an assistant's write, which waits for a person (the one gate of the catalog's RBAC)."""
+        if not self.allows(capability):
             who = "the key" if self.actor_kind == "service" else "the user"
-            raise Forbidden(f"{who} {self.actor!r} has role {self.role}, which may not do this ({role} or admin needed)")
-        if rank[role] > 0:  # a write: an assistant's waits for a person (the one gate of the catalog's RBAC)
+            raise Forbidden(f"{who} {self.actor!r} has role {self.role}, which lacks the capability {capability!r}"
+                            " this needs")
+        if capability != READ_RUNS:
             try:
-                require_approval(self.principal, OPERATE, "write")
+                require_approval(self.principal, capability, "write")
             except ApprovalNeeded as exc:
                 raise Forbidden(str(exc)) from None
 
@@ -109,6 +120,23 @@ async def owned(engine: Engine, access: Access, kind: str, number: Any, what: st
 class Applications:
     def __init__(self, engine: Engine):
         self.engine = engine
+        self.roles = install_rbac(engine)
+        """The engine's roles: the built-in ones and those its registry declares."""
+
+    def sees_all(self, role: str) -> bool:
+        """Whether a user with ``role`` sees every application (a role that holds every capability)."""
+        return self.roles.role_allows(role, EVERY_CAPABILITY)
+
+    def can_act(self, role: str) -> bool:
+        """Whether a dashboard user with ``role`` acts on runs (the dashboard shows its actions)."""
+        return self.roles.role_allows(role, OPERATE_RUNS)
+
+    def _role(self, role: Any) -> str:
+        """``role`` when the engine knows it; PipelineInputError naming the roles it knows."""
+        if not isinstance(role, str) or not self.roles.knows(role):
+            raise PipelineInputError(f"role must be one of {', '.join(self.roles.names())}, got {role!r}"
+                                     " (an application declares its own with Registry.role)")
+        return role
 
     @property
     def now(self) -> Any:
@@ -158,8 +186,7 @@ class Applications:
                          assistant: bool = False) -> dict[str, Any]:
         """A new key (its secret shown once). ``assistant``: a key for an AI assistant, whose
         writes wait for a person's approval on every route."""
-        if role not in ROLES:
-            raise PipelineInputError(f"role must be admin, operator or viewer, got {role!r}")
+        self._role(role)
         app = await self.get(application)
         secret = f"flk_{secrets.token_urlsafe(32)}"
         name = name or f"key-{secret[4:10]}"
@@ -185,14 +212,14 @@ class Applications:
     async def authenticate(self, secret: str | None) -> Access:
         if not secret:
             raise Unauthorized("no credential: send X-API-Key (or Authorization: Bearer <key>)")
-        return _access(await self.engine.items.find(KEY, digest(secret)), "the API key is unknown or disabled")
+        return _access(await self.engine.items.find(KEY, digest(secret)), "the API key is unknown or disabled", self.roles)
 
     async def key_access(self, key_id: Any) -> Access:
         """The access of the key ``key_id`` as it is now (its role, whether it is an assistant's);
         Unauthorized once it is disabled or gone. What a worker session and an approval check
         before they act for the key."""
         item = await self.engine.items.get(KEY, key_id) if isinstance(key_id, int) else None
-        return _access(item, f"the API key {key_id} is disabled or gone")
+        return _access(item, f"the API key {key_id} is disabled or gone", self.roles)
 
     async def credential_access(self, credential: str) -> Access:
         """The access of a principal's ``credential`` (``apikey:ID``) as it is now; Unauthorized
@@ -205,8 +232,7 @@ class Applications:
     async def create_user(self, email: str, password: str, role: str, applications: builtins.list[str]) -> dict[str, Any]:
         if not isinstance(email, str) or "@" not in email:
             raise PipelineInputError(f"user email {email!r} is not an email address")
-        if role not in ROLES:
-            raise PipelineInputError(f"role must be admin, operator or viewer, got {role!r}")
+        self._role(role)
         if not password:
             raise PipelineInputError("the password is empty")
         for a in applications:
@@ -272,12 +298,12 @@ class Applications:
         return _user(item)
 
 
-def _access(item: Any, refusal: str) -> Access:
+def _access(item: Any, refusal: str, roles: Roles) -> Access:
     """The access of a key's item; Unauthorized (``refusal``) for none or a disabled one."""
     if item is None or item.body.get("disabled"):
         raise Unauthorized(refusal)
     return Access(item.application, item.body["applicationId"], item.body["role"], item.body["name"], item.id,
-                  assistant=bool(item.body.get("assistant")))
+                  assistant=bool(item.body.get("assistant")), roles=roles)
 
 
 def _user(item: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import math
 import uuid
 from typing import Any
 
+from flowli.domain import WRITE_CATALOG
 from flowli.engine import Engine
 
 from . import _retry
@@ -90,7 +91,7 @@ class Policies:
         return await owned(self.engine, access, POLICY, policy_id, "policy")
 
     async def create(self, access: Access, body: Any) -> dict[str, Any]:
-        access.require("operator")
+        access.require(WRITE_CATALOG)
         policy = policy_body(body)
         for existing in await self.engine.items.list(POLICY, access.application):
             if existing.body["name"] == policy["name"]:
@@ -106,19 +107,19 @@ class Policies:
         return self._json(await self._item(access, policy_id))
 
     async def replace(self, access: Access, policy_id: Any, body: Any) -> dict[str, Any]:
-        access.require("operator")
+        access.require(WRITE_CATALOG)
         item = await self._item(access, policy_id)
         policy = policy_body(body)
         await self.engine.items.update(POLICY, item.id, policy, self.engine.clock.now())
         return {"id": item.id, **policy}
 
     async def delete(self, access: Access, policy_id: Any) -> None:
-        access.require("operator")
+        access.require(WRITE_CATALOG)
         item = await self._item(access, policy_id)
         await self.engine.items.delete(POLICY, item.id)
 
     async def set_state(self, access: Access, policy_id: Any, state: str) -> dict[str, Any]:
-        access.require("operator")
+        access.require(WRITE_CATALOG)
         item = await self._item(access, policy_id)
         policy = {**item.body, "state": state}
         await self.engine.items.update(POLICY, item.id, policy, self.engine.clock.now())

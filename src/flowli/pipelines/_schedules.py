@@ -8,7 +8,7 @@ import builtins
 from datetime import datetime
 from typing import Any
 
-from flowli.domain import redact
+from flowli.domain import START_RUNS, redact
 from flowli.engine import SCHEDULE, Engine, ScheduleError, firing_key
 
 from ._access import Access, owned
@@ -48,7 +48,7 @@ class Schedules:
                 "pipeline": redact(b["target"].get("pipeline"))}  # its sensitive context values, as a pipeline's
 
     async def create(self, access: Access, body: Any) -> dict[str, Any]:
-        access.require("operator")
+        access.require(START_RUNS)
         pipeline = scheduled_pipeline(body)
         try:
             made = await self.engine.add_schedule(
@@ -69,12 +69,12 @@ class Schedules:
         return [self._json(i) for i in await self.engine.items.list(SCHEDULE, access.application)]
 
     async def delete(self, access: Access, schedule_id: Any) -> None:
-        access.require("operator")
+        access.require(START_RUNS)
         item = await self._item(access, schedule_id)
         await self.engine.items.delete(SCHEDULE, item.id)
 
     async def set_state(self, access: Access, schedule_id: Any, state: str) -> dict[str, Any]:
-        access.require("operator")
+        access.require(START_RUNS)
         item = await self._item(access, schedule_id)
         # a firing counts itself in the same item meanwhile: change the body read, else read again
         while not await self.engine.items.update(SCHEDULE, item.id, {**item.body, "state": state},

@@ -14,7 +14,9 @@ import uuid
 from typing import Any
 
 from flowli.domain import (
+    OPERATE_RUNS,
     REDACTED,
+    START_RUNS,
     EntryKind,
     ExecutionStateError,
     ExecutionTerminalError,
@@ -98,7 +100,7 @@ class Pipelines:
         """The pipeline and whether this call created it. Its spans go to the trace of the
         request's W3C ``traceparent`` (the caller's span is their parent), else of its ``traceId``
         when that is a W3C trace id."""
-        access.require("operator")
+        access.require(START_RUNS)
         if not isinstance(body, dict):
             raise PipelineInputError("the body must be a JSON object")
         await self.upgrade()
@@ -374,7 +376,7 @@ class Pipelines:
         """A pipeline an operator acts on: another application's is unknown (404) to any role,
         then the role is checked (403), then its state (409)."""
         item = await self._item(access, pid)
-        access.require("operator")
+        access.require(OPERATE_RUNS)
         record, p = await self._state_now(access, item.key)
         status = pipeline_status(record, p)
         if status in TERMINAL:
@@ -461,7 +463,7 @@ class Pipelines:
 
     async def rerun(self, access: Access, stage_id: Any, rerun_next: bool) -> dict[str, Any]:
         stage, pitem = await self.stage(access, stage_id)  # another application's: 404, whatever the role
-        access.require("operator")
+        access.require(OPERATE_RUNS)
         record, p = await self._state_now(access, pitem.key)
         status = pipeline_status(record, p)
         message = {"op": "rerun", "stage": stage.body["name"], "next": bool(rerun_next)}
@@ -487,7 +489,7 @@ class Pipelines:
 
     async def decide(self, access: Access, stage_id: Any, approved: Any, reason: Any) -> None:
         stage, pitem = await self.stage(access, stage_id)  # another application's stage is unknown to any role
-        access.require("operator")
+        access.require(OPERATE_RUNS)
         if not isinstance(approved, bool):
             raise PipelineInputError(f"approved must be true or false, got {approved!r}")
         if reason is not None and not isinstance(reason, str):

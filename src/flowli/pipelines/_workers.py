@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flowli.domain import (
+    OPERATE_RUNS,
     DatabaseUnavailable,
     ExecutionTerminalError,
     Principal,
@@ -98,7 +99,7 @@ class Workers:
                                     application=app)
 
     async def bootstrap(self, access: Access, body: Any) -> dict[str, Any]:
-        access.require("operator")
+        access.require(OPERATE_RUNS)
         if not isinstance(body, dict):
             raise PipelineInputError("the body must be a JSON object")
         name = body.get("workerName")
@@ -176,8 +177,8 @@ class Workers:
             raise Unauthorized(f"the worker session expired: its worker sent nothing for {SESSION_TTL_SECONDS} s"
                                " (bootstrap again)")
         session.access = Access(key.application, key.application_id, key.role, session.body["workerName"], key.key_id,
-                                assistant=key.assistant)
-        session.access.require("operator")  # a worker pulls, leases and answers: what an operator does
+                                assistant=key.assistant, roles=key.roles)
+        session.access.require(OPERATE_RUNS)  # a worker pulls, leases and answers: what an operator does
         if seen > HEARTBEAT_SECONDS:  # a sign of life between heartbeats keeps the session, at most one write an interval
             session.body = {**session.body, "lastHeartbeat": iso(now)}
             await self.items.update(WORKER, session.item_id, session.body, now)

@@ -1,0 +1,44 @@
+"""Roles and the capabilities they grant: the one model every entry point checks (the engine's
+RBAC, the pipelines routes, the catalog, MCP, the dashboard, the CLI). A role is a set of
+capabilities; the built-in roles are three, and an application declares its own with
+``Registry.role`` (every process that loads its registry knows them: ``flowli serve``, a worker,
+the CLI)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+READ_RUNS, START_RUNS, OPERATE_RUNS, WRITE_CATALOG = "runs:read", "runs:start", "runs:operate", "catalog:write"
+"""The built-in capabilities: read runs, start runs, act on runs (signal, cancel, retry, decide a
+stage, pause, resume, a worker's pull and answer), save compositions and an application's
+settings. A type's declared ``permissions`` are capabilities too."""
+EVERY_CAPABILITY = "*"
+"""The capability that holds every other one (the ``admin`` role's): an administrator's views,
+every application."""
+
+BUILT_IN_ROLES: Mapping[str, frozenset[str]] = {
+    "admin": frozenset({EVERY_CAPABILITY}),
+    "operator": frozenset({READ_RUNS, START_RUNS, OPERATE_RUNS, WRITE_CATALOG}),
+    "viewer": frozenset({READ_RUNS}),
+}
+"""The built-in roles. ``admin`` holds every capability, a type's declared permissions included;
+``operator`` reads, starts, operates runs and saves compositions; ``viewer`` reads."""
+
+
+def custom_role(name: object, capabilities: Iterable[object]) -> tuple[str, frozenset[str]]:
+    """A custom role as declared (its name and capabilities), or ValueError naming what is wrong."""
+    if not isinstance(name, str) or not name.strip() or name in BUILT_IN_ROLES or any(c.isspace() for c in name):
+        raise ValueError(f"a custom role needs a name without spaces that is not a built-in role"
+                         f" ({', '.join(BUILT_IN_ROLES)}), got {name!r}")
+    if isinstance(capabilities, str):
+        raise ValueError(f"role {name!r}: capabilities are a list of strings, got the string {capabilities!r}")
+    caps = frozenset(capabilities)
+    if not caps or not all(isinstance(c, str) and c.strip() for c in caps):
+        raise ValueError(f"role {name!r}: capabilities are non-empty strings, one at least,"
+                         f" got {sorted(map(repr, caps))}")
+    return name, caps  # type: ignore[return-value]
+
+
+def grants(capabilities: frozenset[str], capability: str) -> bool:
+    """Whether a role's ``capabilities`` grant ``capability``."""
+    return EVERY_CAPABILITY in capabilities or capability in capabilities

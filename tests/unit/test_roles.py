@@ -1,0 +1,67 @@
+"""Roles as one model: the built-in roles and an application's own (``Registry.role``) grant
+capabilities, and every check reads the same ones (``Roles`` of the engine's RBAC, the pipelines'
+``Access``, the dashboard's and the CLI's questions). A declaration that is wrong says what."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flowli import Registry
+from flowli.catalog import Roles
+from flowli.domain import BUILT_IN_ROLES, Principal, RegistrationError
+from flowli.pipelines import Access, Forbidden
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(("name", "capabilities", "says"), [
+    ("admin", ["runs:read"], "not a built-in role"),
+    ("", ["runs:read"], "not a built-in role"),
+    ("two words", ["runs:read"], "without spaces"),
+    (7, ["runs:read"], "got 7"),
+    ("auditor", [], "one at least"),
+    ("auditor", ["runs:read", ""], "non-empty strings"),
+    ("auditor", "runs:read", "a list of strings"),
+])
+def test_a_wrong_declaration_says_what_is_wrong(name: Any, capabilities: Any, says: str) -> None:
+    registry = Registry()
+    with pytest.raises(RegistrationError, match=says):
+        registry.role(name, capabilities)
+    assert registry.roles == {}
+
+
+def test_declared_roles_are_read_by_each_check_even_when_declared_later() -> None:
+    registry = Registry()
+    roles = Roles(registry.roles)
+    assert not roles.knows("auditor") and sorted(BUILT_IN_ROLES) == roles.names()
+    registry.role("auditor", ["runs:read", "s3:read"])
+    assert roles.knows("auditor") and roles.names() == ["admin", "auditor", "operator", "viewer"]
+    auditor = Principal("ann@example.com", roles=("auditor",))
+    assert roles.allows(auditor, "runs:read") and roles.allows(auditor, "s3:read")
+    assert not roles.allows(auditor, "runs:start")
+    assert roles.allows(Principal("root@example.com", roles=("admin",)), "s3:read")  # admin holds every capability
+    assert not roles.allows(Principal("x@example.com", roles=("ghost",)), "runs:read")  # nobody declared it
+
+
+def test_access_checks_a_role_by_its_capabilities_and_fails_closed() -> None:
+    registry = Registry()
+    registry.role("launcher", ["runs:read", "runs:start"])
+    roles = Roles(registry.roles)
+
+    def access(role: str) -> Access:
+        return Access("billing", 1, role, "k", 3, roles=roles)
+
+    access("launcher").require("runs:start")
+    with pytest.raises(Forbidden, match="has role launcher, which lacks the capability 'runs:operate'"):
+        access("launcher").require("runs:operate")
+    for role in ("ghost", ""):  # a role this engine does not know grants nothing: refused, no KeyError
+        with pytest.raises(Forbidden, match="lacks the capability 'runs:read'"):
+            access(role).require("runs:read")
+    # the built-in roles as before, with or without the engine's roles
+    for given in (roles, None):
+        Access("billing", 1, "operator", "k", roles=given).require("runs:operate")
+        with pytest.raises(Forbidden):
+            Access("billing", 1, "viewer", "k", roles=given).require("runs:start")
+        Access("billing", 1, "viewer", "k", roles=given).require("runs:read")
