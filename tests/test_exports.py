@@ -16,6 +16,7 @@ import flowli.http
 import flowli.log
 import flowli.metrics
 import flowli.pipelines
+import flowli.services
 import flowli.store
 from flowli import Context, Engine, Registry
 
@@ -68,6 +69,7 @@ PINNED = {
     flowli.http: ["AllowedHosts", "MAX_BODY", "create_app", "from_this_machine", "serve"],
     flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],
     flowli.metrics: ["Metrics", "serve"],
+    flowli.services: ["Services"],
     flowli.log: ["Attempt", "Bucket", "Evidence", "attach", "attempt_scope", "current_attempt", "get_logger"],
 }
 

@@ -27,11 +27,11 @@ async def test_the_approval_setting_is_read_and_a_failing_store_refuses(tmp_path
         apps = Applications(engine)
         await apps.create("billing")
         bot = Principal("claude", "service", ("operator",), "billing", credential="apikey:2")
-        assert await required(engine, bot) is False
+        assert await required(apps, bot) is False
         await apps.configure("billing", mcpApproval="required")
-        assert await required(engine, bot) is True
+        assert await required(apps, bot) is True
         # an application that has no record (code of its own): the defaults
-        assert await required(engine, Principal("x", "service", ("operator",), "nowhere")) is False
+        assert await required(apps, Principal("x", "service", ("operator",), "nowhere")) is False
         items = store_of(engine).items()
         find = items.find
 
@@ -41,7 +41,7 @@ async def test_the_approval_setting_is_read_and_a_failing_store_refuses(tmp_path
         items.find = broken  # type: ignore[method-assign]
         try:
             with pytest.raises(OSError, match="disk I/O error"):
-                await required(engine, bot)
+                await required(apps, bot)
         finally:
             del items.find
         assert items.find == find

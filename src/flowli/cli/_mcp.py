@@ -26,6 +26,7 @@ def mcp(
     assistant acts as that key; without, as the local admin. An engine worker runs the runs it
     starts, unless --no-worker."""
     from flowli.mcp import build, fixed, from_key, local_admin, principal_of_key
+    from flowli.services import Services
 
     s = _settings(ctx, app_, db)
 
@@ -33,11 +34,13 @@ def mcp(
         registry = registry_of(s)
         install(registry)
         async with open_engine(s, registry) as engine:
+            services = Services(engine)
+            apps = services.applications
             try:
-                principal = await principal_of_key(engine)(api_key) if api_key else local_admin()
+                principal = await principal_of_key(apps)(api_key) if api_key else local_admin()
             except Exception as exc:  # an unknown or disabled key
                 raise CLIError(f"--api-key: {exc}") from None
-            server = build(engine, from_key(engine, api_key) if api_key else fixed(principal))
+            server = build(services, from_key(apps, api_key) if api_key else fixed(principal))
             async with contextlib.AsyncExitStack() as stack:
                 if not no_worker:
                     await stack.enter_async_context(engine.worker(grace=2.0))

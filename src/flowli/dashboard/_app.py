@@ -34,6 +34,7 @@ from flowli.pipelines import (
     ServiceError,
     Workers,
 )
+from flowli.services import Services
 
 from ._auth import LOGIN_CSRF_COOKIE, SESSION_COOKIE, SESSION_TTL, Sessions, TooManyLogins, User, same
 
@@ -105,13 +106,13 @@ class Dashboard:
 
         self.api = api
         self.engine = engine
-        state = api.state  # type: ignore[attr-defined]
-        self.pipelines: Pipelines = state.pipelines
-        self.workers: Workers = state.workers
-        self.schedules: Schedules = state.schedules
-        self.catalog: Catalog = state.catalog
-        self.applications: Applications = state.applications
-        self.sessions = Sessions(engine)
+        services: Services = api.state.services  # type: ignore[attr-defined]  # the API's own, built once
+        self.pipelines: Pipelines = services.pipelines
+        self.workers: Workers = services.workers
+        self.schedules: Schedules = services.schedules
+        self.catalog: Catalog = services.catalog
+        self.applications: Applications = services.applications
+        self.sessions = Sessions(engine, services.applications)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self._app_ids: dict[str, int] = {}
         self.local = local

@@ -111,9 +111,9 @@ class User:
 
 
 class Sessions:
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, apps: Applications):
         self.engine = engine
-        self.apps = Applications(engine)
+        self.apps = apps
         self.limits = Limits()
         self.hashing = asyncio.Semaphore(HASHES_AT_ONCE)
 

@@ -15,22 +15,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic.json_schema import models_json_schema
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from flowli.catalog import Catalog
 from flowli.engine import Engine
 from flowli.mcp import MCP_SESSION_IDLE_SECONDS, from_headers
 from flowli.mcp import McpGate as mcp_gate
 from flowli.mcp import build as build_mcp
 from flowli.metrics import Metrics
-from flowli.pipelines import (
-    Access,
-    Applications,
-    Pipelines,
-    Policies,
-    Schedules,
-    Session,
-    Workers,
-    key_of,
-)
+from flowli.pipelines import Access, Session, key_of
+from flowli.services import Services
 
 from . import _batch as batch
 from . import _models as m
@@ -85,14 +76,10 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     app = FastAPI(title="flowli", version="1", summary="Pipelines over HTTP: application workers in any language",
                   docs_url=None, redoc_url=None)
     add_docs(app)  # /docs and /redoc, their files from the package, never from a CDN
-    pipelines = Pipelines(engine)
-    workers = Workers(engine, pipelines, lease_ttl)
-    apps = Applications(engine)
-    policies = Policies(engine, pipelines)
-    schedules = Schedules(engine, pipelines)
-    catalog = Catalog(engine)
-    app.state.pipelines, app.state.workers, app.state.applications = pipelines, workers, apps
-    app.state.catalog, app.state.schedules = catalog, schedules
+    services = Services(engine, lease_ttl=lease_ttl)
+    pipelines, workers, apps = services.pipelines, services.workers, services.applications
+    policies, schedules, catalog = services.policies, services.schedules, services.catalog
+    app.state.services = services  # the dashboard and ``serve`` take theirs from here
 
     register(app)  # the refusals (``_errors.REFUSALS``), the lean routes' too
 
@@ -288,10 +275,10 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    server = build_mcp(engine, from_headers(engine))
+    server = build_mcp(services, from_headers(apps))
     # the Host and Origin of /mcp are checked with every other route's (HostGuard), not by the SDK
     mcp_app = mcp_gate(server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=NO_SDK_CHECK,
-                                                  session_idle_timeout=MCP_SESSION_IDLE_SECONDS), engine)
+                                                  session_idle_timeout=MCP_SESSION_IDLE_SECONDS), apps)
     app.state.mcp = server  # flowli serve runs its session manager
     lean = Lean(pipelines, workers, apps)
     return guarded(WithMcp(app, mcp_app, lean), AllowedHosts(host, allowed_hosts))  # type: ignore[return-value]

@@ -33,7 +33,7 @@ async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, le
     server.install_signal_handlers = lambda: None  # type: ignore[attr-defined,method-assign]
     loop = asyncio.get_running_loop()
     state = front.state
-    workers = state.workers
+    workers = state.services.workers
 
     def stop() -> None:
         server.should_exit = True
@@ -57,7 +57,7 @@ async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, le
                     bound = sock.getsockname()[1]
             (announce or _print)(f"listening on http://{host}:{bound}")
             # pipelines of an older release become the decider's now, not at their first request
-            upgrading = asyncio.create_task(_upgrade(state.pipelines))
+            upgrading = asyncio.create_task(_upgrade(state.services.pipelines))
         await task
         if server.started and not upgrading.done():
             upgrading.cancel()

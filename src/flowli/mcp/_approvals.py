@@ -101,12 +101,12 @@ def install(registry: Registry) -> None:
     registry.add(mcp_approval, APPROVAL)
 
 
-async def required(engine: Engine, principal: Principal) -> bool:
+async def required(apps: Applications, principal: Principal) -> bool:
     """Whether the principal's application requires approval of its assistants' writes."""
     if principal.application is None:
         return False
     try:
-        settings = await Applications(engine).settings(principal.application)
+        settings = await apps.settings(principal.application)
     except NotFound:
         return False  # an application with no record (code of its own, no keys): its settings are the defaults
     # any other failure (the store, ...) is raised: the write is refused, never carried out unasked

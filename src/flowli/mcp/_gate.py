@@ -18,7 +18,6 @@ from mcp.server.auth.provider import AccessToken
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from flowli.engine import Engine
 from flowli.pipelines import Applications, ServiceError, key_of
 
 MCP_SESSIONS_PER_KEY = 16
@@ -57,9 +56,9 @@ def refusal(status: int, message: str, headers: dict[str, str] | None = None) ->
 class McpGate:
     """The ASGI app in front of the SDK's streamable HTTP app (see the module)."""
 
-    def __init__(self, app: ASGIApp, engine: Engine):
+    def __init__(self, app: ASGIApp, apps: Applications):
         self.app = app
-        self.apps = Applications(engine)
+        self.apps = apps
         self.held: dict[int, _Held] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -125,6 +124,8 @@ class McpGate:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 ended = status == 404 or scope.get("method") == "DELETE" and status < 400
+                if ended:  # its place is free before the client hears so (the SDK may clean up after)
+                    held.sessions.pop(sid, None)
             await send(message)
 
         try:
@@ -133,5 +134,3 @@ class McpGate:
             if state is not None:
                 state[0] -= 1
                 state[1] = time.monotonic()
-            if ended:
-                held.sessions.pop(sid, None)

@@ -23,6 +23,7 @@ from flowli.catalog import MAX_IDLE_SECONDS, Catalog, CatalogError
 from flowli.domain import FlowliError, Principal, checked_eid
 from flowli.engine import Engine
 from flowli.pipelines import Applications, ServiceError, key_of
+from flowli.services import Services
 
 from . import _approvals as approvals
 from . import _knowledge as knowledge
@@ -46,8 +47,7 @@ def local_admin() -> Principal:
     return Principal("mcp", "system", ("admin",))
 
 
-def principal_of_key(engine: Engine) -> Callable[[str | None], Awaitable[Principal]]:
-    apps = Applications(engine)
+def principal_of_key(apps: Applications) -> Callable[[str | None], Awaitable[Principal]]:
 
     async def resolve(key: str | None) -> Principal:
         try:
@@ -59,9 +59,9 @@ def principal_of_key(engine: Engine) -> Callable[[str | None], Awaitable[Princip
     return resolve
 
 
-def from_headers(engine: Engine) -> Who:
+def from_headers(apps: Applications) -> Who:
     """The principal of an HTTP session: its ``Authorization: Bearer`` or ``X-API-Key`` key."""
-    resolve = principal_of_key(engine)
+    resolve = principal_of_key(apps)
 
     async def who(ctx: Context[Any, Any]) -> Principal:
         return await resolve(key_of({k.lower(): v for k, v in (ctx.headers or {}).items()}))
@@ -69,10 +69,10 @@ def from_headers(engine: Engine) -> Who:
     return who
 
 
-def from_key(engine: Engine, key: str) -> Who:
+def from_key(apps: Applications, key: str) -> Who:
     """The principal of one API key (``flowli mcp --api-key``), read again at every call: a key
     disabled while the server runs is refused from then on."""
-    resolve = principal_of_key(engine)
+    resolve = principal_of_key(apps)
 
     async def who(_: Context[Any, Any]) -> Principal:
         return await resolve(key)
@@ -114,9 +114,9 @@ def page(key: str, items: list[Any], limit: int, cursor: str | None) -> dict[str
     return {key: items[start:end], "next": str(end) if end < len(items) else None}
 
 
-def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
-    """The MCP server of ``engine``, whose tool calls act as ``who(ctx)``."""
-    catalog = Catalog(engine)
+def build(services: Services, who: Who, *, name: str = "flowli") -> MCPServer:
+    """The MCP server of an engine's ``services``, whose tool calls act as ``who(ctx)``."""
+    engine, catalog, apps = services.engine, services.catalog, services.applications
     approvals.install(engine.registry)
     server = Server(name, instructions=knowledge.KNOWLEDGE_EXECUTION, version="1")
 
@@ -137,7 +137,7 @@ def build(engine: Engine, who: Who, *, name: str = "flowli") -> MCPServer:
             read = False
         else:
             read = await _call(catalog.check_start(arguments["workflow_type"], by=probe))
-        if not read and (by.waits_for_approval or await _call(approvals.required(engine, by))):
+        if not read and (by.waits_for_approval or await _call(approvals.required(apps, by))):
             return dict(await _call(approvals.ask(engine, tool, arguments, by)))
         return dict(await _call(do(by)))
 

@@ -76,10 +76,11 @@ class Session:
 
 
 class Workers:
-    def __init__(self, engine: Engine, pipelines: Pipelines, lease_ttl: float = 30.0):
+    def __init__(self, engine: Engine, pipelines: Pipelines, lease_ttl: float = 30.0,
+                 apps: Applications | None = None):
         self.engine = engine
         self.pipelines = pipelines
-        self.apps = Applications(engine)
+        self.apps = apps if apps is not None else Applications(engine)
         self.lease = timedelta(seconds=lease_ttl)
         self.interval: float = HEARTBEAT_SECONDS if lease_ttl >= 3 * HEARTBEAT_SECONDS else lease_ttl / 3
         """Seconds between a worker's heartbeats: a worker silent for OFFLINE_AFTER of them (a
