@@ -33,7 +33,7 @@ PINNED = {
         "Actor", "ArgumentsInvalid", "BUILT_IN_ROLES", "Cancelled", "Code", "DatabaseUnavailable", "DuplicateFrameError", "ENTRY_STATUS", "EVERY_CAPABILITY", "Entry", "EntryKind", "ExecutionFailed",
         "ExecutionRecord", "ExecutionStateError", "ExecutionTerminalError", "FlowliError", "FrameKind",
         "InvalidDatabaseURL", "LeaseLost", "Message", "NO_RETRY", "NoOpenReviewError", "NonRetryableError",
-        "NondeterminismError", "NotJSONCompatibleError", "OPERATE_RUNS", "OperationRefused", "OutputInvalid", "Prerequisite", "Principal", "Provenance", "READ_RUNS", "REDACTED", "RegistrationError", "RetryPolicy",
+        "NondeterminismError", "NotJSONCompatibleError", "OPERATE_RUNS", "OperationRefused", "OutputInvalid", "Prerequisite", "Principal", "Provenance", "READ_RUNS", "REDACTED", "Refusal", "RegistrationError", "RetryPolicy",
         "START_RUNS", "Site", "StaleAnswer", "StaleState", "Status", "StepFailed", "TERMINAL", "Task", "TaskKind", "Timer", "TypeMetadata", "UnknownExecutionError",
         "UnknownTaskError", "UnknownWorkflowError", "WRITE_CATALOG", "WorkflowArgumentsError", "actor_for", "canonical", "check_json",
         "check_json_since", "checked_eid", "child_eid", "custom_role", "digest", "dumps", "grants", "is_eid", "is_sensitive", "keyed_eid", "loads", "mask", "new_eid", "principal_for", "redact",
@@ -66,7 +66,7 @@ PINNED = {
         "validate"
     ],
     flowli.dashboard: ["Dashboard", "MAX_NODES", "Node", "TooLarge", "layered", "layout", "svg"],
-    flowli.http: ["AllowedHosts", "MAX_BODY", "create_app", "from_this_machine", "serve"],
+    flowli.http: ["AllowedHosts", "MAX_BODY", "STATUS", "create_app", "from_this_machine", "serve"],
     flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],
     flowli.metrics: ["Metrics", "serve"],
     flowli.services: ["Services"],

@@ -37,14 +37,17 @@ from flowli.domain import (
     NotJSONCompatibleError,
     OperationRefused,
     OutputInvalid,
+    Refusal,
     RegistrationError,
     StaleAnswer,
+    StaleState,
     StepFailed,
     UnknownExecutionError,
     UnknownTaskError,
     UnknownWorkflowError,
     WorkflowArgumentsError,
 )
+from flowli.http import STATUS
 from flowli.pipelines import (
     Conflict,
     Forbidden,
@@ -161,12 +164,32 @@ def test_each_service_refusal_has_its_http_status_and_keeps_its_sentence_and_ext
     statuses = {ServiceError: 400, NotFound: 404, Conflict: 409, Unauthorized: 401, Forbidden: 403, Unavailable: 503}
     for cls, status in statuses.items():
         error = cls("no pipeline 42")
-        assert (error.status, error.message, str(error), error.extra) == (
+        assert (STATUS[error.refusal], error.message, str(error), error.refusal_fields()) == (
             status, "no pipeline 42", "no pipeline 42", {})
         assert issubclass(cls, ServiceError)
     conflict = Conflict("idempotencyKey 'k' was used for a different creation intent", pipelineId=7)
-    assert conflict.extra == {"pipelineId": 7}
-    assert not issubclass(PipelineInputError, ServiceError)  # a bad body, answered 400 by the HTTP layer
+    assert conflict.refusal_fields() == {"pipelineId": 7}
+    assert not issubclass(PipelineInputError, ServiceError)  # a bad body
+    assert STATUS[PipelineInputError("x").refusal] == 400
+
+
+def test_every_kind_of_refusal_has_one_status_and_every_error_a_kind():
+    """The one taxonomy: each kind answers one status over HTTP, and each error of the service,
+    the catalog and the engine says its kind (the default, a state that does not allow it: 409)."""
+    assert set(STATUS) == set(Refusal)
+    kinds = {
+        PermissionDenied("service:k", "runs:start", "start x"): (403, {"capability": "runs:start"}),
+        UnknownType("aws.s3.put_bucket_taging", ["aws.s3.put_bucket_tagging"]):
+            (404, {"suggestion": "aws.s3.put_bucket_tagging"}),
+        InputsInvalid("t", ["bucket is required"]): (400, {"problems": ["bucket is required"]}),
+        CompositionInvalid(["no layers"]): (400, {"errors": ["no layers"]}),
+        RunStateError("run x is not failed"): (409, {}),
+        UnknownExecutionError("e"): (404, {}),
+        StaleState("e", 3): (409, {}),
+        ExecutionStateError("e", "completed", "signal", "running"): (409, {}),
+    }
+    for error, (status, fields) in kinds.items():
+        assert (STATUS[error.refusal], error.refusal_fields()) == (status, fields), error
 
 
 # ---- the catalog ---------------------------------------------------------------------------------

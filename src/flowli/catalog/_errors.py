@@ -5,23 +5,29 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from flowli.domain import FlowliError
+from flowli.domain import FlowliError, Refusal
 
 
 class CatalogError(FlowliError):
     """The root of the catalog's refusals (bad input, a state that does not allow it)."""
+
+    refusal = Refusal.INVALID
 
 
 class UnknownType(CatalogError):
     """A workflow type that is not in the catalog, with the nearest name if there is one."""
 
     code = "UNKNOWN_TYPE"
+    refusal = Refusal.NOT_FOUND
 
     def __init__(self, name: str, known: list[str], where: str = ""):
         self.name = name
         self.suggestion = suggest(name, known)
         hint = f"; did you mean {self.suggestion!r}?" if self.suggestion else ""
         super().__init__(f"{where}unknown workflow type {name!r}{hint}")
+
+    def refusal_fields(self) -> dict[str, Any]:
+        return {"suggestion": self.suggestion} if self.suggestion else {}
 
 
 class InputsInvalid(CatalogError):
@@ -34,6 +40,9 @@ class InputsInvalid(CatalogError):
         self.problems = problems
         super().__init__(f"the inputs of {workflow_type!r} do not match its schema: {'; '.join(problems)}")
 
+    def refusal_fields(self) -> dict[str, Any]:
+        return {"problems": self.problems}
+
 
 class CompositionInvalid(CatalogError):
     """A composition that does not validate; ``errors`` are the validator's sentences."""
@@ -45,21 +54,30 @@ class CompositionInvalid(CatalogError):
         self.details = {"errors": errors}
         super().__init__("the composition does not validate: " + "; ".join(errors))
 
+    def refusal_fields(self) -> dict[str, Any]:
+        return {"errors": self.errors}
+
 
 class RunStateError(CatalogError):
     """An operation the run's state does not allow (resolve a run that is not parked, retry one
     that is not failed)."""
+
+    refusal = Refusal.CONFLICT
 
 
 class PermissionDenied(CatalogError):
     """The principal lacks a capability: the message names it."""
 
     code = "PERMISSION_DENIED"
+    refusal = Refusal.FORBIDDEN
 
     def __init__(self, principal: str, capability: str, action: str):
         self.principal = principal
         self.capability = capability
         super().__init__(f"{principal} may not {action}: it lacks the capability {capability!r}")
+
+    def refusal_fields(self) -> dict[str, Any]:
+        return {"capability": self.capability}
 
 
 class ApprovalNeeded(PermissionDenied):
@@ -80,6 +98,7 @@ class CompositionConflict(CatalogError):
     """A changed definition saved under a version that holds another one."""
 
     code = "COMPOSITION_CONFLICT"
+    refusal = Refusal.CONFLICT
 
 
 class StepInputInvalid(CatalogError):

@@ -21,17 +21,15 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowli.catalog import Catalog, PermissionDenied
-from flowli.domain import UnknownExecutionError
+from flowli.domain import FlowliError, UnknownExecutionError
 from flowli.engine import Engine
-from flowli.http import from_this_machine
+from flowli.http import STATUS, from_this_machine
 from flowli.pipelines import (
     Access,
     Applications,
     NotFound,
-    PipelineInputError,
     Pipelines,
     Schedules,
-    ServiceError,
     Workers,
 )
 from flowli.services import Services
@@ -67,18 +65,15 @@ LOCAL_USER = "localhost"
 
 
 def refusal(exc: Exception, what: str) -> Refused:
-    """A service's refusal of an action, as the page says it: a pipeline service's own status,
-    403 for a capability the user lacks, 404 for a run that is not the user's (or none at all),
-    409 for a run whose state does not allow it."""
+    """A service's refusal of an action, as the page says it, with the status the service gives
+    its kind (``flowli.http.STATUS``): 403 for a capability the user lacks, 404 for a run that is
+    not the user's (or none at all), 409 for a run whose state does not allow it."""
     if isinstance(exc, PermissionDenied):
         return Refused(403, str(exc))
     if isinstance(exc, UnknownExecutionError):
         return Refused(404, f"Cannot {what}: there is no such run in your applications.")
-    if isinstance(exc, ServiceError):
-        return Refused(exc.status, f"Cannot {what}: {exc}")
-    if isinstance(exc, PipelineInputError):
-        return Refused(400, f"Cannot {what}: {exc}")
-    return Refused(409, f"Cannot {what}: {exc}")
+    status = STATUS[exc.refusal] if isinstance(exc, FlowliError) else 409
+    return Refused(status, f"Cannot {what}: {exc}")
 
 
 def _browser(scope: Scope) -> bool:

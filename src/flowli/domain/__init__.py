@@ -16,6 +16,7 @@ from ._errors import NoOpenReviewError as NoOpenReviewError
 from ._errors import NotJSONCompatibleError as NotJSONCompatibleError
 from ._errors import OperationRefused as OperationRefused
 from ._errors import OutputInvalid as OutputInvalid
+from ._errors import Refusal as Refusal
 from ._errors import RegistrationError as RegistrationError
 from ._errors import StaleAnswer as StaleAnswer
 from ._errors import StaleState as StaleState
@@ -111,6 +112,7 @@ __all__ = [
     "Principal",
     "Provenance",
     "REDACTED",
+    "Refusal",
     "RegistrationError",
     "RetryPolicy",
     "Site",

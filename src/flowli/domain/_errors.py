@@ -32,11 +32,39 @@ survive a user's ``except Exception:`` — cancellation and a lost lease — der
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+from typing import Any, ClassVar
+
+
+class Refusal(enum.StrEnum):
+    """What kind of refusal a failure is, in the one taxonomy every adapter maps once (the HTTP
+    service to its statuses, the dashboard to its pages, MCP to a tool's error)."""
+
+    INVALID = "invalid"
+    """The input is not valid: the message names what and where."""
+    UNAUTHORIZED = "unauthorized"
+    """No credential, or one that is unknown or disabled."""
+    FORBIDDEN = "forbidden"
+    """A valid credential whose role lacks what the action needs."""
+    NOT_FOUND = "not_found"
+    """No such thing in the caller's application."""
+    CONFLICT = "conflict"
+    """The state of what it acts on does not allow it now."""
+    STALE = "stale"
+    """An answer, a state or an attempt that is not current any more."""
+    UNAVAILABLE = "unavailable"
+    """A part it needs (the store) did not answer: not confirmed, try again."""
 
 
 class FlowliError(Exception):
     """The root of every failure that flowli raises."""
+
+    refusal: ClassVar[Refusal] = Refusal.CONFLICT
+    """What kind of refusal it is (see Refusal); a subclass says its own."""
+
+    def refusal_fields(self) -> dict[str, Any]:
+        """The fields an answer carries beside the message (a capability, the problems, ...)."""
+        return {}
 
 
 class NonRetryableError(Exception):
@@ -124,6 +152,8 @@ class ExecutionFailed(FlowliError):
 
 
 class UnknownExecutionError(FlowliError):
+    refusal = Refusal.NOT_FOUND
+
     def __init__(self, eid: str):
         self.eid = eid
         super().__init__(f"unknown execution {eid}")
@@ -146,6 +176,8 @@ class StaleAnswer(FlowliError):
     """An answer, a failure or a renewal for a DELEGATE attempt that is not the current one:
     its lease expired or went to another consumer, a later attempt replaced it, it was answered
     already, or its execution ended. Nothing changed."""
+
+    refusal = Refusal.STALE
 
     def __init__(self, task_id: str, reason: str):
         self.task_id = task_id
@@ -211,6 +243,8 @@ class StaleState(FlowliError):
     stored one any more: another command advanced it first. Nothing changed; the engine decides
     the command again against the fresh state."""
 
+    refusal = Refusal.STALE
+
     def __init__(self, eid: str, version: int):
         self.eid = eid
         self.version = version
@@ -244,6 +278,8 @@ class LeaseLost(BaseException):
 
 class DatabaseUnavailable(FlowliError):
     """The URL parsed, but the database did not answer, or refused: the server's own answer."""
+
+    refusal = Refusal.UNAVAILABLE
 
     def __init__(self, url: str, answer: str, parsed: str):
         self.url = url

@@ -247,7 +247,7 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
         return await workers.list(who)
 
     add_schedule_routes(app, schedules, policies, access)
-    add_catalog_routes(app, catalog, access, error)
+    add_catalog_routes(app, catalog, access)
 
     def openapi() -> dict[str, Any]:
         """The generated document, with the errors every route may answer (and no 422: bad

@@ -14,15 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from flowli.catalog import MAX_IDLE_SECONDS as MAX_IDLE
 from flowli.catalog import (
     Catalog,
-    CatalogError,
-    CompositionConflict,
-    CompositionInvalid,
-    InputsInvalid,
-    PermissionDenied,
-    RunStateError,
-    UnknownType,
 )
-from flowli.domain import UnknownExecutionError
 from flowli.pipelines import Access
 
 from ._body import json_body, read_json, takes
@@ -184,25 +176,8 @@ class CompositionsOut(_Out):
     compositions: list[CompositionOut]
 
 
-def add_catalog_routes(app: FastAPI, catalog: Catalog, access: Callable[..., Any],
-                       error: Callable[..., JSONResponse]) -> None:
-    @app.exception_handler(CatalogError)
-    async def catalog_refused(_: Request, exc: CatalogError) -> JSONResponse:
-        if isinstance(exc, PermissionDenied):
-            return error(403, str(exc), capability=exc.capability)
-        if isinstance(exc, UnknownType):
-            return error(404, str(exc), **({"suggestion": exc.suggestion} if exc.suggestion else {}))
-        if isinstance(exc, InputsInvalid):
-            return error(400, str(exc), problems=exc.problems)
-        if isinstance(exc, CompositionInvalid):
-            return error(400, str(exc), errors=exc.errors)
-        if isinstance(exc, (RunStateError, CompositionConflict)):
-            return error(409, str(exc))
-        return error(400, str(exc))
-
-    @app.exception_handler(UnknownExecutionError)
-    async def unknown_run(_: Request, exc: UnknownExecutionError) -> JSONResponse:
-        return error(404, str(exc))
+def add_catalog_routes(app: FastAPI, catalog: Catalog, access: Callable[..., Any]) -> None:
+    # their refusals are the service's (``_errors.REFUSALS``): each kind of the one taxonomy
 
     @app.get("/catalog/namespaces", tags=["catalog"], responses={200: {"model": NamespacesOut}})
     async def namespaces(who: Access = Depends(access)) -> Any:

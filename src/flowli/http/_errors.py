@@ -13,8 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from flowli.domain import DatabaseUnavailable, FlowliError
-from flowli.pipelines import PipelineInputError, ServiceError
+from flowli.domain import DatabaseUnavailable, FlowliError, Refusal
 
 from ._body import BodyRefused
 
@@ -55,14 +54,30 @@ def _crashed(exc: Exception) -> JSONResponse:
     return error(500, "internal error (the service logged it)")
 
 
+STATUS: dict[Refusal, int] = {
+    Refusal.INVALID: 400,
+    Refusal.UNAUTHORIZED: 401,
+    Refusal.FORBIDDEN: 403,
+    Refusal.NOT_FOUND: 404,
+    Refusal.CONFLICT: 409,
+    Refusal.STALE: 409,
+    Refusal.UNAVAILABLE: 503,
+}
+"""The HTTP status of each kind of refusal (``flowli.domain.Refusal``): the one place the service
+turns a refusal into a status (the dashboard's pages use it too)."""
+
+
+def refused(exc: FlowliError) -> JSONResponse:
+    """A refusal of flowli's as the service answers it: its kind's status, its message and its fields."""
+    return error(STATUS[exc.refusal], str(exc), **exc.refusal_fields())
+
+
 REFUSALS: dict[type[Exception], Callable[[Any], JSONResponse]] = {
     RequestValidationError: lambda exc: error(400, validation_sentence(exc, exc.body)),
     BodyRefused: lambda exc: error(exc.status, exc.message),
-    ServiceError: lambda exc: error(exc.status, exc.message, **exc.extra),
-    PipelineInputError: lambda exc: error(400, str(exc)),
     DatabaseUnavailable: lambda exc: error(503, "the store is unavailable: not confirmed, send the request again"),
     StarletteHTTPException: lambda exc: error(exc.status_code, str(exc.detail)),
-    FlowliError: lambda exc: error(409, str(exc)),
+    FlowliError: refused,
     Exception: _crashed,
 }
 """The answer to each kind of exception; an exception takes the entry of its nearest class (the

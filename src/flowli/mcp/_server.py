@@ -93,10 +93,8 @@ async def _call(body: Awaitable[Any]) -> Any:
         return await body
     except ToolError:
         raise
-    except (CatalogError, FlowliError) as exc:
+    except FlowliError as exc:  # a refusal of any kind: its one sentence
         raise ToolError(str(exc)) from None
-    except ServiceError as exc:
-        raise ToolError(exc.message) from None
     except (ValueError, TypeError) as exc:
         raise ToolError(str(exc)) from None
     except Exception:

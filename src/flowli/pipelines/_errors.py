@@ -1,41 +1,46 @@
-"""The refusals of the pipeline service, each with the HTTP status the contract gives it."""
+"""The refusals of the pipeline service, each of its kind in the domain's one taxonomy
+(``flowli.domain.Refusal``): each adapter says them its own way (the HTTP service with the status
+the contract gives each kind)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from flowli.domain import FlowliError
+from flowli.domain import FlowliError, Refusal
 
 from ._spec import PipelineInputError
 
 
 class ServiceError(FlowliError):
-    status = 400
+    refusal = Refusal.INVALID
 
     def __init__(self, message: str, **extra: Any):
         super().__init__(message)
         self.message = message
         self.extra = extra
 
+    def refusal_fields(self) -> dict[str, Any]:
+        return dict(self.extra)
+
 
 class NotFound(ServiceError):
-    status = 404
+    refusal = Refusal.NOT_FOUND
 
 
 class Conflict(ServiceError):
-    status = 409
+    refusal = Refusal.CONFLICT
 
 
 class Unauthorized(ServiceError):
-    status = 401
+    refusal = Refusal.UNAUTHORIZED
 
 
 class Forbidden(ServiceError):
-    status = 403
+    refusal = Refusal.FORBIDDEN
 
 
 class Unavailable(ServiceError):
-    status = 503
+    refusal = Refusal.UNAVAILABLE
 
 
 __all__ = ["Conflict", "Forbidden", "NotFound", "PipelineInputError", "ServiceError", "Unauthorized", "Unavailable"]

@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from flowli.domain import FlowliError
+from flowli.domain import FlowliError, Refusal
 
 BACKOFFS = ("fixed", "linear", "exponential")
 _NUMBERS = ("maxRetries", "retryInterval", "maxRetryInterval", "timeOut")
@@ -33,6 +33,8 @@ RANGES = {"maxRetries": (MAX_RETRIES, ""), "retryInterval": (MAX_SECONDS, " seco
 
 class PipelineInputError(FlowliError):
     """A create, append or action body that is not valid: the message names where."""
+
+    refusal = Refusal.INVALID
 
 
 def _is_number(value: Any) -> bool:
