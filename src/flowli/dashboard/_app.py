@@ -20,10 +20,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from flowli.catalog import Catalog, PermissionDenied
-from flowli.domain import FlowliError, UnknownExecutionError
+from flowli.catalog import Catalog
 from flowli.engine import Engine
-from flowli.http import STATUS, from_this_machine
+from flowli.http import from_this_machine
 from flowli.pipelines import (
     Access,
     Applications,
@@ -34,7 +33,9 @@ from flowli.pipelines import (
 )
 from flowli.services import Services
 
+from . import _live, _ops, _run, _runs
 from ._auth import LOGIN_CSRF_COOKIE, SESSION_COOKIE, SESSION_TTL, Sessions, TooManyLogins, User, same
+from ._refusals import Refused
 
 HERE = Path(__file__).parent
 log = logging.getLogger("flowli.dashboard")
@@ -52,28 +53,8 @@ SECURITY_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-typ
 site, and a form keeps its Origin header (the Host and Origin check needs it)."""
 
 
-class Refused(Exception):
-    """An action or page refused: its status and the sentence the page shows."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status, self.message = status, message
-
-
 LOCAL_USER = "localhost"
 """Who acts from this machine under ``flowli serve --open`` (the journal says ``human:localhost``)."""
-
-
-def refusal(exc: Exception, what: str) -> Refused:
-    """A service's refusal of an action, as the page says it, with the status the service gives
-    its kind (``flowli.http.STATUS``): 403 for a capability the user lacks, 404 for a run that is
-    not the user's (or none at all), 409 for a run whose state does not allow it."""
-    if isinstance(exc, PermissionDenied):
-        return Refused(403, str(exc))
-    if isinstance(exc, UnknownExecutionError):
-        return Refused(404, f"Cannot {what}: there is no such run in your applications.")
-    status = STATUS[exc.refusal] if isinstance(exc, FlowliError) else 409
-    return Refused(status, f"Cannot {what}: {exc}")
 
 
 def _browser(scope: Scope) -> bool:
@@ -97,7 +78,6 @@ class Dashboard:
     """The service with the dashboard in front: the dashboard's paths here, the rest to ``api``."""
 
     def __init__(self, api: ASGIApp, engine: Engine, *, local: bool = False):
-        from . import _live, _ops, _run, _runs
 
         self.api = api
         self.engine = engine

@@ -25,7 +25,7 @@ from flowli.domain import Entry
 from flowli.pipelines import WORKFLOW
 
 from . import _run, _runs
-from ._app import Refused
+from ._refusals import Refused
 
 if TYPE_CHECKING:
     from ._app import Dashboard

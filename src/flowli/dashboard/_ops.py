@@ -20,7 +20,7 @@ from flowli.patterns import answer_review, inbox
 from flowli.pipelines import Access
 
 from . import _graph
-from ._app import Refused, refusal
+from ._refusals import Refused, refusal
 
 if TYPE_CHECKING:
     from ._app import Dashboard

@@ -21,7 +21,7 @@ from flowli.pipelines import WORKFLOW, Access, ServiceError
 from flowli.pipelines import redact as redact_value
 
 from . import _graph
-from ._app import Refused, refusal
+from ._refusals import Refused, refusal
 
 if TYPE_CHECKING:
     from ._app import Dashboard

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from flowli.domain import ExecutionRecord, Status
 from flowli.pipelines import WORKFLOW
 
-from ._app import Refused
+from ._refusals import Refused
 
 if TYPE_CHECKING:
     from ._app import Dashboard

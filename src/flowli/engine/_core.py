@@ -10,7 +10,6 @@ drive loop and the ends in ``_activation``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import inspect
 from collections import defaultdict
@@ -223,14 +222,7 @@ class Core(Context):
         if self.lost:
             raise LeaseLost(self.eid, self.epoch)
         if self.pending:
-            shift = len(self.pending)
-            write.entries = self.pending + write.entries
-            # every effect whose memo points at an entry (a message, a withdrawal, a claim, an
-            # announcement) moves with it
-            for f in dataclasses.fields(write):
-                items = getattr(write, f.name)
-                if isinstance(items, list) and items and hasattr(items[0], "memo"):
-                    setattr(write, f.name, [_shift(item, shift) for item in items])
+            write.put_first(self.pending)  # the memos move with the entries they name
             self.pending = []
         write.fence = self.fence
         try:
@@ -402,9 +394,3 @@ def plain(write: Write) -> Write:
     if write.intent is None:
         write.intent = Intent.APPEND
     return write
-
-
-def _shift(item: Any, shift: int) -> Any:
-    if getattr(item, "memo", None) is None:
-        return item
-    return dataclasses.replace(item, memo=item.memo + shift)

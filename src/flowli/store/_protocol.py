@@ -16,7 +16,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Generator, Protocol, Sequence
+from typing import Any, Callable, Generator, Protocol, Sequence, TypeVar
 
 from flowli.domain import Entry, ExecutionRecord, Message, Status, Task, TaskKind, Timer
 
@@ -354,6 +354,25 @@ class Write:
     execution is created first, and when its eid exists already nothing of the write applies
     (``WriteResult.created`` is ``[False]``). A keyed start that finds its execution changes
     nothing, whatever its write carries."""
+
+    def put_first(self, entries: list[Entry]) -> None:
+        """Put ``entries`` before this write's own, and move every memo (the index of the entry a
+        message, a withdrawal, a claim or an announcement fills in) with the entry it names."""
+        if not entries:
+            return
+        n = len(entries)
+        self.entries = [*entries, *self.entries]
+        self.messages = [_moved(m, n) for m in self.messages]
+        self.withdrawals = [_moved(w, n) for w in self.withdrawals]
+        self.claims = [_moved(c, n) for c in self.claims]
+        self.announcements = [_moved(a, n) for a in self.announcements]
+
+
+Memo = TypeVar("Memo", NewMessage, Withdrawal, Claim, Announcement)
+
+
+def _moved(item: Memo, n: int) -> Memo:
+    return item if item.memo is None else dataclasses.replace(item, memo=item.memo + n)
 
 
 _FIELDS: dict[Intent, frozenset[str]] = {
