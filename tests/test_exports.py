@@ -7,6 +7,7 @@ import inspect
 import pytest
 
 import flowli
+import flowli.access
 import flowli.catalog
 import flowli.client
 import flowli.dashboard
@@ -70,6 +71,10 @@ PINNED = {
     flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],
     flowli.metrics: ["Metrics", "serve"],
     flowli.services: ["Services"],
+    flowli.access: [
+        "APPLICATION", "Access", "Applications", "Conflict", "Forbidden", "KEY", "MAX_ID", "NotFound", "ROLES",
+        "SESSION", "ServiceError", "USER", "Unauthorized", "Unavailable", "digest", "item_id", "key_of", "owned",
+    ],
     flowli.log: ["Attempt", "Bucket", "Evidence", "attach", "attempt_scope", "current_attempt", "get_logger"],
 }
 

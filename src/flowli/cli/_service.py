@@ -11,7 +11,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from flowli.pipelines import Applications, install
+from flowli.access import Applications
+from flowli.pipelines import install
 
 from ._app import AppOption, DbOption, _settings, app, open_engine, out, parse_value, registry_of, run
 
@@ -285,7 +286,8 @@ app.add_typer(schedules_app, name="schedules")
 
 
 async def _schedules_of(engine: Any, application: str) -> tuple[Any, Any]:
-    from flowli.pipelines import Access, Pipelines, Schedules
+    from flowli.access import Access
+    from flowli.pipelines import Pipelines, Schedules
 
     found = await Applications(engine).get(application)
     access = Access(application, found["id"], "admin", "cli")

@@ -20,17 +20,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from flowli.access import Access, Applications, NotFound
 from flowli.catalog import Catalog
 from flowli.engine import Engine
 from flowli.http import from_this_machine
-from flowli.pipelines import (
-    Access,
-    Applications,
-    NotFound,
-    Pipelines,
-    Schedules,
-    Workers,
-)
+from flowli.pipelines import Pipelines, Schedules, Workers
 from flowli.services import Services
 
 from . import _live, _ops, _run, _runs

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from flowli.access import Applications
 from flowli.engine import Engine
-from flowli.pipelines import Applications
 
 SESSION_COOKIE = "flowli_session"
 LOGIN_CSRF_COOKIE = "flowli_login_csrf"

@@ -14,10 +14,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from flowli.access import Access
 from flowli.catalog import CatalogError
 from flowli.domain import FlowliError, checked_eid
 from flowli.patterns import answer_review, inbox
-from flowli.pipelines import Access
 
 from . import _graph
 from ._refusals import Refused, refusal

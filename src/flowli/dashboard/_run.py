@@ -14,10 +14,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from flowli.access import Access, ServiceError
 from flowli.catalog import DAG, decided, steps_of
 from flowli.catalog import remediation as remediation_of
 from flowli.domain import EntryKind, ExecutionRecord, FlowliError, Status, UnknownExecutionError, is_eid
-from flowli.pipelines import WORKFLOW, Access, ServiceError
+from flowli.pipelines import WORKFLOW
 from flowli.pipelines import redact as redact_value
 
 from . import _graph

@@ -15,12 +15,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic.json_schema import models_json_schema
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from flowli.access import Access, key_of
 from flowli.engine import Engine
 from flowli.mcp import MCP_SESSION_IDLE_SECONDS, from_headers
 from flowli.mcp import McpGate as mcp_gate
 from flowli.mcp import build as build_mcp
 from flowli.metrics import Metrics
-from flowli.pipelines import Access, Session, key_of
+from flowli.pipelines import Session
 from flowli.services import Services
 
 from . import _batch as batch

@@ -21,8 +21,9 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from flowli.access import Access
 from flowli.domain import START_RUNS
-from flowli.pipelines import Access, Pipelines, Session, Workers
+from flowli.pipelines import Pipelines, Session, Workers
 
 from . import _models as m
 from ._body import checked

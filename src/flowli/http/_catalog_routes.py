@@ -11,11 +11,11 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from flowli.access import Access
 from flowli.catalog import MAX_IDLE_SECONDS as MAX_IDLE
 from flowli.catalog import (
     Catalog,
 )
-from flowli.pipelines import Access
 
 from ._body import json_body, read_json, takes
 

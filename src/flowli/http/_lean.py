@@ -36,7 +36,8 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
-from flowli.pipelines import Applications, Pipelines, Session, Workers, key_of
+from flowli.access import Applications, key_of
+from flowli.pipelines import Pipelines, Session, Workers
 
 from . import _batch as batch
 from . import _models as m

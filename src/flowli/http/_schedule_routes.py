@@ -9,7 +9,8 @@ from typing import Any, Callable
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 
-from flowli.pipelines import Access, Policies, Schedules
+from flowli.access import Access
+from flowli.pipelines import Policies, Schedules
 
 from . import _models as m
 from ._body import json_body, raw, takes

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from flowli.access import Applications, NotFound, ServiceError
 from flowli.catalog import Catalog, CatalogError, catalog_of
 from flowli.domain import NO_RETRY, Principal, Status, checked_eid
 from flowli.engine import Context, Engine, Registry
 from flowli.patterns import review
-from flowli.pipelines import Applications, NotFound, ServiceError
 
 APPROVAL = "flowli.mcp_approval"
 WRITES = ("start_workflow", "retry_workflow", "resolve_workflow", "force_terminate_workflow", "save_composition",

@@ -18,7 +18,7 @@ from mcp.server.auth.provider import AccessToken
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from flowli.pipelines import Applications, ServiceError, key_of
+from flowli.access import Applications, ServiceError, key_of
 
 MCP_SESSIONS_PER_KEY = 16
 """The open MCP sessions one API key may hold in one ``flowli serve`` process."""
@@ -53,6 +53,43 @@ def refusal(status: int, message: str, headers: dict[str, str] | None = None) ->
     return Response(json.dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
+async def _read(receive: Receive) -> tuple[bytes, Receive]:
+    """The request's body (a JSON-RPC message: small, and bounded by the service's body limit),
+    and a ``receive`` that hands it on as it came."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), _replay(b"".join(chunks), receive, message)
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks), _replay(b"".join(chunks), receive, None)
+
+
+def _replay(body: bytes, receive: Receive, after: Message | None) -> Receive:
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return after if after is not None else await receive()
+
+    return again
+
+
+def _initializes(body: bytes) -> bool:
+    """Whether a body is (or, as a batch, holds) a JSON-RPC ``initialize``; a body that is not
+    JSON counts as one (the SDK refuses it, and the place it held is given back)."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return True
+    messages = message if isinstance(message, list) else [message]
+    return any(not isinstance(m, dict) or m.get("method") == "initialize" for m in messages)
+
+
 class McpGate:
     """The ASGI app in front of the SDK's streamable HTTP app (see the module)."""
 
@@ -79,10 +116,14 @@ class McpGate:
         scope = {**scope, "user": AuthenticatedUser(token)}
         held = self.held.setdefault(key, _Held())
         sid = headers.get(SESSION_HEADER)
-        if sid is None:
-            await self._open(held, access.actor, scope, receive, send)
-        else:
+        if sid is not None:
             await self._use(held, sid, scope, receive, send)
+            return
+        body, receive = await _read(receive)
+        if _initializes(body):  # only an initialize opens a session: it alone takes a place
+            await self._open(held, access.actor, scope, receive, send)
+        else:  # a request that names no session (the SDK refuses it, or answers it without one)
+            await self.app(scope, receive, send)
 
     async def _open(self, held: _Held, name: str, scope: Scope, receive: Receive, send: Send) -> None:
         held.prune(time.monotonic())

@@ -19,10 +19,10 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from flowli.access import Applications, ServiceError, key_of
 from flowli.catalog import MAX_IDLE_SECONDS, Catalog, CatalogError
 from flowli.domain import FlowliError, Principal, checked_eid
 from flowli.engine import Engine
-from flowli.pipelines import Applications, ServiceError, key_of
 from flowli.services import Services
 
 from . import _approvals as approvals

@@ -2,20 +2,21 @@
 pipeline is an execution of the built-in decider ``flowli.pipeline``; see ``_decider`` (the
 pipelines of an older release, a workflow of version 1, become the decider's once: ``_upgrade``)."""
 
-from ._access import MAX_ID as MAX_ID
-from ._access import ROLES as ROLES
-from ._access import Access as Access
-from ._access import Applications as Applications
-from ._access import key_of as key_of
+from flowli.access import MAX_ID as MAX_ID
+from flowli.access import ROLES as ROLES
+from flowli.access import Access as Access
+from flowli.access import Applications as Applications
+from flowli.access import Conflict as Conflict
+from flowli.access import Forbidden as Forbidden
+from flowli.access import NotFound as NotFound
+from flowli.access import ServiceError as ServiceError
+from flowli.access import Unauthorized as Unauthorized
+from flowli.access import Unavailable as Unavailable
+from flowli.access import key_of as key_of
+
 from ._decider import WORKFLOW as WORKFLOW
 from ._decider import install as install
 from ._decider import queue_of as queue_of
-from ._errors import Conflict as Conflict
-from ._errors import Forbidden as Forbidden
-from ._errors import NotFound as NotFound
-from ._errors import ServiceError as ServiceError
-from ._errors import Unauthorized as Unauthorized
-from ._errors import Unavailable as Unavailable
 from ._policies import RULE_RANGES as RULE_RANGES
 from ._policies import Policies as Policies
 from ._policies import effective_policy as effective_policy

@@ -10,14 +10,13 @@ import math
 import uuid
 from typing import Any
 
+from flowli.access import Access, Conflict, NotFound, owned
 from flowli.domain import WRITE_CATALOG
 from flowli.engine import Engine
 
 from . import _retry
-from ._access import Access, owned
-from ._errors import Conflict, NotFound, PipelineInputError
 from ._service import POLICY, STAGE, Pipelines
-from ._spec import MAX_RETRIES, MAX_SECONDS, short
+from ._spec import MAX_RETRIES, MAX_SECONDS, PipelineInputError, short
 
 _RULES = ("maxRetries", "intervalSeconds", "backoffMultiplier", "errorCodes")
 MAX_MULTIPLIER = 10

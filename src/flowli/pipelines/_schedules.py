@@ -8,13 +8,12 @@ import builtins
 from datetime import datetime
 from typing import Any
 
+from flowli.access import Access, owned
 from flowli.domain import START_RUNS, redact
 from flowli.engine import SCHEDULE, Engine, ScheduleError, firing_key
 
-from ._access import Access, owned
-from ._errors import PipelineInputError
 from ._service import Pipelines
-from ._spec import declaration
+from ._spec import PipelineInputError, declaration
 
 
 def scheduled_pipeline(body: Any) -> dict[str, Any]:

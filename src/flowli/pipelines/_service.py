@@ -13,6 +13,7 @@ import builtins
 import uuid
 from typing import Any
 
+from flowli.access import Access, Conflict, NotFound, item_id, owned
 from flowli.domain import (
     OPERATE_RUNS,
     REDACTED,
@@ -30,10 +31,8 @@ from flowli.engine import Engine, StateQuery, StoredState
 from flowli.store import NewItem
 
 from . import _retry
-from ._access import Access, item_id, owned
 from ._decider import CHANNEL, VERSION, WORKFLOW, install
-from ._errors import Conflict, NotFound, PipelineInputError
-from ._spec import declaration, intent_digest, labels, short, stage_list
+from ._spec import PipelineInputError, declaration, intent_digest, labels, short, stage_list
 from ._upgrade import convert, executions_of_version_1, fold
 from ._view import build, declared, iso, pipeline_status
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from flowli.access import SESSION, Access, Applications, Conflict, NotFound, Unauthorized, Unavailable, digest
 from flowli.domain import (
     OPERATE_RUNS,
     DatabaseUnavailable,
@@ -29,11 +30,9 @@ from flowli.domain import (
 from flowli.engine import Consumer, Engine, task_traceparent
 from flowli.store import NewItem
 
-from ._access import SESSION, Access, Applications, digest
 from ._decider import queue_of
-from ._errors import Conflict, NotFound, PipelineInputError, Unauthorized, Unavailable
 from ._service import REFUSED_RESULT, SECRET, Pipelines, declared_specs
-from ._spec import labels, stage_list
+from ._spec import PipelineInputError, labels, stage_list
 from ._view import REDACTED, iso, spec_attempt
 
 WORKER = "worker"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from flowli.access import Applications
 from flowli.catalog import Catalog
 from flowli.engine import Engine
-from flowli.pipelines import Applications, Pipelines, Policies, Schedules, Workers
+from flowli.pipelines import Pipelines, Policies, Schedules, Workers
 
 
 class Services:

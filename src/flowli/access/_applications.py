@@ -1,4 +1,4 @@
-"""Applications, API keys and worker sessions, kept as store items. Keys are random and shown
+"""Applications, API keys, dashboard users and who calls (``Access``), kept as store items. Keys are random and shown
 once; the store holds their SHA-256 digest (a random 256-bit key needs no slow hash: there is
 nothing to guess), so a stolen database yields no usable key."""
 
@@ -16,7 +16,7 @@ from flowli.catalog import ApprovalNeeded, Roles, install_rbac, require_approval
 from flowli.domain import BUILT_IN_ROLES, EVERY_CAPABILITY, OPERATE_RUNS, READ_RUNS, Principal, grants
 from flowli.engine import Engine
 
-from ._errors import Conflict, Forbidden, NotFound, PipelineInputError, Unauthorized
+from ._errors import Conflict, Forbidden, NotFound, ServiceError, Unauthorized
 
 ROLES = tuple(BUILT_IN_ROLES)
 """The built-in roles' names; an application may declare more (``Registry.role``)."""
@@ -132,9 +132,9 @@ class Applications:
         return self.roles.role_allows(role, OPERATE_RUNS)
 
     def _role(self, role: Any) -> str:
-        """``role`` when the engine knows it; PipelineInputError naming the roles it knows."""
+        """``role`` when the engine knows it; ServiceError naming the roles it knows."""
         if not isinstance(role, str) or not self.roles.knows(role):
-            raise PipelineInputError(f"role must be one of {', '.join(self.roles.names())}, got {role!r}"
+            raise ServiceError(f"role must be one of {', '.join(self.roles.names())}, got {role!r}"
                                      " (an application declares its own with Registry.role)")
         return role
 
@@ -144,7 +144,7 @@ class Applications:
 
     async def create(self, name: str) -> tuple[dict[str, Any], str]:
         if not isinstance(name, str) or not name.strip() or any(c in name for c in "/:\t\r\n"):
-            raise PipelineInputError(f"application name {name!r} must be a nonempty name without / : or line breaks")
+            raise ServiceError(f"application name {name!r} must be a nonempty name without / : or line breaks")
         item, created = await self.engine.items.put(APPLICATION, "", name, {"name": name}, self.now)
         if not created:
             raise Conflict(f"application {name!r} exists already")
@@ -175,7 +175,7 @@ class Applications:
         for key, value in values.items():
             allowed = self.SETTINGS.get(key)
             if allowed is None or value not in allowed:
-                raise PipelineInputError(f"{key} must be one of {', '.join(allowed or ())}, got {value!r}")
+                raise ServiceError(f"{key} must be one of {', '.join(allowed or ())}, got {value!r}")
         await self.engine.items.update(APPLICATION, item.id, {**item.body, **values}, self.now)
         return await self.settings(name)
 
@@ -231,10 +231,10 @@ class Applications:
 
     async def create_user(self, email: str, password: str, role: str, applications: builtins.list[str]) -> dict[str, Any]:
         if not isinstance(email, str) or "@" not in email:
-            raise PipelineInputError(f"user email {email!r} is not an email address")
+            raise ServiceError(f"user email {email!r} is not an email address")
         self._role(role)
         if not password:
-            raise PipelineInputError("the password is empty")
+            raise ServiceError("the password is empty")
         for a in applications:
             await self.get(a)
         salt = secrets.token_hex(16)

@@ -1,14 +1,13 @@
-"""The refusals of the pipeline service, each of its kind in the domain's one taxonomy
-(``flowli.domain.Refusal``): each adapter says them its own way (the HTTP service with the status
-the contract gives each kind)."""
+"""The refusals of the application's services (applications and keys, pipelines, workers,
+policies, schedules), each of its kind in the domain's one taxonomy (``flowli.domain.Refusal``):
+each adapter says them its own way (the HTTP service with the status the contract gives each
+kind). ``ServiceError`` itself is an input that is not valid."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from flowli.domain import FlowliError, Refusal
-
-from ._spec import PipelineInputError
 
 
 class ServiceError(FlowliError):
@@ -43,4 +42,3 @@ class Unavailable(ServiceError):
     refusal = Refusal.UNAVAILABLE
 
 
-__all__ = ["Conflict", "Forbidden", "NotFound", "PipelineInputError", "ServiceError", "Unauthorized", "Unavailable"]
