@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from flowli.access import MAX_ID
 from flowli.engine import MAX_INTERVAL, MIN_INTERVAL
-from flowli.pipelines import MAX_ID, MAX_NAME, MAX_RETRIES, MAX_SECONDS, MAX_STAGES, RULE_RANGES
+from flowli.pipelines import MAX_NAME, MAX_RETRIES, MAX_SECONDS, MAX_STAGES, RULE_RANGES
 
 MAX_HANDLERS = 100
 """The most handler names one worker serves (``supportedHandlers``, a pull's ``handlers``)."""
