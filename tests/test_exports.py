@@ -63,7 +63,7 @@ PINNED = {
         "CompositionConflict", "CompositionInvalid", "DAG", "InputsInvalid", "MAX_IDLE_SECONDS",
         "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
         "RunStateError", "SAVE", "StepInputInvalid", "UnknownType", "catalog_of", "compile_definition",
-        "content_hash", "decided", "install", "install_rbac", "remediation", "require_approval", "steps_of",
+        "content_hash", "decided", "install", "policy", "remediation", "require_approval", "roles_of", "steps_of",
         "validate"
     ],
     flowli.dashboard: ["Dashboard", "MAX_NODES", "Node", "TooLarge", "layered", "layout", "svg"],

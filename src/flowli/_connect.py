@@ -50,13 +50,12 @@ async def connect(
         tuning["bucket"] = bucket_path(store)
     if tuning:
         options = Options(**{**(options or Options()).__dict__, **tuning})
-    engine = Engine(store, registry, clock=clock, options=options, tracer_provider=tracer_provider)
-    # RBAC is always on: every transition a principal with roles asks for is checked, whatever
-    # the entry point, with or without a Catalog in this process
-    from flowli.catalog import install_rbac
+    # RBAC is always on, built into the engine: every transition a principal with roles asks for
+    # is checked, whatever the entry point, with or without a Catalog in this process
+    from flowli.catalog import policy
 
-    install_rbac(engine)
-    return engine
+    return Engine(store, registry, clock=clock, options=options, tracer_provider=tracer_provider,
+                  middleware=[policy(registry)])
 
 
 def default_url() -> str:

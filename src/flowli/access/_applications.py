@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowli.catalog import ApprovalNeeded, Roles, install_rbac, require_approval
+from flowli.catalog import ApprovalNeeded, Roles, require_approval, roles_of
 from flowli.domain import BUILT_IN_ROLES, EVERY_CAPABILITY, OPERATE_RUNS, READ_RUNS, Principal, grants
 from flowli.engine import Engine
 
@@ -62,7 +62,7 @@ class Access:
                          assistant=self.assistant)
 
     roles: Roles | None = field(default=None, compare=False, repr=False)
-    """The engine's roles (``install_rbac``), which know its custom roles; without them, the
+    """The engine's roles (``roles_of``), which know its custom roles; without them, the
     built-in roles alone."""
 
     def allows(self, capability: str) -> bool:
@@ -120,7 +120,7 @@ async def owned(engine: Engine, access: Access, kind: str, number: Any, what: st
 class Applications:
     def __init__(self, engine: Engine):
         self.engine = engine
-        self.roles = install_rbac(engine)
+        self.roles = roles_of(engine)
         """The engine's roles: the built-in ones and those its registry declares."""
 
     def sees_all(self, role: str) -> bool:

@@ -27,8 +27,9 @@ from ._errors import StepInputInvalid as StepInputInvalid
 from ._errors import UnknownType as UnknownType
 from ._rbac import ROLES as ROLES
 from ._rbac import Roles as Roles
-from ._rbac import install as install_rbac
+from ._rbac import policy as policy
 from ._rbac import require_approval as require_approval
+from ._rbac import roles_of as roles_of
 from ._runs import decided as decided
 from ._runs import remediation as remediation
 from ._runs import steps_of as steps_of
@@ -61,7 +62,8 @@ __all__ = [
     "compile_definition",
     "content_hash",
     "install",
-    "install_rbac",
+    "policy",
+    "roles_of",
     "require_approval",
     "validate",
 ]

@@ -67,7 +67,7 @@ class Catalog:
         self.registry = engine.registry
         install(self.registry)
         _install_audit(self.registry)
-        self.roles = rbac.install(engine)
+        self.roles = rbac.roles_of(engine)  # refused for an engine built without RBAC
         self._validated: dict[str, tuple[Validation, type[BaseModel]]] = {}
         _CATALOGS[self.registry] = self
 

@@ -8,7 +8,7 @@ principals their roles (an API key's, a dashboard user's, an MCP session's)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from flowli.domain import (
@@ -21,7 +21,7 @@ from flowli.domain import (
     custom_role,
     grants,
 )
-from flowli.engine import CallNext, Engine, Registry, Transition
+from flowli.engine import CallNext, Engine, Middleware, Registry, Transition
 
 from ._dag import DAG, dag_args
 from ._errors import ApprovalNeeded, PermissionDenied
@@ -37,7 +37,7 @@ class Roles:
     """The roles of one engine: the built-in ones, the custom ones its registry declares
     (``Registry.role``), and those defined here (``define``)."""
 
-    def __init__(self, declared: Mapping[str, frozenset[str]] | None = None) -> None:
+    def __init__(self, declared: dict[str, frozenset[str]] | None = None) -> None:
         self._roles = dict(ROLES)
         self._declared = declared if declared is not None else {}
         """The registry's own mapping, read at each check: a role declared later counts too."""
@@ -47,11 +47,11 @@ class Roles:
         return found if found is not None else self._declared.get(role, frozenset())
 
     def define(self, name: str, capabilities: Iterable[str]) -> None:
-        """Define (or redefine) a custom role of this process: the capabilities it grants
-        (``runs:start``, a type's declared permission such as ``s3:write``). A role every process
-        knows is declared with the registry (``Registry.role``)."""
+        """Define (or redefine) a custom role in this process, as ``Registry.role`` declares one
+        (the registry's roles are what every check reads): the capabilities it grants
+        (``runs:start``, a type's declared permission such as ``s3:write``)."""
         declared, caps = custom_role(name, capabilities)
-        self._roles[declared] = caps
+        self._declared[declared] = caps
 
     def knows(self, role: str) -> bool:
         return role in self._roles or role in self._declared
@@ -135,21 +135,25 @@ def needs(registry: Registry, t: Transition) -> list[tuple[str, str]]:
     return []
 
 
-_INSTALLED = "_flowli_rbac"
-
-
-def install(engine: Engine) -> Roles:
-    """The RBAC of ``engine``: its middleware registered once; returns its roles."""
-    roles: Roles | None = getattr(engine, _INSTALLED, None)
-    if roles is not None:
-        return roles
-    found = Roles(engine.registry.roles)
+def policy(registry: Registry) -> tuple[Middleware, frozenset[str]]:
+    """The RBAC middleware of an engine of ``registry``, and the transition kinds it sees: every
+    transition a principal with roles asks for is checked against the roles ``registry`` knows
+    (``flowli.connect`` builds every engine with it)."""
+    roles = Roles(registry.roles)
 
     async def rbac(t: Transition, call_next: CallNext) -> Any:
         if isinstance(t.principal, Principal) and t.principal.roles:
-            found.require_all(t.principal, needs(engine.registry, t))
+            roles.require_all(t.principal, needs(registry, t))
         return await call_next()
 
-    engine.use(rbac, kinds={"start", *_OPERATE})  # what needs() asks capabilities for
-    setattr(engine, _INSTALLED, found)
-    return found
+    rbac.flowli_rbac = True  # type: ignore[attr-defined]  # what roles_of looks for
+    return rbac, frozenset({"start", *_OPERATE})  # what needs() asks capabilities for
+
+
+def roles_of(engine: Engine) -> Roles:
+    """The roles ``engine`` checks (the built-in ones and its registry's). Refused (fails closed)
+    for an engine built without the RBAC policy: its checks would not run."""
+    if not any(getattr(m, "flowli_rbac", False) for m in engine.middleware):
+        raise RuntimeError("this engine was built without RBAC: open it with flowli.connect, or build it with"
+                           " middleware=[flowli.catalog.policy(registry)]")
+    return Roles(engine.registry.roles)

@@ -73,6 +73,7 @@ class Engine(ReadModels):
         clock: Clock | None = None,
         options: Options | None = None,
         tracer_provider: Any = None,
+        middleware: Iterable[tuple[Middleware, Iterable[str] | None]] = (),
     ):
         self._store = store
         self.registry = registry
@@ -87,6 +88,8 @@ class Engine(ReadModels):
         self._firers: dict[str, sched.Firer] = {}
         """The workers of this engine: a start here may hand its execution to one."""
         self._closed = False
+        for given, kinds in middleware:  # the policy it is built with (flowli.connect: RBAC)
+            self.use(given, kinds=kinds)
 
     # ---- seams ----------------------------------------------------------------------------
 
@@ -101,6 +104,11 @@ class Engine(ReadModels):
         self._rt.middleware.append(middleware)
         if kinds is not None:
             self._rt.middleware_kinds[middleware] = frozenset(kinds)
+
+    @property
+    def middleware(self) -> tuple[Middleware, ...]:
+        """The middleware registered, in order (the policy the engine was built with first)."""
+        return tuple(self._rt.middleware)
 
     def observe(self, observer: Observer) -> None:
         """Register ``observer(transition, result)``, a plain function called after every commit of
