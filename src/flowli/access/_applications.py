@@ -1,5 +1,5 @@
-"""Applications, API keys, dashboard users and who calls (``Access``), kept as store items. Keys are random and shown
-once; the store holds their SHA-256 digest (a random 256-bit key needs no slow hash: there is
+"""Applications, API keys, dashboard users and who calls (``Access``), kept as store items.
+Keys are random and shown once; the store holds their SHA-256 digest (a random 256-bit key needs no slow hash: there is
 nothing to guess), so a stolen database yields no usable key."""
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ class Access:
     assistant: bool = False
     """A key made for an assistant (``flowli keys create APP --assistant``): its writes wait for a
     person's approval, whatever the route (``require_approval``)."""
+    roles: Roles | None = field(default=None, compare=False, repr=False)
+    """The engine's roles (``roles_of``), which know its custom roles; without them, the
+    built-in roles alone."""
 
     @property
     def principal(self) -> Principal:
@@ -60,10 +63,6 @@ class Access:
         credential = f"{KEY}:{self.key_id}" if self.key_id is not None else None
         return Principal(self.actor, self.actor_kind, (self.role,), self.application, credential=credential,
                          assistant=self.assistant)
-
-    roles: Roles | None = field(default=None, compare=False, repr=False)
-    """The engine's roles (``roles_of``), which know its custom roles; without them, the
-    built-in roles alone."""
 
     def allows(self, capability: str) -> bool:
         """Whether this caller's role grants ``capability`` (a role nobody declared grants nothing)."""
@@ -135,7 +134,7 @@ class Applications:
         """``role`` when the engine knows it; ServiceError naming the roles it knows."""
         if not isinstance(role, str) or not self.roles.knows(role):
             raise ServiceError(f"role must be one of {', '.join(self.roles.names())}, got {role!r}"
-                                     " (an application declares its own with Registry.role)")
+                               " (an application declares its own with Registry.role)")
         return role
 
     @property
@@ -212,7 +211,8 @@ class Applications:
     async def authenticate(self, secret: str | None) -> Access:
         if not secret:
             raise Unauthorized("no credential: send X-API-Key (or Authorization: Bearer <key>)")
-        return _access(await self.engine.items.find(KEY, digest(secret)), "the API key is unknown or disabled", self.roles)
+        found = await self.engine.items.find(KEY, digest(secret))
+        return _access(found, "the API key is unknown or disabled", self.roles)
 
     async def key_access(self, key_id: Any) -> Access:
         """The access of the key ``key_id`` as it is now (its role, whether it is an assistant's);
