@@ -59,9 +59,11 @@ def test_access_checks_a_role_by_its_capabilities_and_fails_closed() -> None:
     for role in ("ghost", ""):  # a role this engine does not know grants nothing: refused, no KeyError
         with pytest.raises(Forbidden, match="lacks the capability 'runs:read'"):
             access(role).require("runs:read")
-    # the built-in roles as before, with or without the engine's roles
-    for given in (roles, None):
-        Access("billing", 1, "operator", "k", roles=given).require("runs:operate")
+    # the built-in roles as before, with the engine's roles or the built-in ones alone (the default)
+    for made in (lambda role: Access("billing", 1, role, "k", roles=roles), lambda role: Access("billing", 1, role, "k")):
+        made("operator").require("runs:operate")
         with pytest.raises(Forbidden):
-            Access("billing", 1, "viewer", "k", roles=given).require("runs:start")
-        Access("billing", 1, "viewer", "k", roles=given).require("runs:read")
+            made("viewer").require("runs:start")
+        made("viewer").require("runs:read")
+    with pytest.raises(Forbidden):  # a declared role means nothing to the built-in roles alone
+        Access("billing", 1, "launcher", "k").require("runs:start")

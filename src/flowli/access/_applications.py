@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowli.catalog import ApprovalNeeded, Roles, require_approval, roles_of
-from flowli.domain import BUILT_IN_ROLES, EVERY_CAPABILITY, OPERATE_RUNS, READ_RUNS, Principal, grants
+from flowli.domain import BUILT_IN_ROLES, EVERY_CAPABILITY, OPERATE_RUNS, READ_RUNS, Principal
 from flowli.engine import Engine
 
 from ._errors import Conflict, Forbidden, NotFound, ServiceError, Unauthorized
@@ -52,9 +52,9 @@ class Access:
     assistant: bool = False
     """A key made for an assistant (``flowli keys create APP --assistant``): its writes wait for a
     person's approval, whatever the route (``require_approval``)."""
-    roles: Roles | None = field(default=None, compare=False, repr=False)
-    """The engine's roles (``roles_of``), which know its custom roles; without them, the
-    built-in roles alone."""
+    roles: Roles = field(default_factory=Roles, compare=False, repr=False)
+    """The engine's roles (``roles_of``), which know its custom roles; by default, the built-in
+    roles alone."""
 
     @property
     def principal(self) -> Principal:
@@ -66,9 +66,7 @@ class Access:
 
     def allows(self, capability: str) -> bool:
         """Whether this caller's role grants ``capability`` (a role nobody declared grants nothing)."""
-        if self.roles is not None:
-            return self.roles.role_allows(self.role, capability)
-        return grants(BUILT_IN_ROLES.get(self.role, frozenset()), capability)
+        return self.roles.role_allows(self.role, capability)
 
     def require(self, capability: str) -> None:
         """Refuse (Forbidden, naming the capability) a caller whose role lacks ``capability``; then

@@ -38,13 +38,12 @@ class Roles:
     (``Registry.role``), and those defined here (``define``)."""
 
     def __init__(self, declared: dict[str, frozenset[str]] | None = None) -> None:
-        self._roles = dict(ROLES)
         self._declared = declared if declared is not None else {}
-        """The registry's own mapping, read at each check: a role declared later counts too."""
+        """The registry's own mapping, read at each check: a role declared later counts too (a
+        custom role never takes a built-in role's name)."""
 
     def _of(self, role: str) -> frozenset[str]:
-        found = self._roles.get(role)
-        return found if found is not None else self._declared.get(role, frozenset())
+        return ROLES.get(role) or self._declared.get(role, frozenset())
 
     def define(self, name: str, capabilities: Iterable[str]) -> None:
         """Define (or redefine) a custom role in this process, as ``Registry.role`` declares one
@@ -54,10 +53,10 @@ class Roles:
         self._declared[declared] = caps
 
     def knows(self, role: str) -> bool:
-        return role in self._roles or role in self._declared
+        return role in ROLES or role in self._declared
 
     def names(self) -> list[str]:
-        return sorted({*self._roles, *self._declared})
+        return sorted({*ROLES, *self._declared})
 
     def capabilities(self, roles: Iterable[str]) -> frozenset[str]:
         """What ``roles`` grant together; a role this engine does not know grants nothing."""
