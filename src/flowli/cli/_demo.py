@@ -115,6 +115,10 @@ class Progress:
         self.line("  ", f"{e.provenance.code.frame_kind} {e.fid}{attempt} ", (what, style), " ", describe_entry(e))
 
     async def poll(self) -> tuple[ExecutionRecord, list[Entry]]:
+        # the record before the journal: a record read as ended then comes with every entry up
+        # to its end (read the other way round, the run could end between the two reads and
+        # the journal printed would stop short of it)
+        record = await self.engine.status(self.eid)
         entries = await self.engine.journal(self.eid)
         # a child ends before its parent resumes: show the children known already first
         await self.poll_children(list(self.children))
@@ -122,7 +126,7 @@ class Progress:
             self.entry(e)
         self.printed = len(entries)
         await self.poll_children(child_eids(entries))
-        return await self.engine.status(self.eid), entries
+        return record, entries
 
     async def poll_children(self, eids: list[str]) -> None:
         for ceid in eids:
