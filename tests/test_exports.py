@@ -51,12 +51,15 @@ PINNED = {
         "Resume", "StateIndex", "StateQuery", "StatusChange", "Store", "StoredState", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
     ],
     flowli.pipelines: [
-        "Access", "Applications", "Conflict", "Forbidden", "MAX_ID", "MAX_NAME", "MAX_RETRIES",
-        "MAX_SECONDS", "MAX_STAGES", "NotFound", "PipelineInputError", "Pipelines", "Policies", "ROLES",
-        "RULE_RANGES", "Schedules", "ServiceError", "Session", "TERMINAL_CODES", "Unauthorized",
-        "Unavailable", "WORKFLOW", "Workers", "decide", "declaration", "delays", "effective_policy",
-        "install", "key_of", "plan", "policy_body", "queue_of", "redact", "redact_items",
-        "scheduled_pipeline", "stage_list"
+        "Access", "AckIn", "Applications", "BootstrapIn", "Conflict", "ContextItem", "DecisionIn", "Forbidden",
+        "HeartbeatIn", "IdempotencyKeyIn", "IdempotentPipelineIn", "InputBody", "Keyword", "LeaseIn", "LogIn",
+        "MAX_BATCH", "MAX_HANDLERS", "MAX_ID", "MAX_NAME", "MAX_RETRIES", "MAX_SECONDS", "MAX_STAGES", "NotFound",
+        "PipelineIn", "PipelineInputError", "Pipelines", "Policies", "PullBatchIn", "PullIn", "ROLES",
+        "RULE_RANGES", "RerunIn", "ResultIn", "ResultItemIn", "Schedules", "ServiceError", "Session", "SkipIn",
+        "StageIn", "StageOptions", "StagesIn", "TERMINAL_CODES", "Unauthorized", "Unavailable", "WORKFLOW",
+        "Workers", "decide", "declaration", "delays", "documented", "effective_policy", "install", "key_of",
+        "plan", "policy_body", "queue_of", "read", "redact", "redact_items", "scheduled_pipeline", "sentence",
+        "stage_list"
     ],
     flowli.catalog: [
         "AUDIT", "ApprovalNeeded", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError",

@@ -192,7 +192,7 @@ async def test_a_changed_composition_is_refused_and_refused_requests_store_nothi
                 "error": "the inputs of 'aws.s3.enable_versioning' do not match its schema: extra is not a parameter",
                 "problems": ["extra is not a parameter"]}),
             ({"workflow_type": "aws.s3.enable_versioning", "inputs": [1]}, 400,
-             {"error": "inputs: Input should be a valid dictionary"}),
+             {"error": "inputs must be an object, got [1]"}),
             ({"workflow_type": "aws.s3.enable_versioning", "inputs": {"bucket": b}, "colour": 1}, 400,
              {"error": "colour is not a known field"}),
             ({"workflow_type": "virtual.vw_demo@1.0", "inputs": {}}, 400, {

@@ -162,7 +162,7 @@ async def test_a_bad_body_on_a_lean_route_is_the_400_naming_its_field(pair):
                                  json={"workerName": "w", "supportedHandlers": ["H"]})).json()
     session = {"X-Worker-Session": boot["workerSessionToken"]}
     r = await pair.lean.post("/jobs/pull", json={"waitSeconds": "ten"}, headers=session)
-    assert r.status_code == 400 and r.json() == {"error": "waitSeconds: Input should be a valid number"}, r.text
+    assert r.status_code == 400 and r.json() == {"error": 'waitSeconds must be a number, got "ten"'}, r.text
     r = await pair.lean.post("/stages/7/result", json={"executionId": "e", "attempt": 1}, headers=session)
     assert r.status_code == 400 and r.json() == {"error": "isSuccess is required"}, r.text
     r = await pair.lean.post("/pipelines/idempotent", headers={"X-API-Key": pair.key},

@@ -133,7 +133,8 @@ def test_a_pipeline_schedule_validates_its_pipeline_before_anything_is_stored():
                           ({"name": "x", "pipeline": "nightly"}, "pipeline is required (a create body)"),
                           ({"name": "x", "pipeline": {"name": "p", "stages": []}},
                            "stages: at least one stage is required"),
-                          ({"name": "x", "pipeline": {"stages": pipeline["stages"]}},
+                          ({"name": "x", "pipeline": {"stages": pipeline["stages"]}}, "name is required"),
+                          ({"name": "x", "pipeline": {"name": " ", "stages": pipeline["stages"]}},
                            "name is required (a nonempty string)")]:
         with pytest.raises(PipelineInputError) as refused:
             scheduled_pipeline(body)

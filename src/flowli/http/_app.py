@@ -26,7 +26,7 @@ from flowli.services import Services
 
 from . import _batch as batch
 from . import _models as m
-from ._body import BODIES, MAX_BODY, BodyLimit, json_body, raw, takes
+from ._body import BODIES, MAX_BODY, BodyLimit, json_body, takes
 from ._catalog_routes import add_catalog_routes
 from ._docs import add_docs
 from ._errors import error, register
@@ -113,8 +113,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
 
     @app.post("/pipelines", openapi_extra=takes(m.PipelineIn), responses={200: {"model": m.PipelineOut}})
     async def create_legacy(request: Request, who: Access = Depends(access),
-                            _body: Any = json_body(m.PipelineIn)) -> Any:
-        view, _ = await pipelines.create(who, raw(request), idempotent=False,
+                            body: m.PipelineIn = json_body(m.PipelineIn)) -> Any:
+        view, _ = await pipelines.create(who, body, idempotent=False,
                                          traceparent=request.headers.get("traceparent"))
         return view
 
@@ -123,8 +123,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
                                                               "description": "an equivalent request created it"},
                          409: {"model": m.Error, "description": "the key was used for another intent"}})
     async def create_idempotent(request: Request, who: Access = Depends(access),
-                                _body: Any = json_body(m.IdempotentPipelineIn)) -> Any:
-        view, created = await pipelines.create(who, raw(request), idempotent=True,
+                                body: m.IdempotentPipelineIn = json_body(m.IdempotentPipelineIn)) -> Any:
+        view, created = await pipelines.create(who, body, idempotent=True,
                                                traceparent=request.headers.get("traceparent"))
         return JSONResponse({"pipeline": view, "created": created, "wasExisting": not created},
                             status_code=201 if created else 200)
@@ -159,9 +159,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
 
     @app.post("/pipelines/{pipeline_id}/stages", openapi_extra=takes(m.StagesIn),
               responses={200: {"model": m.StagesOut}})
-    async def append(pipeline_id: str, request: Request, who: Access = Depends(access),
-                     _body: Any = json_body(m.StagesIn)) -> Any:
-        return {"stages": await pipelines.append(who, pipeline_id, raw(request))}
+    async def append(pipeline_id: str, who: Access = Depends(access), body: m.StagesIn = json_body(m.StagesIn)) -> Any:
+        return {"stages": await pipelines.append(who, pipeline_id, body)}
 
     @app.post("/pipelines/{pipeline_id}/pause", responses={200: {"model": m.PipelineOut}})
     async def pause(pipeline_id: str, who: Access = Depends(access)) -> Any:
@@ -184,60 +183,57 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     # ---- workers --------------------------------------------------------------------------
 
     @app.post("/workers/bootstrap", openapi_extra=takes(m.BootstrapIn), responses={200: {"model": m.BootstrapOut}})
-    async def bootstrap(request: Request, who: Access = Depends(access), _body: Any = json_body(m.BootstrapIn)) -> Any:
-        return {**await workers.bootstrap(who, raw(request)), "batch": batch.OFFER}
+    async def bootstrap(who: Access = Depends(access), body: m.BootstrapIn = json_body(m.BootstrapIn)) -> Any:
+        return {**await workers.bootstrap(who, body), "batch": batch.OFFER}
 
     @app.post("/jobs/pull", openapi_extra=takes(m.PullIn),
               responses={200: {"model": m.JobOut}, 204: {"description": "no job within waitSeconds"}})
-    async def pull(request: Request, s: Session = Depends(session), _body: Any = json_body(m.PullIn)) -> Any:
-        job = await workers.pull(s, raw(request), gone=lambda: gone(request.receive))
+    async def pull(request: Request, s: Session = Depends(session), body: m.PullIn = json_body(m.PullIn)) -> Any:
+        job = await workers.pull(s, body, gone=lambda: gone(request.receive))
         return Response(status_code=204) if job is None else job
 
     @app.post("/stages/{stage_id}/lease/acquire", openapi_extra=takes(m.LeaseIn),
               responses={200: {"model": m.LeaseOut}})
-    async def acquire(stage_id: str, request: Request, s: Session = Depends(session),
-                      _body: Any = json_body(m.LeaseIn)) -> Any:
-        return await workers.acquire(s, stage_id, raw(request))
+    async def acquire(stage_id: str, s: Session = Depends(session), body: m.LeaseIn = json_body(m.LeaseIn)) -> Any:
+        return await workers.acquire(s, stage_id, body)
 
     @app.post("/stages/{stage_id}/lease/renew", openapi_extra=takes(m.LeaseIn), responses={200: {"model": m.LeaseOut}})
-    async def renew(stage_id: str, request: Request, s: Session = Depends(session),
-                    _body: Any = json_body(m.LeaseIn)) -> Any:
-        return await workers.acquire(s, stage_id, raw(request), renew=True)
+    async def renew(stage_id: str, s: Session = Depends(session), body: m.LeaseIn = json_body(m.LeaseIn)) -> Any:
+        return await workers.acquire(s, stage_id, body, renew=True)
 
     @app.post("/stages/{stage_id}/result", status_code=202, openapi_extra=takes(m.ResultIn),
               responses={202: {"model": m.ResultOut},
                          409: {"model": m.ResultOut | m.Error, "description": "a stale result (accepted: false)"}})
-    async def result(stage_id: str, request: Request, s: Session = Depends(session),
-                     _body: Any = json_body(m.ResultIn)) -> Any:
-        status, answer = await workers.result(s, stage_id, raw(request))
+    async def result(stage_id: str, s: Session = Depends(session), body: m.ResultIn = json_body(m.ResultIn)) -> Any:
+        status, answer = await workers.result(s, stage_id, body)
         return JSONResponse(answer, status_code=status)
 
     # ---- the batch routes (``_batch``): many items in one request, each as its one-item route --
 
     @app.post("/jobs/pull-batch", openapi_extra=takes(m.PullBatchIn),
               responses={200: {"model": m.JobsOut}, 204: {"description": "no job within waitSeconds"}})
-    async def pull_batch(request: Request, s: Session = Depends(session), _body: Any = json_body(m.PullBatchIn)) -> Any:
-        status, answer = await batch.pull(workers, s, raw(request), gone=lambda: gone(request.receive))
+    async def pull_batch(request: Request, s: Session = Depends(session),
+                         body: m.PullBatchIn = json_body(m.PullBatchIn)) -> Any:
+        status, answer = await batch.pull(workers, s, body, gone=lambda: gone(request.receive))
         return Response(status_code=204) if answer is None else JSONResponse(answer, status_code=status)
 
     @app.post("/stages/results", openapi_extra=takes(m.ResultsIn), responses={200: {"model": m.ResultsOut}})
-    async def results(request: Request, s: Session = Depends(session), _body: Any = json_body(m.ResultsIn)) -> Any:
-        _, answer = await batch.results(workers, s, raw(request))
+    async def results(s: Session = Depends(session), body: m.ResultsIn = json_body(m.ResultsIn)) -> Any:
+        _, answer = await batch.results(workers, s, body)
         return answer
 
     @app.post("/pipelines/idempotent/batch", openapi_extra=takes(m.CreatesIn), responses={200: {"model": m.CreatesOut}})
-    async def creates(request: Request, who: Access = Depends(access), _body: Any = json_body(m.CreatesIn)) -> Any:
-        _, answer = await batch.creates(pipelines, who, raw(request), request.headers.get("traceparent"))
+    async def creates(request: Request, who: Access = Depends(access), body: m.CreatesIn = json_body(m.CreatesIn)) -> Any:
+        _, answer = await batch.creates(pipelines, who, body, request.headers.get("traceparent"))
         return answer
 
     @app.post("/jobs/ack", openapi_extra=takes(m.AckIn), responses={200: {"model": m.AckOut}})
-    async def ack(request: Request, s: Session = Depends(session), _body: Any = json_body(m.AckIn)) -> Any:
-        return await workers.ack(s, raw(request))
+    async def ack(s: Session = Depends(session), body: m.AckIn = json_body(m.AckIn)) -> Any:
+        return await workers.ack(s, body)
 
     @app.post("/workers/heartbeat", openapi_extra=takes(m.HeartbeatIn), responses={200: {"model": m.OkOut}})
-    async def heartbeat(request: Request, s: Session = Depends(session),
-                        _body: Any = json_body(m.HeartbeatIn)) -> Any:
-        return await workers.heartbeat(s, raw(request))
+    async def heartbeat(s: Session = Depends(session), body: m.HeartbeatIn = json_body(m.HeartbeatIn)) -> Any:
+        return await workers.heartbeat(s, body)
 
     @app.post("/workers/shutdown", responses={200: {"model": m.OkOut}})
     async def shutdown(s: Session = Depends(session)) -> Any:

@@ -23,13 +23,12 @@ from typing import Any
 
 from flowli.access import Access
 from flowli.domain import START_RUNS
-from flowli.pipelines import Pipelines, Session, Workers
+from flowli.pipelines import MAX_BATCH, Pipelines, PullBatchIn, ResultItemIn, Session, Workers, read
 
 from . import _models as m
-from ._body import checked
 from ._errors import refusal
 
-OFFER = {"maxJobs": m.MAX_BATCH, "maxResults": m.MAX_BATCH, "maxCreates": m.MAX_BATCH}
+OFFER = {"maxJobs": MAX_BATCH, "maxResults": MAX_BATCH, "maxCreates": MAX_BATCH}
 """What the bootstrap answer says of the batch routes (``batch``)."""
 
 Answer = tuple[int, Any]
@@ -44,20 +43,20 @@ def _refused(exc: Exception) -> tuple[int, dict[str, Any]]:
     return answer.status_code, json.loads(bytes(answer.body))
 
 
-async def pull(workers: Workers, session: Session, body: Any, gone: Callable[[], Awaitable[Any]] | None) -> Answer:
+async def pull(workers: Workers, session: Session, body: PullBatchIn,
+               gone: Callable[[], Awaitable[Any]] | None) -> Answer:
     """``POST /jobs/pull-batch``: 200 ``{"jobs"}``, or 204 when none came within ``waitSeconds``."""
-    jobs = await workers.pull_batch(session, body, int(body["max"]), gone=gone)
+    jobs = await workers.pull_batch(session, body, gone=gone)
     return (200, {"jobs": jobs}) if jobs else (204, None)
 
 
-async def results(workers: Workers, session: Session, body: Any) -> Answer:
+async def results(workers: Workers, session: Session, body: m.ResultsIn) -> Answer:
     """``POST /stages/results``: 200 ``{"results"}``, one per item in the request's order."""
 
     async def one(item: Any) -> dict[str, Any]:
         stage_id = item.get("stageId") if isinstance(item, dict) else None
         try:
-            checked(m.ResultItemIn, item)
-            status, answer = await workers.result(session, str(stage_id), item)
+            status, answer = await workers.result(session, str(stage_id), read(ResultItemIn, item))
         except Exception as exc:  # noqa: BLE001 - answered in the item's place as its own route would
             status, answer = _refused(exc)
             return {"stageId": stage_id, "status": status, "accepted": False,
@@ -67,10 +66,10 @@ async def results(workers: Workers, session: Session, body: Any) -> Answer:
             out["reason"] = answer["reason"]
         return out
 
-    return 200, {"results": list(await asyncio.gather(*(one(item) for item in body["results"])))}
+    return 200, {"results": list(await asyncio.gather(*(one(item) for item in body.results)))}
 
 
-async def creates(pipelines: Pipelines, who: Access, body: Any, traceparent: str | None) -> Answer:
+async def creates(pipelines: Pipelines, who: Access, body: m.CreatesIn, traceparent: str | None) -> Answer:
     """``POST /pipelines/idempotent/batch``: 200 ``{"results"}``, one per pipeline in the request's
     order: 201 (created) or 200 (an equivalent request created it) with the pipeline, 400 or 409
     with the error (and a 409's ``pipelineId``)."""
@@ -78,11 +77,10 @@ async def creates(pipelines: Pipelines, who: Access, body: Any, traceparent: str
 
     async def one(item: Any) -> dict[str, Any]:
         try:
-            checked(m.IdempotentPipelineIn, item)
             view, created = await pipelines.create(who, item, idempotent=True, traceparent=traceparent)
         except Exception as exc:  # noqa: BLE001 - answered in the item's place
             status, answer = _refused(exc)
             return {"status": status, **answer}
         return {"status": 201 if created else 200, "pipeline": view}
 
-    return 200, {"results": list(await asyncio.gather(*(one(item) for item in body["pipelines"])))}
+    return 200, {"results": list(await asyncio.gather(*(one(item) for item in body.pipelines)))}

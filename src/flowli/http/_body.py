@@ -11,7 +11,7 @@ import json
 import math
 import re
 from itertools import accumulate
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Depends
 from fastapi.exceptions import RequestValidationError
@@ -159,7 +159,8 @@ def takes(model: type[BaseModel]) -> dict[str, Any]:
 def json_body(model: type[BaseModel]) -> Any:
     """A route's body, as a dependency declared after the credential's (FastAPI solves them in
     order): read with ``read_json``, checked against ``model`` (a RequestValidationError names
-    the field). The route gets the model; ``raw(request)`` is the JSON as sent."""
+    the field). The route gets the model, and hands it to its service as the operation's input;
+    ``raw(request)`` is the JSON as sent, for a service that takes it as it came."""
 
     async def parsed(request: Request) -> BaseModel:
         data = await read_json(request)
@@ -169,7 +170,10 @@ def json_body(model: type[BaseModel]) -> Any:
     return Depends(parsed)
 
 
-def checked(model: type[BaseModel], data: Any) -> BaseModel:
+M = TypeVar("M", bound=BaseModel)
+
+
+def checked(model: type[M], data: Any) -> M:
     """``data`` as a ``model``: a RequestValidationError (400 naming the field) when it is not one."""
     try:
         return model.model_validate(data)

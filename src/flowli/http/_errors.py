@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from flowli.domain import DatabaseUnavailable, FlowliError, Refusal
+from flowli.pipelines import sentence
 
 from ._body import BodyRefused
 
@@ -25,28 +26,9 @@ def error(status: int, message: str, **extra: Any) -> JSONResponse:
 
 
 def validation_sentence(exc: RequestValidationError, body: Any = None) -> str:
-    """The sentence of a body its model refused, naming the field (a stage by its name)."""
-    first = exc.errors()[0] if exc.errors() else {}
-    kind = first.get("type", "")
-    if kind in ("json_invalid", "json_type"):
-        return "the body is not valid JSON" + (f": {first.get('ctx', {}).get('error')}" if first.get("ctx") else "")
-    loc = [x for x in first.get("loc", ()) if x != "body"]
-    if len(loc) >= 2 and loc[0] in ("stages", "appendStages") and isinstance(loc[1], int):
-        # name the stage, as the service does: stage 'validate': options.maxRetries ...
-        stages = body.get(loc[0]) if isinstance(body, dict) else None
-        name = stages[loc[1]].get("stageName") if isinstance(stages, list) and len(stages) > loc[1] and \
-            isinstance(stages[loc[1]], dict) else None
-        label = f"stage {name!r}" if isinstance(name, str) and name else f"{loc[0]}[{loc[1]}]"
-        rest = ".".join(str(x) for x in loc[2:])
-        where = f"{label}: {rest}" if rest else label
-    else:
-        where = ".".join(str(x) for x in loc) if loc else "the body"
-    msg = first.get("msg", "is not valid")
-    if kind == "missing":
-        return f"{where} is required"
-    if kind == "extra_forbidden":
-        return f"{where} is not a known field"
-    return f"{where}: {msg}"
+    """The sentence of a body (or a query) its model refused, naming the field (a stage by its
+    name), in the words of the pipeline operations' own refusals (``flowli.pipelines.sentence``)."""
+    return sentence(exc.errors(), body)
 
 
 def _crashed(exc: Exception) -> JSONResponse:

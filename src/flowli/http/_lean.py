@@ -28,7 +28,7 @@ import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
 import orjson
@@ -45,6 +45,7 @@ from ._body import checked, parse_json
 from ._errors import refusal
 from ._hosts import headers_of
 
+M = TypeVar("M", bound=BaseModel)
 Answer = tuple[int, Any]
 """A lean route's answer: its status and its JSON content (None with 204: no body)."""
 
@@ -104,8 +105,8 @@ class Call:
         self.query: Query = query or {}
         """A list's query (``plain_query``)."""
 
-    async def json(self, model: type[BaseModel]) -> Any:
-        """The body as sent (parsed by ``parse_json``), once ``model`` accepts it."""
+    async def json(self, model: type[M]) -> M:
+        """The body (parsed by ``parse_json``) as a ``model`` (``checked``)."""
         chunks = []
         while True:
             message = await self.receive()
@@ -114,9 +115,7 @@ class Call:
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
-        data = parse_json(b"".join(chunks))
-        checked(model, data)
-        return data
+        return checked(model, parse_json(b"".join(chunks)))
 
 
 _ONCE = ("pageNumber", "pageSize", "search", "name")

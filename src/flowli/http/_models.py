@@ -1,9 +1,10 @@
 """The bodies of the HTTP service as pydantic models, and the answers of its routes: the OpenAPI
-document is generated from them. Body types are strict ("3" is not a number, "yes" not a
-boolean); the pipeline service checks the rest (names, dependencies, cycles, the ranges of
-numbers) and says which stage and field, so a range here only documents the service's
-(``documented``): each check is made in one place. The answers list what every answer carries;
-an answer may carry more."""
+document is generated from them. The bodies of the pipeline and worker routes are the pipeline
+operations' own inputs (``flowli.pipelines``: a route hands the model it read to the operation);
+the others are declared here. Body types are strict ("3" is not a number, "yes" not a boolean);
+the services check the rest (names, dependencies, cycles, the ranges of numbers) and say which
+stage and field, so a range here only documents the service's (``documented``): each check is
+made in one place. The answers list what every answer carries; an answer may carry more."""
 
 from __future__ import annotations
 
@@ -11,145 +12,34 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from flowli.access import MAX_ID
 from flowli.engine import MAX_INTERVAL, MIN_INTERVAL
-from flowli.pipelines import MAX_NAME, MAX_RETRIES, MAX_SECONDS, MAX_STAGES, RULE_RANGES
-
-MAX_HANDLERS = 100
-"""The most handler names one worker serves (``supportedHandlers``, a pull's ``handlers``)."""
-
-
-def documented(low: float, high: float, default: Any = None, **more: Any) -> Any:
-    """A number field whose range the service checks (the document says it; pydantic does not)."""
-    return Field(default, json_schema_extra={"minimum": low, "maximum": high, **more})
-
-
-class Body(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-
-
-class StageOptions(Body):
-    model_config = ConfigDict(strict=True, extra="forbid")
-    dependsOn: list[str] | None = None
-    maxRetries: float | None = documented(0, MAX_RETRIES)
-    retryInterval: float | None = documented(0, MAX_SECONDS)
-    retryOnErrorCodes: list[str] | None = None
-    backoff: Literal["fixed", "linear", "exponential"] | None = None
-    maxRetryInterval: float | None = documented(0, MAX_SECONDS)
-    jitter: bool | None = None
-    timeOut: float | None = documented(0, MAX_SECONDS)
-    runInParallelWith: list[str] | None = None
-    failIfOutputEmpty: bool | None = None
-    notifyOnFailure: bool | None = None
-    runAsUser: str | None = None
-
-
-class StageIn(Body):
-    stageName: str = Field(json_schema_extra={"maxLength": MAX_NAME})
-    stageHandlerName: str = Field(json_schema_extra={"maxLength": MAX_NAME})
-    input: str | None = None
-    description: str | None = None
-    isEvent: bool = False
-    options: StageOptions | None = None
-
-
-class Keyword(Body):
-    key: str
-    value: str | None = None
-
-
-class ContextItem(Body):
-    key: str
-    value: str | None = None
-    valueType: str | None = None
-    isSensitive: bool = False
-    isDeleted: bool = False
-
-
-class PipelineIn(Body):
-    name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
-    traceId: str | None = None
-    stages: list[StageIn] = Field(json_schema_extra={"maxItems": MAX_STAGES})
-    pipelineKeywords: list[Keyword] | None = None
-    pipelineContextItems: list[ContextItem] | None = None
-
-
-class IdempotentPipelineIn(PipelineIn):
-    idempotencyKey: str = Field(json_schema_extra={"maxLength": MAX_NAME})
-
-
-class IdempotencyKeyIn(Body):
-    idempotencyKey: str
-
-
-class StagesIn(Body):
-    stages: list[StageIn] = Field(json_schema_extra={"maxItems": MAX_STAGES})
-
-
-class RerunIn(Body):
-    stageId: int = documented(1, MAX_ID, ...)
-    rerunAllNextStages: bool = False
-
-
-class SkipIn(Body):
-    stageId: int = documented(1, MAX_ID, ...)
-
-
-class DecisionIn(Body):
-    approved: bool
-    rejectionReason: str | None = None
-
-
-class BootstrapIn(Body):
-    workerName: str = Field(max_length=MAX_NAME)
-    supportedHandlers: list[str] = Field(max_length=MAX_HANDLERS)
-    instanceId: str | None = None
-    hostName: str | None = None
-    pid: int | None = None
-    sdkVersion: str | None = None
-
-
-class PullIn(Body):
-    handlers: list[str] | None = Field(None, max_length=MAX_HANDLERS)
-    waitSeconds: float = documented(0, 30, 0)
-
-
-class LeaseIn(Body):
-    executionId: str
-    workerId: str | None = None
-
-
-class LogIn(Body):
-    message: str | None = None
-    logLevel: str | None = None
-    created: str | None = None
-
-
-class ResultIn(Body):
-    executionId: str
-    attempt: int
-    isSuccess: bool
-    output: str | None = None
-    errorCode: str | None = None
-    errorMessage: str | None = None
-    retryable: bool | None = None
-    isWaitingForApproval: bool | None = None
-    contextItems: list[ContextItem] | None = None
-    appendStages: list[StageIn] | None = None
-    logs: list[LogIn] | None = None
-
-
-MAX_BATCH = 100
-"""Jobs, results or creates in one request of a batch route at most (offered in the bootstrap answer)."""
-
-
-class PullBatchIn(PullIn):
-    max: int = Field(ge=1, le=MAX_BATCH, description=f"jobs at most, 1 to {MAX_BATCH}")
-
-
-class ResultItemIn(ResultIn):
-    stageId: int | str
-    token: str | None = None
+from flowli.pipelines import (
+    MAX_BATCH,
+    MAX_NAME,
+    RULE_RANGES,
+    AckIn,
+    BootstrapIn,
+    ContextItem,
+    DecisionIn,
+    HeartbeatIn,
+    IdempotencyKeyIn,
+    IdempotentPipelineIn,
+    Keyword,
+    LeaseIn,
+    LogIn,
+    PipelineIn,
+    PullBatchIn,
+    PullIn,
+    RerunIn,
+    ResultIn,
+    ResultItemIn,
+    SkipIn,
+    StageIn,
+    StageOptions,
+    StagesIn,
+    documented,
+)
+from flowli.pipelines import InputBody as Body
 
 
 class ResultsIn(Body):
@@ -163,14 +53,11 @@ class CreatesIn(Body):
         "each an IdempotentPipelineIn, checked on its own (a bad one is answered 400 in its place)"))
 
 
-class AckIn(Body):
-    token: str
-    requeue: bool = False
-
-
-class HeartbeatIn(Body):
-    state: Literal["ready", "draining"] | None = None
-    inFlight: int | None = Field(None, json_schema_extra={"minimum": 0})
+__all__ = ["AckIn", "BootstrapIn", "ContextItem", "DecisionIn", "HeartbeatIn", "IdempotencyKeyIn",
+           "IdempotentPipelineIn", "Keyword", "LeaseIn", "LogIn", "PipelineIn", "PullBatchIn", "PullIn", "RerunIn",
+           "ResultIn", "ResultItemIn", "SkipIn", "StageIn", "StageOptions", "StagesIn"]
+"""The bodies that are the pipeline operations' own inputs (``flowli.pipelines``), named here
+beside the service's other bodies and answers."""
 
 
 class Error(BaseModel):

@@ -17,6 +17,37 @@ from flowli.access import key_of as key_of
 from ._decider import WORKFLOW as WORKFLOW
 from ._decider import install as install
 from ._decider import queue_of as queue_of
+from ._inputs import MAX_BATCH as MAX_BATCH
+from ._inputs import MAX_HANDLERS as MAX_HANDLERS
+from ._inputs import MAX_NAME as MAX_NAME
+from ._inputs import MAX_RETRIES as MAX_RETRIES
+from ._inputs import MAX_SECONDS as MAX_SECONDS
+from ._inputs import MAX_STAGES as MAX_STAGES
+from ._inputs import AckIn as AckIn
+from ._inputs import Body as InputBody
+from ._inputs import BootstrapIn as BootstrapIn
+from ._inputs import ContextItem as ContextItem
+from ._inputs import DecisionIn as DecisionIn
+from ._inputs import HeartbeatIn as HeartbeatIn
+from ._inputs import IdempotencyKeyIn as IdempotencyKeyIn
+from ._inputs import IdempotentPipelineIn as IdempotentPipelineIn
+from ._inputs import Keyword as Keyword
+from ._inputs import LeaseIn as LeaseIn
+from ._inputs import LogIn as LogIn
+from ._inputs import PipelineIn as PipelineIn
+from ._inputs import PipelineInputError as PipelineInputError
+from ._inputs import PullBatchIn as PullBatchIn
+from ._inputs import PullIn as PullIn
+from ._inputs import RerunIn as RerunIn
+from ._inputs import ResultIn as ResultIn
+from ._inputs import ResultItemIn as ResultItemIn
+from ._inputs import SkipIn as SkipIn
+from ._inputs import StageIn as StageIn
+from ._inputs import StageOptions as StageOptions
+from ._inputs import StagesIn as StagesIn
+from ._inputs import documented as documented
+from ._inputs import read as read
+from ._inputs import sentence as sentence
 from ._policies import RULE_RANGES as RULE_RANGES
 from ._policies import Policies as Policies
 from ._policies import effective_policy as effective_policy
@@ -29,19 +60,17 @@ from ._schedules import Schedules as Schedules
 from ._schedules import scheduled_pipeline as scheduled_pipeline
 from ._service import Pipelines as Pipelines
 from ._service import redact as redact
-from ._spec import MAX_NAME as MAX_NAME
-from ._spec import MAX_RETRIES as MAX_RETRIES
-from ._spec import MAX_SECONDS as MAX_SECONDS
-from ._spec import MAX_STAGES as MAX_STAGES
-from ._spec import PipelineInputError as PipelineInputError
 from ._spec import declaration as declaration
 from ._spec import stage_list as stage_list
 from ._view import redact_items as redact_items
 from ._workers import Session as Session
 from ._workers import Workers as Workers
 
-__all__ = ["MAX_ID", "MAX_NAME", "MAX_RETRIES", "MAX_SECONDS", "MAX_STAGES", "ROLES", "RULE_RANGES",
-           "TERMINAL_CODES", "WORKFLOW", "Access", "Applications", "Conflict", "Forbidden", "NotFound",
-           "PipelineInputError", "Pipelines", "Policies", "Schedules", "ServiceError", "Session", "Unauthorized", "Unavailable", "Workers",
-           "decide", "declaration", "delays", "effective_policy", "install", "key_of", "plan", "policy_body", "queue_of",
-           "redact", "redact_items", "scheduled_pipeline", "stage_list"]
+__all__ = ["MAX_BATCH", "MAX_HANDLERS", "MAX_ID", "MAX_NAME", "MAX_RETRIES", "MAX_SECONDS", "MAX_STAGES", "ROLES",
+           "RULE_RANGES", "TERMINAL_CODES", "WORKFLOW", "Access", "AckIn", "Applications", "BootstrapIn", "Conflict",
+           "ContextItem", "DecisionIn", "Forbidden", "HeartbeatIn", "IdempotencyKeyIn", "IdempotentPipelineIn", "InputBody",
+           "Keyword", "LeaseIn", "LogIn", "NotFound", "PipelineIn", "PipelineInputError", "Pipelines", "Policies",
+           "PullBatchIn", "PullIn", "RerunIn", "ResultIn", "ResultItemIn", "Schedules", "ServiceError", "Session",
+           "SkipIn", "StageIn", "StageOptions", "StagesIn", "Unauthorized", "Unavailable", "Workers", "decide",
+           "declaration", "delays", "documented", "effective_policy", "install", "key_of", "plan", "policy_body", "queue_of", "read",
+           "redact", "redact_items", "scheduled_pipeline", "sentence", "stage_list"]

@@ -15,8 +15,9 @@ from flowli.domain import WRITE_CATALOG
 from flowli.engine import Engine
 
 from . import _retry
+from ._inputs import MAX_RETRIES, MAX_SECONDS, PipelineInputError
 from ._service import POLICY, STAGE, Pipelines
-from ._spec import MAX_RETRIES, MAX_SECONDS, PipelineInputError, short
+from ._spec import short
 
 _RULES = ("maxRetries", "intervalSeconds", "backoffMultiplier", "errorCodes")
 MAX_MULTIPLIER = 10

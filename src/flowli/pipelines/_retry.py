@@ -7,7 +7,7 @@ import hashlib
 import math
 from typing import Any
 
-from ._spec import MAX_SECONDS
+from ._inputs import MAX_SECONDS
 
 TERMINAL_CODES = frozenset({"BUSINESS_REJECTED", "VALIDATION_ERROR", "INVALID_STATE", "MISSING_REQUIRED_DATA"})
 """Never retried, even when listed."""

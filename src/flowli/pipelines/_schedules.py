@@ -12,8 +12,9 @@ from flowli.access import Access, owned
 from flowli.domain import START_RUNS, redact
 from flowli.engine import SCHEDULE, Engine, ScheduleError, firing_key
 
+from ._inputs import PipelineInputError
 from ._service import Pipelines
-from ._spec import PipelineInputError, declaration
+from ._spec import declaration
 
 
 def scheduled_pipeline(body: Any) -> dict[str, Any]:

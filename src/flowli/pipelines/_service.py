@@ -32,7 +32,8 @@ from flowli.store import NewItem
 
 from . import _retry
 from ._decider import CHANNEL, VERSION, WORKFLOW, install
-from ._spec import PipelineInputError, declaration, intent_digest, labels, short, stage_list
+from ._inputs import IdempotentPipelineIn, PipelineIn, PipelineInputError, StagesIn, read
+from ._spec import declaration, intent_digest, short, stage_list
 from ._upgrade import convert, executions_of_version_1, fold
 from ._view import build, declared, iso, pipeline_status
 
@@ -94,18 +95,18 @@ class Pipelines:
 
     # ---- create ---------------------------------------------------------------------------
 
-    async def create(self, access: Access, body: Any, *, idempotent: bool,
+    async def create(self, access: Access, body: PipelineIn | Any, *, idempotent: bool,
                      traceparent: str | None = None) -> tuple[dict[str, Any], bool]:
-        """The pipeline and whether this call created it. Its spans go to the trace of the
-        request's W3C ``traceparent`` (the caller's span is their parent), else of its ``traceId``
-        when that is a W3C trace id."""
+        """The pipeline and whether this call created it: ``body`` an ``IdempotentPipelineIn``
+        when ``idempotent``, else a ``PipelineIn`` (a mapping is read into it). Its spans go to
+        the trace of the request's W3C ``traceparent`` (the caller's span is their parent), else
+        of its ``traceId`` when that is a W3C trace id."""
         access.require(START_RUNS)
-        if not isinstance(body, dict):
-            raise PipelineInputError("the body must be a JSON object")
+        body = read(IdempotentPipelineIn, body) if idempotent else read(PipelineIn, body)
         await self.upgrade()
-        key = body.get("idempotencyKey")
-        if idempotent:
-            if not isinstance(key, str) or not key.strip():
+        key = getattr(body, "idempotencyKey", None)
+        if key is not None:
+            if not key.strip():
                 raise PipelineInputError("idempotencyKey is required (a nonempty string)")
             short(key, "idempotencyKey")
         decl = declaration(body)
@@ -394,10 +395,10 @@ class Pipelines:
                     raise Conflict(f"pipeline of execution {eid} has not started yet: try again") from None
                 await asyncio.sleep(0.01)
 
-    async def append(self, access: Access, pid: Any, body: Any) -> builtins.list[dict[str, Any]]:
-        stages = body.get("stages") if isinstance(body, dict) else None
+    async def append(self, access: Access, pid: Any, body: StagesIn | Any) -> builtins.list[dict[str, Any]]:
+        body = read(StagesIn, body)
         item, _, p = await self._live(access, pid, "append stages to")
-        specs = stage_list(stages, declared_specs(p))
+        specs = stage_list(body.stages, declared_specs(p))
         given, rows = await self._stage_ids(access, item.key, specs, p["spec"]["name"], p["spec"].get("keywords") or [])
         await self._signal(access, item.key, {"op": "append", "stages": given}, f"append stages to pipeline {item.id}",
                            items=rows)
@@ -556,4 +557,4 @@ def stage_json(sid: int, pid: int, g: dict[str, Any], status: str, created: str 
             "createdAt": created, "startedAt": None, "finishedAt": None}
 
 
-__all__ = ["Pipelines", "labels", "redact"]
+__all__ = ["Pipelines", "redact"]

@@ -31,8 +31,20 @@ from flowli.engine import Consumer, Engine, task_traceparent
 from flowli.store import NewItem
 
 from ._decider import queue_of
+from ._inputs import (
+    AckIn,
+    BootstrapIn,
+    HeartbeatIn,
+    LeaseIn,
+    PipelineInputError,
+    PullBatchIn,
+    PullIn,
+    ResultIn,
+    StageIn,
+    read,
+)
 from ._service import REFUSED_RESULT, SECRET, Pipelines, declared_specs
-from ._spec import PipelineInputError, labels, stage_list
+from ._spec import labels, stage_list
 from ._view import REDACTED, iso, spec_attempt
 
 WORKER = "worker"
@@ -60,6 +72,13 @@ def fingerprint(body: dict[str, Any]) -> str:
                                  for i in body["contextItems"]]
     text = json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _handler_names(handlers: list[str] | None, field: str) -> list[str]:
+    """``handlers`` (none given: an empty list), each a nonempty name."""
+    if handlers and not all(handlers):
+        raise PipelineInputError(f"{field} must be a list of handler names")
+    return handlers or []
 
 
 class Session:
@@ -98,27 +117,19 @@ class Workers:
         return self.engine.consumer([queue_of(app, h) for h in handlers], session.worker_id, self.lease,
                                     application=app)
 
-    async def bootstrap(self, access: Access, body: Any) -> dict[str, Any]:
+    async def bootstrap(self, access: Access, body: BootstrapIn | Any) -> dict[str, Any]:
         access.require(OPERATE_RUNS)
-        if not isinstance(body, dict):
-            raise PipelineInputError("the body must be a JSON object")
-        name = body.get("workerName")
-        if not isinstance(name, str) or not name.strip():
+        body = read(BootstrapIn, body)
+        name, handlers = body.workerName, body.supportedHandlers
+        if not name.strip():
             raise PipelineInputError("workerName is required (a nonempty string)")
-        handlers = body.get("supportedHandlers")
-        if not isinstance(handlers, list) or not all(isinstance(h, str) and h for h in handlers):
-            raise PipelineInputError("supportedHandlers must be a list of handler names")
-        for field in ("instanceId", "hostName", "sdkVersion"):
-            if body.get(field) is not None and not isinstance(body[field], str):
-                raise PipelineInputError(f"{field} must be a string")
-        if body.get("pid") is not None and (not isinstance(body["pid"], int) or isinstance(body["pid"], bool)):
-            raise PipelineInputError("pid must be a number")
+        _handler_names(handlers, "supportedHandlers")
         worker_id = str(uuid.uuid4())
         token = f"fws_{secrets.token_urlsafe(32)}"
         now = self.engine.clock.now()
         record = {"workerId": worker_id, "workerName": name, "supportedHandlers": handlers, "state": "ready",
-                  "inFlight": 0, "instanceId": body.get("instanceId"), "hostName": body.get("hostName"),
-                  "pid": body.get("pid"), "sdkVersion": body.get("sdkVersion"), "startedAt": iso(now),
+                  "inFlight": 0, "instanceId": body.instanceId, "hostName": body.hostName,
+                  "pid": body.pid, "sdkVersion": body.sdkVersion, "startedAt": iso(now),
                   "lastHeartbeat": iso(now), "applicationId": access.application_id, "key": access.actor}
         await self.items.put(WORKER, access.application, worker_id, record, now)
         await self.items.put(SESSION, access.application, digest(token), {"workerId": worker_id, "keyId": access.key_id},
@@ -194,30 +205,29 @@ class Workers:
         access = Access(item.application, worker.body["applicationId"], "operator", worker.body["workerName"])
         return Session(access, worker.key, worker.id, worker.body, hashed, item.body.get("keyId"))
 
-    async def pull(self, session: Session, body: Any,
+    async def pull(self, session: Session, body: PullIn | Any,
                    gone: Callable[[], Awaitable[Any]] | None = None) -> dict[str, Any] | None:
         """One job, or None when none came within ``waitSeconds``. ``gone()`` ends when the client
         has gone away (its connection closed): a job is handed only to a poll whose client is still
         there, and one taken meanwhile goes back to its queue at once (the same attempt: no expiry)."""
-        jobs = await self._poll(session, body, 1, gone)
+        jobs = await self._poll(session, read(PullIn, body), gone)
         return jobs[0] if jobs else None
 
-    async def pull_batch(self, session: Session, body: Any, limit: int,
+    async def pull_batch(self, session: Session, body: PullBatchIn | Any,
                          gone: Callable[[], Awaitable[Any]] | None = None) -> list[dict[str, Any]]:
-        """Up to ``limit`` jobs in one long poll (as ``pull``: none when none came within
+        """Up to ``body.max`` jobs in one long poll (as ``pull``: none when none came within
         ``waitSeconds``), each leased to this worker already: it carries ``leaseExpiresAt``, and
         no acquire is needed (an acquire would find the lease held, as after a pull)."""
         return [{**job, "leaseExpiresAt": iso(task.visible_at)}
-                for job, task in await self._poll(session, body, limit, gone, with_tasks=True)]
+                for job, task in await self._poll(session, read(PullBatchIn, body), gone, with_tasks=True)]
 
-    async def _poll(self, session: Session, body: Any, limit: int, gone: Callable[[], Awaitable[Any]] | None,
+    async def _poll(self, session: Session, body: PullIn, gone: Callable[[], Awaitable[Any]] | None,
                     with_tasks: bool = False) -> list[Any]:
-        body = body if isinstance(body, dict) else {}
-        handlers = body.get("handlers") or session.body["supportedHandlers"]
-        if not isinstance(handlers, list) or not all(isinstance(h, str) and h for h in handlers):
-            raise PipelineInputError("handlers must be a list of handler names")
-        wait = body.get("waitSeconds", 0)
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 30:
+        """Up to ``body.max`` jobs (a ``PullBatchIn``), else one."""
+        limit = body.max if isinstance(body, PullBatchIn) else 1
+        handlers = _handler_names(body.handlers, "handlers") or session.body["supportedHandlers"]
+        wait = body.waitSeconds
+        if not 0 <= wait <= 30:
             raise PipelineInputError(f"waitSeconds must be a number from 0 to 30, got {wait!r}")
         if not handlers:
             return []
@@ -290,11 +300,12 @@ class Workers:
             raise NotFound(f"no execution {execution_id!r} of stage {stage.id}")
         return task
 
-    async def acquire(self, session: Session, stage_id: Any, body: Any, *, renew: bool = False) -> dict[str, Any]:
-        body = body if isinstance(body, dict) else {}
-        if body.get("workerId") is not None and body.get("workerId") != session.worker_id:
+    async def acquire(self, session: Session, stage_id: Any, body: LeaseIn | Any, *,
+                      renew: bool = False) -> dict[str, Any]:
+        body = read(LeaseIn, body)
+        if body.workerId is not None and body.workerId != session.worker_id:
             raise PipelineInputError("workerId is not the worker of this session")
-        task = await self._task(session, stage_id, body.get("executionId"))
+        task = await self._task(session, stage_id, body.executionId)
         answer = await self._lease(session, task, renew)
         if renew:  # a cancel of the pipeline tells the worker to stop, whatever became of its lease
             record = await self.engine.status(task.eid or "", application=session.access.application)
@@ -319,55 +330,39 @@ class Workers:
             return {"acquired": False, "reason": "lease lost (it expired and the job is delivered again)"}
         return {"acquired": True, "attempt": spec_attempt(renewed), "leaseExpiresAt": iso(renewed.visible_at)}
 
-    async def result(self, session: Session, stage_id: Any, body: Any) -> tuple[int, dict[str, Any]]:
-        if not isinstance(body, dict):
-            raise PipelineInputError("the body must be a JSON object")
-        attempt = body.get("attempt")
-        if isinstance(attempt, bool) or not isinstance(attempt, int):
-            raise PipelineInputError(f"attempt must be a number (the job's attempt), got {attempt!r}")
-        ok = body.get("isSuccess")
-        if not isinstance(ok, bool):
-            raise PipelineInputError(f"isSuccess must be true or false, got {ok!r}")
-        for field in ("output", "errorCode", "errorMessage"):
-            if body.get(field) is not None and not isinstance(body[field], str):
-                raise PipelineInputError(f"{field} must be a string")
-        for field in ("retryable", "isWaitingForApproval"):
-            if body.get(field) is not None and not isinstance(body[field], bool):
-                raise PipelineInputError(f"{field} must be true or false, got {body[field]!r}")
-        if body.get("logs") is not None and not isinstance(body["logs"], list):
-            raise PipelineInputError("logs must be a list")
-        stage, task = await self._find(session, stage_id, body.get("executionId"))
+    async def result(self, session: Session, stage_id: Any, body: ResultIn | Any) -> tuple[int, dict[str, Any]]:
+        body = read(ResultIn, body)
+        attempt, ok = body.attempt, body.isSuccess
+        stage, task = await self._find(session, stage_id, body.executionId)
         if task is None:  # a result of an execution that this stage never had: stale, as a late one
             return await self._refuse(session, stage.body["eid"], body, stage.id,
-                                      f"execution {body['executionId']!r} is not an execution of stage {stage.id}"
+                                      f"execution {body.executionId!r} is not an execution of stage {stage.id}"
                                       " (unknown, or of another stage)")
-        context = labels(body.get("contextItems"), "contextItems")
+        context = labels(body.contextItems, "contextItems")
         if attempt != spec_attempt(task):
             return await self._refuse(session, task.eid or "", body, stage.id,
                                       f"attempt {attempt} is not the current attempt {spec_attempt(task)} of this execution")
-        sent = fingerprint(body)
+        sent = fingerprint(body.model_dump(exclude_unset=True))
         # an attempt answered already: an identical repeat of its accepted result is accepted again,
         # whatever it carries and however far the pipeline went on; nothing of another is kept
         # (no secret stored, no stage numbered): the store refuses it below
         answered = task.state != "ready"
-        if answered and await self._accepted(task, sent, body):
+        if answered and await self._accepted(task, sent):
             return 202, {"accepted": True}
-        value: dict[str, Any] = {"ok": ok, "output": body.get("output"), "attempt": attempt, "fingerprint": sent}
+        value: dict[str, Any] = {"ok": ok, "output": body.output, "attempt": attempt, "fingerprint": sent}
         if not ok:
-            value.update(errorCode=body.get("errorCode"), errorMessage=body.get("errorMessage"),
-                         retryable=body.get("retryable") is not False)
-        if body.get("isWaitingForApproval"):
+            value.update(errorCode=body.errorCode, errorMessage=body.errorMessage, retryable=body.retryable is not False)
+        if body.isWaitingForApproval:
             value["waiting"] = True
         rows: list[NewItem] = []  # written in the write of the answer, so none of a stale one is kept
         if context and not answered:
             value["context"], sealed = await self.pipelines._keep_secrets(session.access, task.eid or "", context)
             rows += sealed
-        if body.get("appendStages") and not answered:
-            value["append"], numbered = await self._appended(session, task, body["appendStages"])
+        if body.appendStages and not answered:
+            value["append"], numbered = await self._appended(session, task, body.appendStages)
             rows += numbered
-        if body.get("logs"):
-            value["logs"] = [{k: log.get(k) for k in ("message", "logLevel", "created")} for log in body["logs"]
-                             if isinstance(log, dict)]
+        if body.logs:
+            value["logs"] = [log.model_dump(include={"message", "logLevel", "created"}) for log in body.logs]
         consumer = self.engine.consumer(task.queue, session.worker_id, self.lease, application=session.access.application)
         by = Principal(session.access.actor, "worker", (session.access.role,), session.access.application)
         try:
@@ -375,11 +370,11 @@ class Workers:
                 await consumer.answer(task, value, by=by, items=rows)
             else:  # a failed attempt: the engine's failure path, what the result said beside its error in details
                 details = {k: v for k, v in value.items() if k in ("fingerprint", "context", "append", "logs")}
-                await consumer.fail(task, str(body.get("errorCode") or "FAILED"), str(body.get("errorMessage") or ""),
-                                    retryable=body.get("retryable") is not False, by=by, details=details,
+                await consumer.fail(task, body.errorCode or "FAILED", body.errorMessage or "",
+                                    retryable=body.retryable is not False, by=by, details=details,
                                     items=rows)
         except StaleAnswer as exc:
-            if await self._accepted(task, sent, body):
+            if await self._accepted(task, sent):
                 return 202, {"accepted": True}
             return await self._refuse(session, task.eid or "", body, stage.id, str(exc))
         except ExecutionTerminalError as exc:
@@ -388,13 +383,13 @@ class Workers:
             raise Unavailable(f"the result was not confirmed ({exc}): send it again") from None
         return 202, {"accepted": True}
 
-    async def _appended(self, session: Session, task: Task, stages: Any) -> tuple[list[dict[str, Any]], list[NewItem]]:
+    async def _appended(self, session: Session, task: Task, stages: list[StageIn]) -> tuple[list[dict[str, Any]], list[NewItem]]:
         _, p = await self.pipelines.state(session.access, task.eid or "")
         specs = stage_list(stages, declared_specs(p))
         return await self.pipelines._stage_ids(session.access, task.eid or "", specs, p["spec"]["name"],
                                                p["spec"].get("keywords") or [])
 
-    async def _accepted(self, task: Task, sent: str, body: dict[str, Any]) -> bool:
+    async def _accepted(self, task: Task, sent: str) -> bool:
         """Whether the pipeline took this very result as the attempt's outcome (a repeat): its
         decider's state keeps the fingerprint of each attempt's result (by the stage's attempt
         number: a task of a pipeline of version 1 numbers its attempts from its frame's base)."""
@@ -403,27 +398,24 @@ class Workers:
         stage = state["stages"].get(name) if name else None
         return stage is not None and stage["fingerprints"].get(str(spec_attempt(task))) == sent
 
-    async def _refuse(self, session: Session, eid: str, body: dict[str, Any], stage_id: int,
+    async def _refuse(self, session: Session, eid: str, body: ResultIn, stage_id: int,
                       reason: str) -> tuple[int, dict[str, Any]]:
         """409: a stale result changes nothing but the pipeline's history, which records it: the
         refusal is one write of its own, an entry announced in the pipeline's journal (no
         command: its state does not change). A pipeline no longer live (archived) records none."""
-        record = {"executionId": body.get("executionId"), "attempt": body.get("attempt"), "reason": reason,
-                  "isSuccess": body.get("isSuccess"), "errorCode": body.get("errorCode"), "actor": session.access.actor,
+        record = {"executionId": body.executionId, "attempt": body.attempt, "reason": reason,
+                  "isSuccess": body.isSuccess, "errorCode": body.errorCode, "actor": session.access.actor,
                   "stageId": stage_id}
         by = Principal(session.access.actor, "worker", (session.access.role,), session.access.application)
         with contextlib.suppress(UnknownExecutionError):
             await self.engine.announce(eid, REFUSED_RESULT, record, by=by, application=session.access.application)
         return 409, {"accepted": False, "reason": reason}
 
-    async def ack(self, session: Session, body: Any) -> dict[str, Any]:
-        body = body if isinstance(body, dict) else {}
-        token = body.get("token")
-        if not isinstance(token, str) or not token:
+    async def ack(self, session: Session, body: AckIn | Any) -> dict[str, Any]:
+        body = read(AckIn, body)
+        token, requeue = body.token, body.requeue
+        if not token:
             raise PipelineInputError("token is required (the job's token)")
-        requeue = body.get("requeue", False)
-        if not isinstance(requeue, bool):
-            raise PipelineInputError("requeue must be true or false")
         task = await self.engine.task(token, application=session.access.application)
         if task is None:
             raise NotFound(f"no job with token {token!r}")
@@ -432,13 +424,12 @@ class Workers:
                                        application=session.access.application).nack(task)
         return {"acknowledged": True}
 
-    async def heartbeat(self, session: Session, body: Any) -> dict[str, Any]:
-        body = body if isinstance(body, dict) else {}
-        state = body.get("state", session.body.get("state", "ready"))
-        if state not in ("ready", "draining"):
-            raise PipelineInputError(f"state must be ready or draining, got {state!r}")
-        in_flight = body.get("inFlight", session.body.get("inFlight", 0))
-        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 0:
+    async def heartbeat(self, session: Session, body: HeartbeatIn | Any) -> dict[str, Any]:
+        """The worker's state and jobs in flight (each, when not sent, as it last said)."""
+        body = read(HeartbeatIn, body)
+        state = body.state or session.body.get("state", "ready")
+        in_flight = body.inFlight if body.inFlight is not None else session.body.get("inFlight", 0)
+        if in_flight < 0:
             raise PipelineInputError(f"inFlight must be a non-negative number, got {in_flight!r}")
         now = self.engine.clock.now()
         session.body = {**session.body, "state": state, "inFlight": in_flight, "lastHeartbeat": iso(now)}
