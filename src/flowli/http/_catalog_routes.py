@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -176,81 +176,85 @@ class CompositionsOut(_Out):
     compositions: list[CompositionOut]
 
 
-def add_catalog_routes(app: FastAPI, catalog: Catalog, access: Callable[..., Any]) -> None:
-    # their refusals are the service's (``_errors.REFUSALS``): each kind of the one taxonomy
+def catalog_routes(catalog: Catalog, access: Callable[..., Any]) -> APIRouter:
+    """``/catalog/...``; their refusals are the service's (``_errors.REFUSALS``): each kind of the
+    one taxonomy."""
+    router = APIRouter()
 
-    @app.get("/catalog/namespaces", tags=["catalog"], responses={200: {"model": NamespacesOut}})
+    @router.get("/catalog/namespaces", tags=["catalog"], responses={200: {"model": NamespacesOut}})
     async def namespaces(who: Access = Depends(access)) -> Any:
         return {"namespaces": await catalog.namespaces(by=who.principal)}
 
-    @app.get("/catalog/types", tags=["catalog"], responses={200: {"model": TypesOut}})
+    @router.get("/catalog/types", tags=["catalog"], responses={200: {"model": TypesOut}})
     async def types(prefix: str | None = None, q: str | None = None, who: Access = Depends(access)) -> Any:
         return {"types": await catalog.types(prefix, q, by=who.principal)}
 
-    @app.get("/catalog/types/{name}", tags=["catalog"], responses={200: {"model": TypeDetailOut}})
+    @router.get("/catalog/types/{name}", tags=["catalog"], responses={200: {"model": TypeDetailOut}})
     async def type_(name: str, who: Access = Depends(access)) -> Any:
         by = who.principal
         return {**await catalog.definition(name, by=by), **await catalog.schema(name, by=by)}
 
-    @app.get("/catalog/types/{name}/prerequisites", tags=["catalog"], responses={200: {"model": PrerequisitesOut}})
+    @router.get("/catalog/types/{name}/prerequisites", tags=["catalog"], responses={200: {"model": PrerequisitesOut}})
     async def prerequisites(name: str, variant: str | None = None, who: Access = Depends(access)) -> Any:
         return {"workflow_type": name, "prerequisites": await catalog.prerequisites(name, variant, by=who.principal)}
 
-    @app.get("/catalog/types/{name}/dag", tags=["catalog"], responses={200: {"model": DagOut}})
+    @router.get("/catalog/types/{name}/dag", tags=["catalog"], responses={200: {"model": DagOut}})
     async def dag(name: str, who: Access = Depends(access)) -> Any:
         return await catalog.dag(name, by=who.principal)
 
-    @app.post("/catalog/runs", status_code=201, tags=["catalog"], openapi_extra=takes(StartIn),
+    @router.post("/catalog/runs", status_code=201, tags=["catalog"], openapi_extra=takes(StartIn),
               responses={201: {"model": ActedOut}})
     async def start(who: Access = Depends(access), payload: StartIn = json_body(StartIn)) -> Any:
         return await catalog.start(payload.workflow_type, payload.inputs, by=who.principal, key=payload.key)
 
-    @app.get("/catalog/runs", tags=["catalog"], responses={200: {"model": RunsOut}})
+    @router.get("/catalog/runs", tags=["catalog"], responses={200: {"model": RunsOut}})
     async def runs(workflow_type: str | None = None, status: str | None = None, limit: int = 50,
                    cursor: str | None = None, who: Access = Depends(access)) -> Any:
         return await catalog.list(workflow_type, status, limit, cursor, by=who.principal)
 
-    @app.get("/catalog/runs/{workflow_id}", tags=["catalog"], responses={200: {"model": RunOut}})
+    @router.get("/catalog/runs/{workflow_id}", tags=["catalog"], responses={200: {"model": RunOut}})
     async def status(workflow_id: str, who: Access = Depends(access)) -> Any:
         return await catalog.status(workflow_id, by=who.principal)
 
-    @app.get("/catalog/runs/{workflow_id}/history", tags=["catalog"], responses={200: {"model": HistoryOut}})
+    @router.get("/catalog/runs/{workflow_id}/history", tags=["catalog"], responses={200: {"model": HistoryOut}})
     async def history(workflow_id: str, include_state_data: bool = False, who: Access = Depends(access)) -> Any:
         return {"workflow_id": workflow_id,
                 "history": await catalog.history(workflow_id, include_state_data, by=who.principal)}
 
-    @app.post("/catalog/runs/{workflow_id}/retry", tags=["catalog"], responses={200: {"model": ActedOut}})
+    @router.post("/catalog/runs/{workflow_id}/retry", tags=["catalog"], responses={200: {"model": ActedOut}})
     async def retry(workflow_id: str, who: Access = Depends(access)) -> Any:
         return await catalog.retry(workflow_id, by=who.principal)
 
-    @app.post("/catalog/runs/{workflow_id}/resolve", tags=["catalog"], openapi_extra=takes(ResolveIn),
+    @router.post("/catalog/runs/{workflow_id}/resolve", tags=["catalog"], openapi_extra=takes(ResolveIn),
               responses={200: {"model": ActedOut}})
     async def resolve(workflow_id: str, who: Access = Depends(access), payload: ResolveIn = json_body(ResolveIn)) -> Any:
         return await catalog.resolve(workflow_id, payload.resolution, by=who.principal)
 
-    @app.post("/catalog/runs/{workflow_id}/terminate", tags=["catalog"], openapi_extra=takes(TerminateIn),
+    @router.post("/catalog/runs/{workflow_id}/terminate", tags=["catalog"], openapi_extra=takes(TerminateIn),
               responses={200: {"model": ActedOut}})
     async def terminate(workflow_id: str, who: Access = Depends(access),
                         payload: TerminateIn = json_body(TerminateIn)) -> Any:
         return await catalog.terminate(workflow_id, payload.reason, payload.min_idle_seconds,
                                        payload.expected_last_seq, by=who.principal)
 
-    @app.get("/catalog/stuck", tags=["catalog"], responses={200: {"model": StuckOut}})
+    @router.get("/catalog/stuck", tags=["catalog"], responses={200: {"model": StuckOut}})
     async def stuck(older_than_seconds: float = Query(3600, json_schema_extra={"minimum": 0, "maximum": MAX_IDLE}),
                     who: Access = Depends(access)) -> Any:
         return {"runs": await catalog.stuck(older_than_seconds, by=who.principal)}
 
-    @app.post("/catalog/compositions/validate", tags=["catalog"], openapi_extra=takes(CompositionIn),
+    @router.post("/catalog/compositions/validate", tags=["catalog"], openapi_extra=takes(CompositionIn),
               responses={200: {"model": ValidationOut}})
     async def validate(request: Request, who: Access = Depends(access)) -> Any:
         return await catalog.validate_composition(await read_json(request), by=who.principal)
 
-    @app.post("/catalog/compositions", status_code=201, tags=["catalog"], openapi_extra=takes(CompositionIn),
+    @router.post("/catalog/compositions", status_code=201, tags=["catalog"], openapi_extra=takes(CompositionIn),
               responses={201: {"model": SavedOut}, 200: {"model": SavedOut, "description": "saved already"}})
     async def save(request: Request, who: Access = Depends(access)) -> Any:
         saved = await catalog.save_composition(await read_json(request), by=who.principal)
         return JSONResponse(saved, status_code=201 if saved.get("created") else 200)
 
-    @app.get("/catalog/compositions", tags=["catalog"], responses={200: {"model": CompositionsOut}})
+    @router.get("/catalog/compositions", tags=["catalog"], responses={200: {"model": CompositionsOut}})
     async def compositions(who: Access = Depends(access)) -> Any:
         return {"compositions": await catalog.compositions(by=who.principal)}
+
+    return router

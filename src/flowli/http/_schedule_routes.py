@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from flowli.access import Access
@@ -16,68 +16,76 @@ from . import _models as m
 from ._body import json_body, raw, takes
 
 
-def add_schedule_routes(app: FastAPI, schedules: Schedules, policies: Policies, access: Callable[..., Any]) -> None:
-    # ---- schedules ------------------------------------------------------------------------
+def schedule_routes(schedules: Schedules, access: Callable[..., Any]) -> APIRouter:
+    """``/schedules``: a stored pipeline declaration and its trigger."""
+    router = APIRouter()
 
-    @app.post("/schedules", status_code=201, openapi_extra=takes(m.ScheduleIn),
+    @router.post("/schedules", status_code=201, openapi_extra=takes(m.ScheduleIn),
               responses={201: {"model": m.ScheduleOut}})
     async def create_schedule(request: Request, who: Access = Depends(access),
                               _body: Any = json_body(m.ScheduleIn)) -> Any:
         return await schedules.create(who, raw(request))
 
-    @app.get("/schedules", responses={200: {"model": list[m.ScheduleOut]}})
+    @router.get("/schedules", responses={200: {"model": list[m.ScheduleOut]}})
     async def list_schedules(who: Access = Depends(access)) -> Any:
         return await schedules.list(who)
 
-    @app.get("/schedules/{schedule_id}", responses={200: {"model": m.ScheduleOut}})
+    @router.get("/schedules/{schedule_id}", responses={200: {"model": m.ScheduleOut}})
     async def get_schedule(schedule_id: str, who: Access = Depends(access)) -> Any:
         return await schedules.get(who, schedule_id)
 
-    @app.delete("/schedules/{schedule_id}", status_code=204, response_class=Response)
+    @router.delete("/schedules/{schedule_id}", status_code=204, response_class=Response)
     async def delete_schedule(schedule_id: str, who: Access = Depends(access)) -> Response:
         await schedules.delete(who, schedule_id)
         return Response(status_code=204)
 
-    @app.post("/schedules/{schedule_id}/pause", responses={200: {"model": m.ScheduleOut}})
+    @router.post("/schedules/{schedule_id}/pause", responses={200: {"model": m.ScheduleOut}})
     async def pause_schedule(schedule_id: str, who: Access = Depends(access)) -> Any:
         return await schedules.set_state(who, schedule_id, "paused")
 
-    @app.post("/schedules/{schedule_id}/resume", responses={200: {"model": m.ScheduleOut}})
+    @router.post("/schedules/{schedule_id}/resume", responses={200: {"model": m.ScheduleOut}})
     async def resume_schedule(schedule_id: str, who: Access = Depends(access)) -> Any:
         return await schedules.set_state(who, schedule_id, "enabled")
 
-    # ---- policies -------------------------------------------------------------------------
+    return router
 
-    @app.get("/policies", responses={200: {"model": list[m.PolicyOut]}})
+
+def policy_routes(policies: Policies, access: Callable[..., Any]) -> APIRouter:
+    """``/policies`` and a stage's ``effective-policy``."""
+    router = APIRouter()
+
+    @router.get("/policies", responses={200: {"model": list[m.PolicyOut]}})
     async def list_policies(who: Access = Depends(access)) -> Any:
         return await policies.list(who)
 
-    @app.post("/policies", status_code=201, openapi_extra=takes(m.PolicyIn), responses={201: {"model": m.PolicyOut}})
+    @router.post("/policies", status_code=201, openapi_extra=takes(m.PolicyIn), responses={201: {"model": m.PolicyOut}})
     async def create_policy(request: Request, who: Access = Depends(access), _body: Any = json_body(m.PolicyIn)) -> Any:
         return await policies.create(who, raw(request))
 
-    @app.get("/policies/{policy_id}", responses={200: {"model": m.PolicyOut}})
+    @router.get("/policies/{policy_id}", responses={200: {"model": m.PolicyOut}})
     async def get_policy(policy_id: str, who: Access = Depends(access)) -> Any:
         return await policies.get(who, policy_id)
 
-    @app.put("/policies/{policy_id}", openapi_extra=takes(m.PolicyIn), responses={200: {"model": m.PolicyOut}})
+    @router.put("/policies/{policy_id}", openapi_extra=takes(m.PolicyIn), responses={200: {"model": m.PolicyOut}})
     async def replace_policy(policy_id: str, request: Request, who: Access = Depends(access),
                              _body: Any = json_body(m.PolicyIn)) -> Any:
         return await policies.replace(who, policy_id, raw(request))
 
-    @app.delete("/policies/{policy_id}", status_code=204, response_class=Response)
+    @router.delete("/policies/{policy_id}", status_code=204, response_class=Response)
     async def delete_policy(policy_id: str, who: Access = Depends(access)) -> Response:
         await policies.delete(who, policy_id)
         return Response(status_code=204)
 
-    @app.post("/policies/{policy_id}/enable", responses={200: {"model": m.PolicyOut}})
+    @router.post("/policies/{policy_id}/enable", responses={200: {"model": m.PolicyOut}})
     async def enable_policy(policy_id: str, who: Access = Depends(access)) -> Any:
         return await policies.set_state(who, policy_id, "enabled")
 
-    @app.post("/policies/{policy_id}/disable", responses={200: {"model": m.PolicyOut}})
+    @router.post("/policies/{policy_id}/disable", responses={200: {"model": m.PolicyOut}})
     async def disable_policy(policy_id: str, who: Access = Depends(access)) -> Any:
         return await policies.set_state(who, policy_id, "disabled")
 
-    @app.get("/stages/{stage_id}/effective-policy", responses={200: {"model": m.EffectivePolicyOut}})
+    @router.get("/stages/{stage_id}/effective-policy", responses={200: {"model": m.EffectivePolicyOut}})
     async def effective_policy(stage_id: str, who: Access = Depends(access)) -> Any:
         return await policies.effective(who, stage_id)
+
+    return router
