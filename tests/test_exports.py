@@ -31,11 +31,11 @@ def test_top_level_names():
 
 PINNED = {
     flowli.domain: [
-        "Actor", "ArgumentsInvalid", "BUILT_IN_ROLES", "Cancelled", "Code", "DatabaseUnavailable", "DuplicateFrameError", "ENTRY_STATUS", "EVERY_CAPABILITY", "Entry", "EntryKind", "ExecutionFailed",
+        "Actor", "ArgumentsInvalid", "BUILT_IN_ROLES", "Cancelled", "Code", "DECIDE_RUNS", "DatabaseUnavailable", "DuplicateFrameError", "ENTRY_STATUS", "EVERY_CAPABILITY", "Entry", "EntryKind", "ExecutionFailed",
         "ExecutionRecord", "ExecutionStateError", "ExecutionTerminalError", "FlowliError", "FrameKind",
         "InvalidDatabaseURL", "LeaseLost", "Message", "NO_RETRY", "NoOpenReviewError", "NonRetryableError",
         "NondeterminismError", "NotJSONCompatibleError", "OPERATE_RUNS", "OperationRefused", "OutputInvalid", "Prerequisite", "Principal", "Provenance", "READ_RUNS", "REDACTED", "Refusal", "RegistrationError", "RetryPolicy",
-        "START_RUNS", "Site", "StaleAnswer", "StaleState", "Status", "StepFailed", "TERMINAL", "Task", "TaskKind", "Timer", "TypeMetadata", "UnknownExecutionError",
+        "START_RUNS", "SYSTEM", "Site", "StaleAnswer", "StaleState", "Status", "StepFailed", "TERMINAL", "Task", "TaskKind", "Timer", "TypeMetadata", "UnknownExecutionError",
         "UnknownTaskError", "UnknownWorkflowError", "WRITE_CATALOG", "WorkflowArgumentsError", "actor_for", "canonical", "check_json",
         "check_json_since", "checked_eid", "child_eid", "custom_role", "digest", "dumps", "grants", "is_eid", "is_sensitive", "keyed_eid", "loads", "mask", "new_eid", "principal_for", "redact",
         "sensitive_keys", "task_id", "type_metadata",

@@ -13,7 +13,7 @@ from ..catalog.app import app
 registry = app()
 # the application's own roles, known to every process that loads this registry (the served
 # tests' flowli serve, and the CLI given --app)
-registry.role("auditor", ["runs:read"])
+registry.role("auditor", ["runs:read", "runs:decide"])  # reads runs, answers their decisions
 registry.role("launcher", ["runs:read", "runs:start", "s3:write"])
 
 

@@ -447,7 +447,8 @@ async def test_a_user_with_a_role_the_application_declares_acts_by_its_capabilit
         path = run_path((await page_of(ann, made["id"])).text)
     async with logged_in(url, auditor) as aud:
         html = (await page_of(aud, made["id"])).text
-        assert "Your role, auditor, lets you look, not act." in html
+        # its role answers decisions (none waits here) and acts on nothing: no action's button
+        assert "Your role, auditor, lets you answer decisions, not act on runs." in html
         assert "<button" not in html.split("<main>")[1].split("Timeline")[0]
         refused = await aud.post(f"{path}/act", data={"csrf": csrf_of(html), "action": "cancel"})
         assert refused.status_code == 403 and "runs:operate" in refused.text

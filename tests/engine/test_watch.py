@@ -117,7 +117,7 @@ async def test_watch_of_the_control_log_delivers_the_lifecycle_of_every_executio
 
 @pytest.mark.integration
 async def test_watch_scoped_to_an_application_sees_its_own_only(open_engine):
-    acme = Principal("ann@acme.example", application="acme")
+    acme = Principal("ann@acme.example", application="acme", trusted=True)  # the application's own code
     async with open_engine(app(), poll_interval=30.0) as engine:
         theirs = await engine.start("talks", application="globex")
         mine = await engine.start("talks", by=acme)
@@ -131,7 +131,7 @@ async def test_watch_scoped_to_an_application_sees_its_own_only(open_engine):
 
 @pytest.mark.integration
 async def test_the_control_log_is_read_a_page_at_a_time_and_of_one_application(open_engine):
-    acme = Principal("ann@acme.example", application="acme")
+    acme = Principal("ann@acme.example", application="acme", trusted=True)  # the application's own code
     async with open_engine(app()) as engine:
         theirs = await engine.start("talks", application="globex")
         mine = await engine.start("talks", by=acme)

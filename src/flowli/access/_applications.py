@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowli.catalog import ApprovalNeeded, Roles, require_approval, roles_of
-from flowli.domain import BUILT_IN_ROLES, EVERY_CAPABILITY, OPERATE_RUNS, READ_RUNS, Principal
+from flowli.domain import BUILT_IN_ROLES, EVERY_CAPABILITY, READ_RUNS, Principal
 from flowli.engine import Engine
 
 from ._errors import Conflict, Forbidden, NotFound, ServiceError, Unauthorized
@@ -124,9 +124,9 @@ class Applications:
         """Whether a user with ``role`` sees every application (a role that holds every capability)."""
         return self.roles.role_allows(role, EVERY_CAPABILITY)
 
-    def can_act(self, role: str) -> bool:
-        """Whether a dashboard user with ``role`` acts on runs (the dashboard shows its actions)."""
-        return self.roles.role_allows(role, OPERATE_RUNS)
+    def capabilities(self, role: str) -> frozenset[str]:
+        """What ``role`` grants (a role the engine does not know grants nothing)."""
+        return self.roles.capabilities([role])
 
     def _role(self, role: Any) -> str:
         """``role`` when the engine knows it; ServiceError naming the roles it knows."""

@@ -357,7 +357,7 @@ class Catalog:
                       application: str | None = None) -> dict[str, Any]:
         """Answer a remediation gate: ``remediated`` re-runs only the parked step, ``denied``
         compensates the completed steps in reverse and fails the run."""
-        self.roles.require(by, rbac.OPERATE, f"resolve run {workflow_id}")
+        self.roles.require(by, rbac.DECIDE, f"resolve run {workflow_id}")
         if resolution not in ("remediated", "denied"):
             raise CatalogError(f"resolution must be 'remediated' or 'denied', got {resolution!r}")
         record, journal = await self._run(workflow_id, by, application)
@@ -370,7 +370,7 @@ class Catalog:
             raise RunStateError(f"run {workflow_id} is {state}, not remediation_pending:"
                                 " there is no remediation gate to resolve")
         await self.engine.signal(workflow_id, RESOLUTION, {"resolution": resolution, "fid": parked["fid"]}, by=by,
-                                 application=application)
+                                 application=application, decision=True)
         return {"workflow_id": workflow_id, "status": runs.PENDING, "resolution": resolution, "step": parked["step"]}
 
     async def signal(self, workflow_id: str, channel: str, payload: Any = None, *, by: By = None,

@@ -1,10 +1,12 @@
 """RBAC in the engine: roles grant capabilities; one middleware checks every transition a
-principal with roles asks for, whatever the entry point (HTTP, MCP, CLI, the dashboard), and
-the catalog checks its reads with the same function.
+principal asks for, whatever the entry point (HTTP, MCP, CLI, the dashboard), and the catalog
+checks its reads with the same function.
 
-A principal without roles is code of the application itself (``by="alice@example.com"`` from
-Python): trusted, as any caller of the engine's methods is. Every entry point gives its
-principals their roles (an API key's, a dashboard user's, an MCP session's)."""
+The application's own code is trusted, as any caller of the engine's methods is: a ``by=``
+string (``by="alice@example.com"`` from Python), no ``by=``, a principal marked ``trusted``
+(``flowli.domain.SYSTEM``, the engine's own actors). Every other principal is checked: each
+entry point gives its principals their roles (an API key's, a dashboard user's, an MCP
+session's), and a principal without roles holds no capability (the check fails closed)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 from flowli.domain import (
     BUILT_IN_ROLES,
+    DECIDE_RUNS,
     OPERATE_RUNS,
     READ_RUNS,
     START_RUNS,
@@ -26,7 +29,7 @@ from flowli.engine import CallNext, Engine, Middleware, Registry, Transition
 from ._dag import DAG, dag_args
 from ._errors import ApprovalNeeded, PermissionDenied
 
-READ, START, OPERATE, WRITE = READ_RUNS, START_RUNS, OPERATE_RUNS, WRITE_CATALOG
+READ, START, OPERATE, DECIDE, WRITE = READ_RUNS, START_RUNS, OPERATE_RUNS, DECIDE_RUNS, WRITE_CATALOG
 ROLES = BUILT_IN_ROLES
 """The built-in roles (``flowli.domain.BUILT_IN_ROLES``)."""
 
@@ -73,12 +76,13 @@ class Roles:
         return grants(self._of(role), capability)
 
     def require_all(self, principal: Any, needed: Iterable[tuple[str, str]]) -> None:
-        """Refuse a principal with roles that lacks one of the capabilities (PermissionDenied,
-        naming it), then an assistant's write that no person approved (ApprovalNeeded): every
-        capability is checked before the approval, so a refusal that an approval could not lift
-        comes first."""
+        """Refuse a principal that lacks one of the capabilities (PermissionDenied, naming it; one
+        without roles lacks them all), then an assistant's write that no person approved
+        (ApprovalNeeded): every capability is checked before the approval, so a refusal that an
+        approval could not lift comes first. The application's own code passes (a ``by=``
+        string or none, a ``trusted`` principal)."""
         needed = list(needed)
-        if not isinstance(principal, Principal) or not principal.roles:
+        if not isinstance(principal, Principal) or principal.trusted:
             return
         for capability, action in needed:
             if not self.allows(principal, capability):
@@ -87,13 +91,14 @@ class Roles:
             require_approval(principal, capability, action)
 
     def require(self, principal: Any, capability: str, action: str) -> None:
-        """Refuse (PermissionDenied, naming the capability) a principal with roles that lack it;
-        an assistant's write without a person's approval (ApprovalNeeded)."""
+        """Refuse (PermissionDenied, naming the capability) a principal whose roles lack it; an
+        assistant's write without a person's approval (ApprovalNeeded)."""
         self.require_all(principal, [(capability, action)])
 
 
 def _who(principal: Principal) -> str:
-    return f"{principal.kind}:{principal.id} (roles {', '.join(principal.roles)})"
+    roles = f"roles {', '.join(principal.roles)}" if principal.roles else "no role"
+    return f"{principal.kind}:{principal.id} ({roles})"
 
 
 def require_approval(principal: Any, capability: str, action: str) -> None:
@@ -130,18 +135,20 @@ def needs(registry: Registry, t: Transition) -> list[tuple[str, str]]:
     if t.kind == "start":
         return start_needs(registry, t.workflow, (t.payload or {}).get("args") or [])
     if t.kind in _OPERATE:
+        if isinstance(t.payload, dict) and t.payload.get("decision") is True:
+            return [(DECIDE, f"answer a decision of run {t.eid}")]
         return [(OPERATE, f"{t.kind} run {t.eid}")]
     return []
 
 
 def policy(registry: Registry) -> tuple[Middleware, frozenset[str]]:
     """The RBAC middleware of an engine of ``registry``, and the transition kinds it sees: every
-    transition a principal with roles asks for is checked against the roles ``registry`` knows
-    (``flowli.connect`` builds every engine with it)."""
+    transition a principal that is not the application's own code asks for is checked against
+    the roles ``registry`` knows (``flowli.connect`` builds every engine with it)."""
     roles = Roles(registry.roles)
 
     async def rbac(t: Transition, call_next: CallNext) -> Any:
-        if isinstance(t.principal, Principal) and t.principal.roles:
+        if isinstance(t.principal, Principal) and not t.principal.trusted:
             roles.require_all(t.principal, needs(registry, t))
         return await call_next()
 

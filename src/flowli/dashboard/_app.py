@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowli.access import Access, Applications, NotFound
 from flowli.catalog import Catalog
+from flowli.domain import DECIDE_RUNS, EVERY_CAPABILITY, OPERATE_RUNS
 from flowli.engine import Engine
 from flowli.http import from_this_machine
 from flowli.pipelines import Pipelines, Schedules, Workers
@@ -119,7 +120,7 @@ class Dashboard:
         user = await self.sessions.user(request.cookies.get(SESSION_COOKIE))
         if user is None and self.local and from_this_machine(request):
             apps = tuple(a["name"] for a in await self.applications.list())
-            user = User(LOCAL_USER, "admin", apps, self._local_csrf, can_act=True, sees_all=True)
+            user = User(LOCAL_USER, "admin", apps, self._local_csrf, frozenset({EVERY_CAPABILITY}))
         if user is None:
             raise Refused(401, "log in first")
         return user
@@ -148,15 +149,24 @@ class Dashboard:
         return Access(application, self._app_ids[application], user.role, user.email, actor_kind="human",
                       roles=self.applications.roles)
 
-    async def form(self, request: Request, user: User) -> Any:
-        """The form of an action, its CSRF token checked; a viewer is refused before anything."""
+    async def form(self, request: Request, user: User, capability: str | None = OPERATE_RUNS) -> Any:
+        """The form of an action, its CSRF token checked; a user whose role lacks ``capability``
+        is refused before anything (None: the caller checks it with ``require`` once the form
+        says which action it is)."""
         form = await request.form()
         if not same(form.get("csrf"), user.csrf):
             raise Refused(403, "The form expired or was not sent from this dashboard: reload the page and try again.")
-        if not user.can_act:
-            raise Refused(403, f"{user.email} has role {user.role}, which lacks the capability 'runs:operate':"
-                               " it cannot act on runs.")
+        if capability is not None:
+            self.require(user, capability)
         return form
+
+    @staticmethod
+    def require(user: User, capability: str) -> None:
+        """Refuse (403) a user whose role lacks ``capability``."""
+        if not user.holds(capability):
+            what = "answer a decision of a run" if capability == DECIDE_RUNS else "act on runs"
+            raise Refused(403, f"{user.email} has role {user.role}, which lacks the capability {capability!r}:"
+                               f" it cannot {what}.")
 
     async def _refused(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, Refused)

@@ -26,6 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from flowli.access import Applications
+from flowli.domain import DECIDE_RUNS, EVERY_CAPABILITY, OPERATE_RUNS, grants
 from flowli.engine import Engine
 
 SESSION_COOKIE = "flowli_session"
@@ -104,10 +105,26 @@ class User:
     role: str
     applications: tuple[str, ...]
     csrf: str
-    can_act: bool = False
-    """Whether their role acts on runs (``runs:operate``): the pages show them the actions."""
-    sees_all: bool = False
-    """Whether their role holds every capability: every application, the engine's own rows."""
+    capabilities: frozenset[str] = frozenset()
+    """What their role grants: the pages show them the actions it allows."""
+
+    def holds(self, capability: str) -> bool:
+        return grants(self.capabilities, capability)
+
+    @property
+    def can_act(self) -> bool:
+        """Whether they act on runs (``runs:operate``): cancel, retry, pause, rerun, terminate..."""
+        return self.holds(OPERATE_RUNS)
+
+    @property
+    def can_decide(self) -> bool:
+        """Whether they answer a decision a run waits for (``runs:decide``): approve, reject, resolve."""
+        return self.holds(DECIDE_RUNS)
+
+    @property
+    def sees_all(self) -> bool:
+        """Whether their role holds every capability: every application, the engine's own rows."""
+        return EVERY_CAPABILITY in self.capabilities
 
 
 class Sessions:
@@ -149,13 +166,12 @@ class Sessions:
         if user is None or user["id"] != b.get("userId"):  # disabled, deleted (or made again: another user)
             await self.engine.items.delete(SESSION_KIND, item.id)
             return None
-        every = self.apps.sees_all(user["role"])
-        if every:
+        capabilities = self.apps.capabilities(user["role"])
+        if EVERY_CAPABILITY in capabilities:
             applications = tuple(a["name"] for a in await self.apps.list())
         else:
             applications = tuple(user["applications"])
-        return User(user["email"], user["role"], applications, b["csrf"], can_act=self.apps.can_act(user["role"]),
-                    sees_all=every)
+        return User(user["email"], user["role"], applications, b["csrf"], capabilities)
 
     async def logout(self, token: str | None) -> None:
         if token:

@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from flowli.access import Access
 from flowli.catalog import CatalogError
-from flowli.domain import FlowliError, checked_eid
+from flowli.domain import DECIDE_RUNS, OPERATE_RUNS, FlowliError, checked_eid
 from flowli.patterns import answer_review, inbox
 
 from . import _graph
@@ -37,11 +37,11 @@ def _stamp(at: Any) -> str:
     return at.isoformat(timespec="seconds") if isinstance(at, datetime) else str(at or "")
 
 
-async def _acting(d: Dashboard, request: Request) -> tuple[Any, Access]:
-    """The form of an action on one of these pages (CSRF-checked, refused to a viewer) and the
-    user as the caller in the form's application."""
+async def _acting(d: Dashboard, request: Request, capability: str = OPERATE_RUNS) -> tuple[Any, Access]:
+    """The form of an action on one of these pages (CSRF-checked, refused to a role without
+    ``capability``) and the user as the caller in the form's application."""
     user = await d.user(request)
-    form = await d.form(request, user)
+    form = await d.form(request, user, capability)
     application = str(form.get("application") or "") or d.application(request, user)
     if application is None:
         raise Refused(404, "You are not assigned to any application.")
@@ -66,7 +66,7 @@ def routes(d: Dashboard) -> list[Route]:
                       done=request.query_params.get("done") in ("approved", "rejected"))
 
     async def decide(request: Request) -> Response:
-        form, access = await _acting(d, request)
+        form, access = await _acting(d, request, DECIDE_RUNS)
         application = access.application
         approved = form.get("decision") == "approve"
         if form.get("decision") not in ("approve", "reject"):

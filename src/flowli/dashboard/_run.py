@@ -17,7 +17,16 @@ from starlette.routing import Route
 from flowli.access import Access, ServiceError
 from flowli.catalog import DAG, decided, steps_of
 from flowli.catalog import remediation as remediation_of
-from flowli.domain import EntryKind, ExecutionRecord, FlowliError, Status, UnknownExecutionError, is_eid
+from flowli.domain import (
+    DECIDE_RUNS,
+    OPERATE_RUNS,
+    EntryKind,
+    ExecutionRecord,
+    FlowliError,
+    Status,
+    UnknownExecutionError,
+    is_eid,
+)
 from flowli.pipelines import WORKFLOW
 from flowli.pipelines import redact as redact_value
 
@@ -45,6 +54,10 @@ DONE = {"cancel": "Cancellation requested.", "pause": "Pause requested.", "resum
         "remediated": "The remediation gate is resolved: the parked step runs again.",
         "denied": "The remediation gate is denied: completed steps are compensated and the run fails."}
 
+DECISIONS = ("approve", "reject", "remediated", "denied")
+"""The actions of a run's page that answer a person's decision (``runs:decide``); the others act on the run
+(``runs:operate``)."""
+
 
 def routes(d: Dashboard) -> list[Route]:
     async def run(request: Request) -> Response:
@@ -67,8 +80,9 @@ def routes(d: Dashboard) -> list[Route]:
     async def act(request: Request) -> Response:
         user = await d.user(request)
         application, record = await find(d, user, request.path_params["eid"])
-        form = await d.form(request, user)
+        form = await d.form(request, user, capability=None)
         action = str(form.get("action") or "")
+        d.require(user, DECIDE_RUNS if action in DECISIONS else OPERATE_RUNS)
         try:
             await _act(d, await d.access(user, application), record, action, form)
         except FlowliError as exc:  # the services refuse with FlowliErrors, each its kind
@@ -148,7 +162,7 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
         "resolve": gate is not None,
     }
     return {"record": record, "view": view, "graph": graph, "too_large": too_large, "status": status,
-            "actions": actions, "gate": gate, "can_act": user.can_act, "subset": subset,
+            "actions": actions, "gate": gate, "can_act": user.can_act, "can_decide": user.can_decide, "subset": subset,
             "drawn": len(nodes)}
 
 

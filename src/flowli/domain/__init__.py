@@ -37,6 +37,7 @@ from ._json import check_json_since as check_json_since
 from ._json import digest as digest
 from ._json import dumps as dumps
 from ._json import loads as loads
+from ._provenance import SYSTEM as SYSTEM
 from ._provenance import Actor as Actor
 from ._provenance import Code as Code
 from ._provenance import Principal as Principal
@@ -57,6 +58,7 @@ from ._redact import sensitive_keys as sensitive_keys
 from ._retry import NO_RETRY as NO_RETRY
 from ._retry import RetryPolicy as RetryPolicy
 from ._roles import BUILT_IN_ROLES as BUILT_IN_ROLES
+from ._roles import DECIDE_RUNS as DECIDE_RUNS
 from ._roles import EVERY_CAPABILITY as EVERY_CAPABILITY
 from ._roles import OPERATE_RUNS as OPERATE_RUNS
 from ._roles import READ_RUNS as READ_RUNS
@@ -77,6 +79,7 @@ from ._types import type_metadata as type_metadata
 __all__ = [
     "BUILT_IN_ROLES",
     "EVERY_CAPABILITY",
+    "DECIDE_RUNS",
     "OPERATE_RUNS",
     "READ_RUNS",
     "START_RUNS",
@@ -113,6 +116,7 @@ __all__ = [
     "Provenance",
     "REDACTED",
     "Refusal",
+    "SYSTEM",
     "RegistrationError",
     "RetryPolicy",
     "Site",

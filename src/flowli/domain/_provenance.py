@@ -104,6 +104,11 @@ class Principal:
     then. An ``assistant`` principal (an API key made for an assistant) may read, but each of its
     writes takes effect only under a person's ``approval`` (the approval's eid): until then it
     ``waits_for_approval``.
+
+    ``trusted`` marks the application's own code in this process (and the engine's own actors):
+    its changes are not checked against roles. Every other principal is checked, and one without
+    roles holds no capability: the checks fail closed. A ``by=`` string is the application's own
+    code (``principal_for`` makes it a trusted principal); so is ``SYSTEM``.
     """
 
     id: str
@@ -113,6 +118,7 @@ class Principal:
     credential: str | None = None
     assistant: bool = False
     approval: str | None = None
+    trusted: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -146,9 +152,14 @@ def actor_for(by: str | Principal | None, default: Actor) -> Actor:
     return Actor("human" if "@" in by else "system", by)
 
 
+SYSTEM = Principal("application", "system", trusted=True)
+"""The application's own code, named: a change it asks for is not checked against roles."""
+
+
 def principal_for(by: str | Principal | None, default: Actor, application: str | None = None) -> Principal:
-    """The principal of a ``by=`` argument. A string names an actor of the application given."""
+    """The principal of a ``by=`` argument. A string (or none: ``default``) names an actor of the
+    application's own code in the application given: a trusted principal."""
     if isinstance(by, Principal):
         return by
     actor = actor_for(by, default)
-    return Principal(actor.id, actor.kind, (), application)
+    return Principal(actor.id, actor.kind, (), application, trusted=True)

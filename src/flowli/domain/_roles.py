@@ -9,20 +9,25 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 READ_RUNS, START_RUNS, OPERATE_RUNS, WRITE_CATALOG = "runs:read", "runs:start", "runs:operate", "catalog:write"
-"""The built-in capabilities: read runs, start runs, act on runs (signal, cancel, retry, decide a
-stage, pause, resume, a worker's pull and answer), save compositions and an application's
-settings. A type's declared ``permissions`` are capabilities too."""
+"""The built-in capabilities: read runs, start runs, act on runs (signal, cancel, retry, pause,
+resume, rerun or skip a stage, a worker's pull and answer), save compositions and an
+application's settings. A type's declared ``permissions`` are capabilities too."""
+DECIDE_RUNS = "runs:decide"
+"""Answer a person's decision that a run waits for: a stage's approval, a review (an assistant's
+write that waits for approval is one), a remediation gate. Apart from acting on runs: a role may
+answer decisions and act on nothing else (an auditor's), or act without answering them."""
 EVERY_CAPABILITY = "*"
 """The capability that holds every other one (the ``admin`` role's): an administrator's views,
 every application."""
 
 BUILT_IN_ROLES: Mapping[str, frozenset[str]] = {
     "admin": frozenset({EVERY_CAPABILITY}),
-    "operator": frozenset({READ_RUNS, START_RUNS, OPERATE_RUNS, WRITE_CATALOG}),
+    "operator": frozenset({READ_RUNS, START_RUNS, OPERATE_RUNS, DECIDE_RUNS, WRITE_CATALOG}),
     "viewer": frozenset({READ_RUNS}),
 }
 """The built-in roles. ``admin`` holds every capability, a type's declared permissions included;
-``operator`` reads, starts, operates runs and saves compositions; ``viewer`` reads."""
+``operator`` reads, starts, operates runs, answers decisions and saves compositions; ``viewer``
+reads."""
 
 
 def custom_role(name: object, capabilities: Iterable[object]) -> tuple[str, frozenset[str]]:

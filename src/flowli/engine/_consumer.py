@@ -190,15 +190,23 @@ class Consumer:
                      (error_type, str(message), retryable), by, TaskHold(task.id, owner=self.name), items)
 
 
+def _settled(task: Task, value: Any, failure: tuple[str, str, bool] | None,
+             decision: bool) -> tuple[str, dict[str, Any]]:
+    """The kind and payload of the transition that answers or fails ``task`` (a person's
+    decision says so)."""
+    if failure is not None:
+        return "fail", {"task": task.id, "attempt": task.attempt, "error_type": failure[0], "message": failure[1]}
+    return "answer", {"task": task.id, "attempt": task.attempt, "value": value, **({"decision": True} if decision else {})}
+
+
 async def _settle_decided(rt: Runtime, task: Task, value: Any, failure: tuple[str, str, bool] | None,
-                          principal: Principal, hold: TaskHold, items: Sequence[NewItem] = ()) -> None:
+                          principal: Principal, hold: TaskHold, items: Sequence[NewItem] = (),
+                          decision: bool = False) -> None:
     """An answer or a failure of a decider's DELEGATE task: the command goes to its decider in
     the write that ends the task under ``hold`` (a fenced answer: a stale one changes nothing)."""
     assert task.eid is not None
     command = deciding.answer_command(task, value, failure, str(principal.actor))
-    kind = "answer" if failure is None else "fail"
-    payload = {"task": task.id, "attempt": task.attempt, "value": value} if failure is None else \
-        {"task": task.id, "attempt": task.attempt, "error_type": failure[0], "message": failure[1]}
+    kind, payload = _settled(task, value, failure, decision)
     try:
         result = await deciding.apply(rt, task.eid, command, kind=kind, base=lambda: Write(hold=hold, items=list(items)),
                                       principal=principal, payload=payload)
@@ -214,10 +222,11 @@ async def _settle_decided(rt: Runtime, task: Task, value: Any, failure: tuple[st
 
 async def settle(
     rt: Runtime, name: str, task: Task, value: Any, failure: tuple[str, str, bool] | None,
-    by: str | Principal | None, hold: TaskHold, items: Sequence[NewItem] = (),
+    by: str | Principal | None, hold: TaskHold, items: Sequence[NewItem] = (), *, decision: bool = False,
 ) -> int | None:
     """Answer or fail a DELEGATE task (``failure``: error type, message, retryable) under ``hold``:
-    a consumer's own lease, or, for an operator's answer (``engine.answer``), whoever holds it."""
+    a consumer's own lease, or, for an operator's answer (``engine.answer``), whoever holds it.
+    ``decision``: a person's answer to a decision (its transition says so)."""
     if task.kind is not TaskKind.DELEGATE or task.eid is None:
         raise ValueError(f"task {task.id} is not a DELEGATE task of an execution")
     if failure is None:
@@ -226,7 +235,7 @@ async def settle(
     actor = principal.actor
     frame = task.frame
     if frame is not None and frame.get("decider"):
-        await _settle_decided(rt, task, value, failure, principal, hold, items)
+        await _settle_decided(rt, task, value, failure, principal, hold, items, decision)
         return None
     code = Code(frame.get("workflow"), frame.get("version"), FrameKind.DELEGATE.value, "delegate") if frame else Code()
     prov = rt.provenance(actor=actor, code=code, attempt=task.attempt,
@@ -259,9 +268,7 @@ async def settle(
     if worker is not None:
         write = dataclasses.replace(write, acquire=Acquisition(task.eid, resume.id, rt.owner, now + rt.options.lease_ttl,
                                                      tuple(worker.queues)))
-    kind = "answer" if failure is None else "fail"
-    payload = {"task": task.id, "attempt": task.attempt, "value": value} if failure is None else \
-        {"task": task.id, "attempt": task.attempt, "error_type": failure[0], "message": failure[1]}
+    kind, payload = _settled(task, value, failure, decision)
     try:
         result = await commit(rt, Transition(kind, write, task.eid, code.workflow, principal,
                                              task.application, payload))

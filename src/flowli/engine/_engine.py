@@ -320,11 +320,13 @@ class Engine(ReadModels):
         return await read_log(self._rt, self._archive, after, limit, application)
 
     async def signal(self, eid: str, channel: str, payload: Any, by: By = None, *,
-                     application: str | None = None, items: Sequence[NewItem] = ()) -> int:
+                     application: str | None = None, items: Sequence[NewItem] = (), decision: bool = False) -> int:
         """Send one message to ``{eid}.{channel}`` and enqueue a RESUME; returns its sequence.
-        ``items`` are written in the same write."""
+        ``items`` are written in the same write. ``decision``: the message is a person's answer to
+        a decision the execution waits for (its transition says so: RBAC asks ``runs:decide`` for
+        it instead of ``runs:operate``)."""
         return await ops.signal(self._rt, self._archive, eid, channel, payload, by, scope_of(by, application),
-                                list(items))
+                                list(items), decision)
 
     async def announce(self, eid: str, kind: str, data: Any, by: By = None, *, application: str | None = None) -> int:
         """Append what happened to an execution from outside it (``kind``, JSON ``data``) to its
@@ -491,15 +493,17 @@ class Engine(ReadModels):
         await self._rt.drain()
         return await self._projection.read(name, sql, params)
 
-    async def answer(self, task_id: str, value: Any, by: By = None, *, application: str | None = None) -> int | None:
+    async def answer(self, task_id: str, value: Any, by: By = None, *, application: str | None = None,
+                     decision: bool = False) -> int | None:
         """Answer a DELEGATE task (a review, a delegate) as ``by``, whoever holds its lease; resumes
-        its execution. UnknownTaskError when there is no open task with that id (of the application)."""
+        its execution. UnknownTaskError when there is no open task with that id (of the application).
+        ``decision``: the answer is a person's decision (a review's: see ``signal``)."""
         app = scope_of(by, application)
         task = await self._store.read_task(task_id)
         if task is None or task.state != "ready" or task.kind is not TaskKind.DELEGATE or \
                 (app is not None and task.application != app):
             raise UnknownTaskError(task_id)
-        return await settle(self._rt, "engine", task, value, None, by, TaskHold(task.id))
+        return await settle(self._rt, "engine", task, value, None, by, TaskHold(task.id), decision=decision)
 
     def consumer(
         self, queue: str | Sequence[str], name: str, lease: timedelta = timedelta(minutes=5), *,

@@ -117,7 +117,7 @@ async def read_journal_page(rt: Runtime, archive: Archive, eid: str, f: JournalF
 
 
 async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload: Any, by: By,
-                 application: str | None, items: list[NewItem] | None = None) -> int:
+                 application: str | None, items: list[NewItem] | None = None, decision: bool = False) -> int:
     """Send one message to ``{eid}.{channel}`` and enqueue a RESUME, in one write: the store checks
     the status (and the application), appends the message and enqueues the RESUME on the
     execution's queue."""
@@ -127,7 +127,8 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
     if rt.registry.has_deciders:
         record = await rt.store.read_execution(eid)
         if record is not None and visible(record, application) and rt.registry.decider_of(record.workflow, record.version) is not None:
-            return await _signal_decided(rt, record, channel, payload, principal, prov, application, items or [])
+            return await _signal_decided(rt, record, channel, payload, principal, prov, application, items or [],
+                                         decision)
     resume = Resume(
         id=task_id(TaskKind.RESUME, eid, f"signal:{new_eid()}"), eid=eid, payload={"channel": channel},
         provenance=prov, visible_at=rt.clock.now(),
@@ -137,7 +138,7 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
                   items=list(items or []))
     try:
         result = await commit(rt, Transition("signal", write, eid, None, principal, application,
-                                             {"channel": channel, "payload": payload}))
+                                             _signalled(channel, payload, decision)))
     except ExecutionStateError as exc:
         raise ExecutionTerminalError(eid, exc.status, f"signal {channel!r} to") from None
     except UnknownExecutionError:
@@ -148,8 +149,13 @@ async def signal(rt: Runtime, archive: Archive, eid: str, channel: str, payload:
     return int(result.message_seqs[0])
 
 
+def _signalled(channel: str, payload: Any, decision: bool) -> dict[str, Any]:
+    """The payload of a signal's transition: a person's decision says so (``decision``)."""
+    return {"channel": channel, "payload": payload, **({"decision": True} if decision else {})}
+
+
 async def _signal_decided(rt: Runtime, record: ExecutionRecord, channel: str, payload: Any, principal: Principal,
-                          prov: Any, application: str | None, items: list[NewItem]) -> int:
+                          prov: Any, application: str | None, items: list[NewItem], decision: bool) -> int:
     """A signal to a decider's execution: the message on its channel and the command Signal,
     decided in one write (no RESUME: nothing is replayed)."""
     eid = record.eid
@@ -161,7 +167,7 @@ async def _signal_decided(rt: Runtime, record: ExecutionRecord, channel: str, pa
 
     try:
         result = await deciding.apply(rt, eid, Signal(channel, payload, str(principal.actor)), kind="signal", base=base,
-                                      principal=principal, payload={"channel": channel, "payload": payload},
+                                      principal=principal, payload=_signalled(channel, payload, decision),
                                       record=record)
     except ExecutionStateError as exc:
         raise ExecutionTerminalError(eid, exc.status, f"signal {channel!r} to") from None

@@ -24,7 +24,7 @@ from ._tracing import Tracing
 log = logging.getLogger("flowli.engine")
 
 
-SWEEPER = Principal("sweeper", "system")
+SWEEPER = Principal("sweeper", "system", trusted=True)
 """The principal of the sweeper's transitions (fired timers, recoveries, retention)."""
 
 ANNOUNCE_DELAY = 0.05
@@ -168,7 +168,7 @@ class Runtime:
         """What this process did, counted for the metrics (plain counters: no cost to speak of)."""
         self.observers: list[Any] = []
         """``engine.observe``: called after every commit, appends included."""
-        self.principal = Principal(self.owner, "worker")
+        self.principal = Principal(self.owner, "worker", trusted=True)  # the engine's own actor
         """The principal of what this process's workers and sweeper do on their own."""
         self.polls = Polls()
         """The long polls of this process's consumers (see ``_handoff``)."""

@@ -120,8 +120,9 @@ async def ask(engine: Engine, tool: str, arguments: dict[str, Any], principal: P
                "application": principal.application, "credential": principal.credential,
                "assistant": principal.assistant}
     # the write's own capability was checked already; the approval carries it out later as the
-    # principal (roles and all), so the approval itself starts as the principal's application
-    opener = Principal(principal.id, principal.kind, (), principal.application)
+    # principal (roles and all), so the approval itself is started by the service on the
+    # principal's behalf, in its application: the service's own (trusted) act
+    opener = Principal(principal.id, principal.kind, (), principal.application, trusted=True)
     eid = await engine.start(APPROVAL, tool, arguments, as_json, text, by=opener)
     return {"status": "approval_required", "approval_id": eid, "summary": text}
 

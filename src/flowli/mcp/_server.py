@@ -21,7 +21,7 @@ from pydantic import Field
 
 from flowli.access import Applications, ServiceError, key_of
 from flowli.catalog import MAX_IDLE_SECONDS, Catalog, CatalogError
-from flowli.domain import FlowliError, Principal, checked_eid
+from flowli.domain import DECIDE_RUNS, OPERATE_RUNS, WRITE_CATALOG, FlowliError, Principal, checked_eid
 from flowli.engine import Engine
 from flowli.services import Services
 
@@ -34,8 +34,8 @@ READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_h
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 CHANGES_A_RUN = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 ENDS = ("COMPLETED", "FAILED", "remediation_pending")
-OPERATE, SAVE = "runs:operate", "catalog:write"
-"""The capabilities of the write tools (the contract's names); a start needs its type's."""
+OPERATE, DECIDE, SAVE = OPERATE_RUNS, DECIDE_RUNS, WRITE_CATALOG
+"""The capabilities of the write tools (a resolve answers a decision); a start needs its type's."""
 SECONDS = Field(json_schema_extra={"minimum": 0, "maximum": MAX_IDLE_SECONDS})
 """A number of seconds of an operation (the catalog checks its range; the tool's schema says it)."""
 
@@ -225,7 +225,7 @@ def build(services: Services, who: Who, *, name: str = "flowli") -> MCPServer:
                                                         " parked step, 'denied' compensates and fails the run.")
     async def resolve_workflow(ctx: Context[Any, Any], workflow_id: str, resolution: str) -> dict[str, Any]:
         return await write(ctx, "resolve_workflow", {"workflow_id": workflow_id, "resolution": resolution},
-                           lambda by: catalog.resolve(workflow_id, resolution, by=by), OPERATE)
+                           lambda by: catalog.resolve(workflow_id, resolution, by=by), DECIDE)
 
     @server.tool(annotations=WRITE, description="Send a message (a JSON payload) to a run's channel: what its"
                                                 " ctx.receive(channel) waits for; the run resumes with it.")

@@ -111,5 +111,5 @@ async def answer_review(
         task = tasks.get(review.frame)
         if task is not None:
             return await engine.answer(task.id, {"approved": approved, "reason": reason, "by": who}, by=by,
-                                       application=application)
+                                       application=application, decision=True)
     raise NoOpenReviewError(eid)

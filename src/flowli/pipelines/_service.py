@@ -15,6 +15,7 @@ from typing import Any
 
 from flowli.access import Access, Conflict, NotFound, item_id, owned
 from flowli.domain import (
+    DECIDE_RUNS,
     OPERATE_RUNS,
     REDACTED,
     START_RUNS,
@@ -363,10 +364,10 @@ class Pipelines:
     # ---- change ---------------------------------------------------------------------------
 
     async def _signal(self, access: Access, eid: str, message: dict[str, Any], what: str, *,
-                      items: builtins.list[NewItem] | None = None) -> None:
+                      items: builtins.list[NewItem] | None = None, decision: bool = False) -> None:
         try:
             await self.engine.signal(eid, CHANNEL, message, by=access.principal, application=access.application,
-                                     items=items or [])
+                                     items=items or [], decision=decision)
         except ExecutionTerminalError as exc:
             raise Conflict(f"cannot {what}: the pipeline is {exc.status}") from None
         except UnknownExecutionError:
@@ -489,7 +490,7 @@ class Pipelines:
 
     async def decide(self, access: Access, stage_id: Any, approved: Any, reason: Any) -> None:
         stage, pitem = await self.stage(access, stage_id)  # another application's stage is unknown to any role
-        access.require(OPERATE_RUNS)
+        access.require(DECIDE_RUNS)
         if not isinstance(approved, bool):
             raise PipelineInputError(f"approved must be true or false, got {approved!r}")
         if reason is not None and not isinstance(reason, str):
@@ -511,7 +512,7 @@ class Pipelines:
             raise Conflict(f"stage {stage.id} ({name}) is {s['status']}, not WaitingForApproval")
         if taken is None:
             await self._signal(access, pitem.key, {"op": "decide", "stage": name, "run": run, **decision},
-                               f"decide stage {stage.id}")
+                               f"decide stage {stage.id}", decision=True)
             taken = (await self.state(access, pitem.key))[1]["stages"][name]["decision"]
         if taken is not None and taken != decision:
             raise Conflict(f"stage {stage.id} ({name}) was decided already with another decision")
