@@ -4,7 +4,8 @@ The application's own code is trusted: a ``by=`` string, no ``by=``, a principal
 ``trusted`` (``flowli.domain.SYSTEM``). Every other principal is checked, and one without roles
 holds no capability: it is refused, naming itself, and nothing is written (the check fails
 closed). A message or an answer that is a person's decision (``decision=True``) needs
-``runs:decide``; any other needs ``runs:operate``, so a role may hold one without the other."""
+``runs:decide``, which ``runs:operate`` includes; any other needs ``runs:operate``: a role may
+answer decisions and act on nothing else."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def registry_with_decisions() -> Any:
     registry = app()
     registry.role("auditor", ["runs:read", "runs:decide"])
     registry.role("mover", ["runs:read", "runs:operate"])
+    registry.role("reader", ["runs:read"])
 
     @registry.workflow("ops.ask", description="Waits for a person's decision on channel 'verdict'.")
     async def ask(ctx: Context, note: str) -> Any:
@@ -69,6 +71,7 @@ async def test_a_decision_needs_runs_decide_and_nothing_else_does(open_engine):
     async with open_engine(registry_with_decisions()) as engine:
         auditor = Principal("aud@example.com", roles=("auditor",))
         mover = Principal("mo@example.com", roles=("mover",))
+        reader = Principal("rita@example.com", roles=("reader",))
         first, second = await engine.start("ops.ask", "1"), await engine.start("ops.ask", "2")
         await until(lambda: _all_suspended(engine, [first, second]), 10, "the runs wait")
         # the auditor answers a decision, and may not send any other message or cancel
@@ -77,18 +80,21 @@ async def test_a_decision_needs_runs_decide_and_nothing_else_does(open_engine):
         with pytest.raises(PermissionDenied, match="lacks the capability 'runs:operate'"):
             await engine.cancel(first, by=auditor)
         await engine.signal(first, "verdict", "ok", by=auditor, decision=True)
-        # the mover operates runs and may not answer a decision
-        with pytest.raises(PermissionDenied, match="lacks the capability 'runs:decide'"):
-            await engine.signal(second, "verdict", "ok", by=mover, decision=True)
-        await engine.signal(second, "verdict", "moved", by=mover)
+        # a reader may not answer it (the refusal names both capabilities that would do);
+        # the mover operates runs, which includes answering their decisions
+        with pytest.raises(PermissionDenied) as refused:
+            await engine.signal(second, "verdict", "ok", by=reader, decision=True)
+        assert "lacks the capability 'runs:operate' (or 'runs:decide', which answers decisions alone)" in \
+            str(refused.value) and refused.value.capability == "runs:operate"
+        await engine.signal(second, "verdict", "moved", by=mover, decision=True)
         assert (await engine.result(first, timeout=10))["verdict"] == "ok"
         assert (await engine.result(second, timeout=10))["verdict"] == "moved"
-        # a review's answer is a decision: the auditor answers it, the mover may not
+        # a review's answer is a decision: the auditor answers it, the reader may not
         asked = await engine.start("ops.reviewed", "3")
         await until(lambda: _all_suspended(engine, [asked]), 10, "the review waits")
         await until(lambda: _has_task(engine, asked), 10, "the review's task is open")
-        with pytest.raises(PermissionDenied, match="lacks the capability 'runs:decide'"):
-            await answer_review(engine, asked, True, by=mover)
+        with pytest.raises(PermissionDenied, match=r"lacks the capability 'runs:operate' \(or 'runs:decide'"):
+            await answer_review(engine, asked, True, by=reader)
         await answer_review(engine, asked, True, by=auditor, reason="fine")
         assert (await engine.result(asked, timeout=10))["approved"] is True
 

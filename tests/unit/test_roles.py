@@ -67,3 +67,18 @@ def test_access_checks_a_role_by_its_capabilities_and_fails_closed() -> None:
         made("viewer").require("runs:read")
     with pytest.raises(Forbidden):  # a declared role means nothing to the built-in roles alone
         Access("billing", 1, "launcher", "k").require("runs:start")
+
+
+def test_answering_decisions_is_a_capability_of_its_own_that_acting_on_runs_includes() -> None:
+    registry = Registry()
+    registry.role("auditor", ["runs:read", "runs:decide"])
+    registry.role("mover", ["runs:read", "runs:operate"])
+    roles = Roles(registry.roles)
+    assert roles.role_allows("auditor", "runs:decide") and not roles.role_allows("auditor", "runs:operate")
+    assert roles.role_allows("mover", "runs:decide") and roles.role_allows("operator", "runs:decide")
+    assert not roles.role_allows("viewer", "runs:decide") and roles.role_allows("admin", "runs:decide")
+    # a refusal names the capability any acting role holds, and the narrower one
+    viewer = Access("billing", 1, "viewer", "vic@example.com", actor_kind="human", roles=roles)
+    with pytest.raises(Forbidden, match=r"lacks the capability 'runs:operate' \(or 'runs:decide', which answers"):
+        viewer.require("runs:decide")
+    Access("billing", 1, "auditor", "aud@example.com", actor_kind="human", roles=roles).require("runs:decide")

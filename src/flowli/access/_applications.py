@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowli.catalog import ApprovalNeeded, Roles, require_approval, roles_of
-from flowli.domain import BUILT_IN_ROLES, EVERY_CAPABILITY, READ_RUNS, Principal
+from flowli.domain import BUILT_IN_ROLES, EVERY_CAPABILITY, READ_RUNS, Principal, lacking
 from flowli.engine import Engine
 
 from ._errors import Conflict, Forbidden, NotFound, ServiceError, Unauthorized
@@ -73,7 +73,7 @@ class Access:
         an assistant's write, which waits for a person (the one gate of the catalog's RBAC)."""
         if not self.allows(capability):
             who = "the key" if self.actor_kind == "service" else "the user"
-            raise Forbidden(f"{who} {self.actor!r} has role {self.role}, which lacks the capability {capability!r}"
+            raise Forbidden(f"{who} {self.actor!r} has role {self.role}, which lacks {lacking(capability)[1]}"
                             " this needs")
         if capability != READ_RUNS:
             try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from flowli.domain import FlowliError, Refusal
+from flowli.domain import FlowliError, Refusal, lacking
 
 
 class CatalogError(FlowliError):
@@ -73,8 +73,8 @@ class PermissionDenied(CatalogError):
 
     def __init__(self, principal: str, capability: str, action: str):
         self.principal = principal
-        self.capability = capability
-        super().__init__(f"{principal} may not {action}: it lacks the capability {capability!r}")
+        self.capability, named = lacking(capability)
+        super().__init__(f"{principal} may not {action}: it lacks {named}")
 
     def refusal_fields(self) -> dict[str, Any]:
         return {"capability": self.capability}

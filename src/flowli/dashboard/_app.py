@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowli.access import Access, Applications, NotFound
 from flowli.catalog import Catalog
-from flowli.domain import DECIDE_RUNS, EVERY_CAPABILITY, OPERATE_RUNS
+from flowli.domain import DECIDE_RUNS, EVERY_CAPABILITY, OPERATE_RUNS, lacking
 from flowli.engine import Engine
 from flowli.http import from_this_machine
 from flowli.pipelines import Pipelines, Schedules, Workers
@@ -165,7 +165,7 @@ class Dashboard:
         """Refuse (403) a user whose role lacks ``capability``."""
         if not user.holds(capability):
             what = "answer a decision of a run" if capability == DECIDE_RUNS else "act on runs"
-            raise Refused(403, f"{user.email} has role {user.role}, which lacks the capability {capability!r}:"
+            raise Refused(403, f"{user.email} has role {user.role}, which lacks {lacking(capability)[1]}:"
                                f" it cannot {what}.")
 
     async def _refused(self, request: Request, exc: Exception) -> Response:

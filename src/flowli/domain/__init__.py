@@ -66,6 +66,7 @@ from ._roles import START_RUNS as START_RUNS
 from ._roles import WRITE_CATALOG as WRITE_CATALOG
 from ._roles import custom_role as custom_role
 from ._roles import grants as grants
+from ._roles import lacking as lacking
 from ._status import ENTRY_STATUS as ENTRY_STATUS
 from ._status import TERMINAL as TERMINAL
 from ._status import EntryKind as EntryKind
@@ -86,6 +87,7 @@ __all__ = [
     "WRITE_CATALOG",
     "custom_role",
     "grants",
+    "lacking",
     "Actor",
     "Cancelled",
     "Code",

@@ -14,8 +14,12 @@ resume, rerun or skip a stage, a worker's pull and answer), save compositions an
 application's settings. A type's declared ``permissions`` are capabilities too."""
 DECIDE_RUNS = "runs:decide"
 """Answer a person's decision that a run waits for: a stage's approval, a review (an assistant's
-write that waits for approval is one), a remediation gate. Apart from acting on runs: a role may
-answer decisions and act on nothing else (an auditor's), or act without answering them."""
+write that waits for approval is one), a remediation gate. ``runs:operate`` includes it (who acts
+on runs answers their decisions, as before there was a capability of its own); a role that holds
+it alone answers decisions and acts on nothing else (an auditor's)."""
+
+INCLUDED: Mapping[str, str] = {DECIDE_RUNS: OPERATE_RUNS}
+"""A capability that a broader one includes: the broader one grants it too."""
 EVERY_CAPABILITY = "*"
 """The capability that holds every other one (the ``admin`` role's): an administrator's views,
 every application."""
@@ -45,5 +49,15 @@ def custom_role(name: object, capabilities: Iterable[object]) -> tuple[str, froz
 
 
 def grants(capabilities: frozenset[str], capability: str) -> bool:
-    """Whether a role's ``capabilities`` grant ``capability``."""
-    return EVERY_CAPABILITY in capabilities or capability in capabilities
+    """Whether a role's ``capabilities`` grant ``capability`` (or the one that includes it)."""
+    return EVERY_CAPABILITY in capabilities or capability in capabilities or \
+        INCLUDED.get(capability, EVERY_CAPABILITY) in capabilities
+
+
+def lacking(capability: str) -> tuple[str, str]:
+    """What a refusal for want of ``capability`` names: the capability (the broader one that
+    includes it, which any role that acts holds) and the words that say it, naming both."""
+    broader = INCLUDED.get(capability)
+    if broader is None:
+        return capability, f"the capability {capability!r}"
+    return broader, f"the capability {broader!r} (or {capability!r}, which answers decisions alone)"
