@@ -52,7 +52,8 @@ DONE = {"cancel": "Cancellation requested.", "pause": "Pause requested.", "resum
         "retry": "The run is retried from its last good point.", "rerun": "The stage is queued again.",
         "skip": "The stage is skipped.", "approve": "The stage is approved.", "reject": "The stage is rejected.",
         "remediated": "The remediation gate is resolved: the parked step runs again.",
-        "denied": "The remediation gate is denied: completed steps are compensated and the run fails."}
+        "denied": "The remediation gate is denied: completed steps are compensated and the run fails.",
+        "signal": "The message is sent: the run resumes with it."}
 
 DECISIONS = ("approve", "reject", "remediated", "denied")
 """The actions of a run's page that answer a person's decision (``runs:decide``); the others act on the run
@@ -156,14 +157,26 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
     live = not record.terminal
     actions = {
         "cancel": live,
+        # a message to the run's channel (what its ctx.receive waits for); the engine's own runs
+        # (a pipeline, an approval, a composition) move on through their own operations
+        "signal": live and not record.workflow.startswith("flowli."),
         "pause": view is not None and status in ("Running", "NotStarted"),
         "resume": view is not None and status == "Paused",
         "retry": view is None and record.status is Status.FAILED,
         "resolve": gate is not None,
     }
     return {"record": record, "view": view, "graph": graph, "too_large": too_large, "status": status,
+            "channels": waited_channels(record.eid, journal),
             "actions": actions, "gate": gate, "can_act": user.can_act, "can_decide": user.can_decide, "subset": subset,
             "drawn": len(nodes)}
+
+
+def waited_channels(eid: str, journal: list[Any]) -> list[str]:
+    """The channels a suspended run's last suspension waits on for a message (its own, by name)."""
+    last = next((e for e in reversed(journal) if e.kind is EntryKind.EXECUTION_SUSPENDED), None) if journal else None
+    waits = (last.value or {}).get("waits") or [] if last is not None else []
+    return [w["channel"].removeprefix(f"{eid}.") for w in waits
+            if isinstance(w, dict) and w.get("kind") == "message" and isinstance(w.get("channel"), str)]
 
 
 def _label(status: str, attempt: int) -> str:
@@ -294,5 +307,13 @@ async def _act(d: Dashboard, access: Access, record: ExecutionRecord, action: st
         await d.catalog.retry(record.eid, by=by, application=app)
     elif action in ("remediated", "denied") and pid is None:
         await d.catalog.resolve(record.eid, action, by=by, application=app)
+    elif action == "signal" and pid is None:
+        text = str(form.get("payload") or "").strip() or "null"
+        try:
+            payload = json.loads(text)
+        except ValueError as exc:
+            raise Refused(400, f"The message must be JSON (null, a number, a string in quotes, an object...): {exc}") \
+                from None
+        await d.catalog.signal(record.eid, str(form.get("channel") or ""), payload, by=by, application=app)
     else:
         raise Refused(400, f"There is no action {action!r} for this run.")

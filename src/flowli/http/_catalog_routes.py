@@ -34,6 +34,15 @@ class ResolveIn(_Body):
     resolution: str
 
 
+class SignalIn(_Body):
+    channel: str = Field(min_length=1)
+    payload: Any = None
+
+
+class CancelIn(_Body):
+    reason: str
+
+
 class TerminateIn(_Body):
     reason: str
     min_idle_seconds: float = Field(600, json_schema_extra={"minimum": 0, "maximum": MAX_IDLE})
@@ -140,6 +149,16 @@ class ActedOut(_Out):
     status: State
 
 
+class SignalledOut(_Out):
+    workflow_id: str
+    channel: str
+    seq: int
+
+
+class CancelledOut(ActedOut):
+    cancel_requested: bool
+
+
 class StuckRunOut(_Out):
     workflow_id: str
     workflow_type: str
@@ -203,7 +222,7 @@ def catalog_routes(catalog: Catalog, access: Callable[..., Any]) -> APIRouter:
         return await catalog.dag(name, by=who.principal)
 
     @router.post("/catalog/runs", status_code=201, tags=["catalog"], openapi_extra=takes(StartIn),
-              responses={201: {"model": ActedOut}})
+                 responses={201: {"model": ActedOut}})
     async def start(who: Access = Depends(access), payload: StartIn = json_body(StartIn)) -> Any:
         return await catalog.start(payload.workflow_type, payload.inputs, by=who.principal, key=payload.key)
 
@@ -226,12 +245,22 @@ def catalog_routes(catalog: Catalog, access: Callable[..., Any]) -> APIRouter:
         return await catalog.retry(workflow_id, by=who.principal)
 
     @router.post("/catalog/runs/{workflow_id}/resolve", tags=["catalog"], openapi_extra=takes(ResolveIn),
-              responses={200: {"model": ActedOut}})
+                 responses={200: {"model": ActedOut}})
     async def resolve(workflow_id: str, who: Access = Depends(access), payload: ResolveIn = json_body(ResolveIn)) -> Any:
         return await catalog.resolve(workflow_id, payload.resolution, by=who.principal)
 
+    @router.post("/catalog/runs/{workflow_id}/signal", tags=["catalog"], openapi_extra=takes(SignalIn),
+                 responses={200: {"model": SignalledOut}})
+    async def signal(workflow_id: str, who: Access = Depends(access), payload: SignalIn = json_body(SignalIn)) -> Any:
+        return await catalog.signal(workflow_id, payload.channel, payload.payload, by=who.principal)
+
+    @router.post("/catalog/runs/{workflow_id}/cancel", tags=["catalog"], openapi_extra=takes(CancelIn),
+                 responses={200: {"model": CancelledOut}})
+    async def cancel(workflow_id: str, who: Access = Depends(access), payload: CancelIn = json_body(CancelIn)) -> Any:
+        return await catalog.cancel(workflow_id, payload.reason, by=who.principal)
+
     @router.post("/catalog/runs/{workflow_id}/terminate", tags=["catalog"], openapi_extra=takes(TerminateIn),
-              responses={200: {"model": ActedOut}})
+                 responses={200: {"model": ActedOut}})
     async def terminate(workflow_id: str, who: Access = Depends(access),
                         payload: TerminateIn = json_body(TerminateIn)) -> Any:
         return await catalog.terminate(workflow_id, payload.reason, payload.min_idle_seconds,
@@ -243,12 +272,12 @@ def catalog_routes(catalog: Catalog, access: Callable[..., Any]) -> APIRouter:
         return {"runs": await catalog.stuck(older_than_seconds, by=who.principal)}
 
     @router.post("/catalog/compositions/validate", tags=["catalog"], openapi_extra=takes(CompositionIn),
-              responses={200: {"model": ValidationOut}})
+                 responses={200: {"model": ValidationOut}})
     async def validate(request: Request, who: Access = Depends(access)) -> Any:
         return await catalog.validate_composition(await read_json(request), by=who.principal)
 
     @router.post("/catalog/compositions", status_code=201, tags=["catalog"], openapi_extra=takes(CompositionIn),
-              responses={201: {"model": SavedOut}, 200: {"model": SavedOut, "description": "saved already"}})
+                 responses={201: {"model": SavedOut}, 200: {"model": SavedOut, "description": "saved already"}})
     async def save(request: Request, who: Access = Depends(access)) -> Any:
         saved = await catalog.save_composition(await read_json(request), by=who.principal)
         return JSONResponse(saved, status_code=201 if saved.get("created") else 200)

@@ -36,9 +36,9 @@ def pipeline_routes(pipelines: Pipelines, access: Callable[..., Any]) -> APIRout
         return view
 
     @router.post("/pipelines/idempotent", status_code=201, openapi_extra=takes(m.IdempotentPipelineIn),
-              responses={201: {"model": m.CreatedOut}, 200: {"model": m.CreatedOut,
-                                                              "description": "an equivalent request created it"},
-                         409: {"model": m.Error, "description": "the key was used for another intent"}})
+                 responses={201: {"model": m.CreatedOut},
+                            200: {"model": m.CreatedOut, "description": "an equivalent request created it"},
+                            409: {"model": m.Error, "description": "the key was used for another intent"}})
     async def create_idempotent(request: Request, who: Access = Depends(access),
                                 body: m.IdempotentPipelineIn = json_body(m.IdempotentPipelineIn)) -> Any:
         view, created = await pipelines.create(who, body, idempotent=True,
@@ -47,7 +47,7 @@ def pipeline_routes(pipelines: Pipelines, access: Callable[..., Any]) -> APIRout
                             status_code=201 if created else 200)
 
     @router.post("/pipelines/by-idempotency-key", openapi_extra=takes(m.IdempotencyKeyIn),
-              responses={200: {"model": m.PipelineOut}})
+                 responses={200: {"model": m.PipelineOut}})
     async def by_key(who: Access = Depends(access), body: m.IdempotencyKeyIn = json_body(m.IdempotencyKeyIn)) -> Any:
         return await pipelines.by_idempotency_key(who, body.idempotencyKey)
 
@@ -75,7 +75,7 @@ def pipeline_routes(pipelines: Pipelines, access: Callable[..., Any]) -> APIRout
         return await pipelines.history(who, pipeline_id)
 
     @router.post("/pipelines/{pipeline_id}/stages", openapi_extra=takes(m.StagesIn),
-              responses={200: {"model": m.StagesOut}})
+                 responses={200: {"model": m.StagesOut}})
     async def append(pipeline_id: str, who: Access = Depends(access), body: m.StagesIn = json_body(m.StagesIn)) -> Any:
         return {"stages": await pipelines.append(who, pipeline_id, body)}
 

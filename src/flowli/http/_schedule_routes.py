@@ -21,7 +21,7 @@ def schedule_routes(schedules: Schedules, access: Callable[..., Any]) -> APIRout
     router = APIRouter()
 
     @router.post("/schedules", status_code=201, openapi_extra=takes(m.ScheduleIn),
-              responses={201: {"model": m.ScheduleOut}})
+                 responses={201: {"model": m.ScheduleOut}})
     async def create_schedule(request: Request, who: Access = Depends(access),
                               _body: Any = json_body(m.ScheduleIn)) -> Any:
         return await schedules.create(who, raw(request))

@@ -29,13 +29,13 @@ def worker_routes(workers: Workers, access: Callable[..., Any], session: Callabl
         return {**await workers.bootstrap(who, body), "batch": batch.OFFER}
 
     @router.post("/jobs/pull", openapi_extra=takes(m.PullIn),
-              responses={200: {"model": m.JobOut}, 204: {"description": "no job within waitSeconds"}})
+                 responses={200: {"model": m.JobOut}, 204: {"description": "no job within waitSeconds"}})
     async def pull(request: Request, s: Session = Depends(session), body: m.PullIn = json_body(m.PullIn)) -> Any:
         job = await workers.pull(s, body, gone=lambda: gone(request.receive))
         return Response(status_code=204) if job is None else job
 
     @router.post("/stages/{stage_id}/lease/acquire", openapi_extra=takes(m.LeaseIn),
-              responses={200: {"model": m.LeaseOut}})
+                 responses={200: {"model": m.LeaseOut}})
     async def acquire(stage_id: str, s: Session = Depends(session), body: m.LeaseIn = json_body(m.LeaseIn)) -> Any:
         return await workers.acquire(s, stage_id, body)
 
@@ -44,8 +44,8 @@ def worker_routes(workers: Workers, access: Callable[..., Any], session: Callabl
         return await workers.acquire(s, stage_id, body, renew=True)
 
     @router.post("/stages/{stage_id}/result", status_code=202, openapi_extra=takes(m.ResultIn),
-              responses={202: {"model": m.ResultOut},
-                         409: {"model": m.ResultOut | m.Error, "description": "a stale result (accepted: false)"}})
+                 responses={202: {"model": m.ResultOut},
+                            409: {"model": m.ResultOut | m.Error, "description": "a stale result (accepted: false)"}})
     async def result(stage_id: str, s: Session = Depends(session), body: m.ResultIn = json_body(m.ResultIn)) -> Any:
         status, answer = await workers.result(s, stage_id, body)
         return JSONResponse(answer, status_code=status)
@@ -53,7 +53,7 @@ def worker_routes(workers: Workers, access: Callable[..., Any], session: Callabl
     # ---- the batch routes (``_batch``): many items in one request, each as its one-item route --
 
     @router.post("/jobs/pull-batch", openapi_extra=takes(m.PullBatchIn),
-              responses={200: {"model": m.JobsOut}, 204: {"description": "no job within waitSeconds"}})
+                 responses={200: {"model": m.JobsOut}, 204: {"description": "no job within waitSeconds"}})
     async def pull_batch(request: Request, s: Session = Depends(session),
                          body: m.PullBatchIn = json_body(m.PullBatchIn)) -> Any:
         status, answer = await batch.pull(workers, s, body, gone=lambda: gone(request.receive))
