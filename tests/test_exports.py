@@ -64,7 +64,7 @@ PINNED = {
     flowli.catalog: [
         "AUDIT", "ApprovalNeeded", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError",
         "CompositionConflict", "CompositionInvalid", "DAG", "InputsInvalid", "MAX_IDLE_SECONDS",
-        "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
+        "PARKED", "PermissionDenied", "Prerequisite", "ROLES", "RemediationDenied", "RemediationRequired", "Roles",
         "RunStateError", "SAVE", "StepInputInvalid", "UnknownType", "catalog_of", "compile_definition",
         "content_hash", "decided", "install", "policy", "remediation", "require_approval", "roles_of", "steps_of",
         "validate"

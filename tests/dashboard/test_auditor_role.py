@@ -22,7 +22,7 @@ from ..assistants.test_mcp import call, over_http, refused
 from ..http.test_pipelines import Worker, until_stage, until_status
 from ..served import APP, flowli
 from .conftest import PASSWORD, Tenants, csrf_of, logged_in
-from .test_actions import page_of, run_path
+from .test_actions import GATED, catalog_status, page_of, run_path
 
 pytestmark = pytest.mark.e2e
 
@@ -100,3 +100,32 @@ async def test_an_auditor_answers_decisions_from_every_entry_point_and_acts_on_n
         assert "not remediation_pending" in text and "lacks the capability" not in text  # the decision is its to make
         text = await refused(mcp, "retry_workflow", workflow_id=eid)
         assert "lacks the capability 'runs:operate'" in text
+
+
+async def test_the_inbox_lists_remediation_gates_beside_stages_and_reviews_and_an_auditor_resolves_one(
+        tenants: Tenants, names: Any):
+    from tests.catalog.app import fix
+
+    url, key, db = tenants.service.url, tenants.billing_key, tenants.service.db
+    auditor = tenants.ann.replace("ann-", "gate-")
+    made = flowli(db, "--app", APP, "users", "create", auditor, "--password-stdin", "--role", "auditor",
+                  "--app", tenants.billing, stdin=f"{PASSWORD}\n")
+    assert made.returncode == 0, made.stderr
+    locked = names("locked")
+    async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}, timeout=30) as api:
+        assert (await api.post("/catalog/compositions", json=GATED)).status_code in (200, 201)
+        eid = (await api.post("/catalog/runs", json={"workflow_type": "virtual.gated@1",
+                                                     "inputs": {"bucket": locked}})).json()["workflow_id"]
+        await catalog_status(api, eid, "remediation_pending")
+        async with logged_in(url, tenants.vic) as vic:  # a viewer sees the gate, not the decision
+            inbox = (await vic.get("/inbox")).text
+            assert f'href="/runs/{eid}"' in inbox and 'aria-label="Deny tag"' not in inbox
+        async with logged_in(url, auditor) as aud:
+            inbox = (await aud.get("/inbox")).text
+            assert 'aria-label="Resolve tag as remediated"' in inbox and 'aria-label="Deny tag"' in inbox
+            fix(locked)
+            r = await aud.post("/inbox/decide", data={"csrf": csrf_of(inbox), "gate": eid, "decision": "approve",
+                                                      "application": tenants.billing})
+            assert r.status_code == 303, r.text
+            assert (await catalog_status(api, eid, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+            assert "No run waits at a remediation gate." in (await aud.get("/inbox")).text

@@ -30,6 +30,7 @@ from ._rbac import Roles as Roles
 from ._rbac import policy as policy
 from ._rbac import require_approval as require_approval
 from ._rbac import roles_of as roles_of
+from ._runs import PARKED as PARKED
 from ._runs import decided as decided
 from ._runs import remediation as remediation
 from ._runs import steps_of as steps_of
@@ -38,6 +39,7 @@ __all__ = [
     "AUDIT",
     "ApprovalNeeded",
     "COMPILED_FORMAT_VERSION",
+    "PARKED",
     "Catalog",
     "CatalogError",
     "CompositionConflict",

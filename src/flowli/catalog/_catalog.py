@@ -294,7 +294,8 @@ class Catalog:
         page_cursor = cursor
         while len(out) < limit:
             try:
-                page = await self.engine.list(workflow=engine_wf, limit=limit, cursor=page_cursor, application=app)
+                page = await self.engine.list(status=next(iter(wanted)) if wanted and len(wanted) == 1 else None,
+                                              workflow=engine_wf, limit=limit, cursor=page_cursor, application=app)
             except ValueError as exc:
                 raise CatalogError(str(exc).replace("engine.list", "list_workflows")) from None
             records = {r.eid: r for r in await self.engine.statuses([s.eid for s in page], application=app)}

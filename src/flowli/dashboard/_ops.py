@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from flowli.access import Access
-from flowli.catalog import CatalogError
+from flowli.catalog import PARKED, CatalogError
 from flowli.domain import DECIDE_RUNS, OPERATE_RUNS, FlowliError, checked_eid
 from flowli.patterns import answer_review, inbox
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from ._app import Dashboard
 
 PIPELINES_SCANNED = 500
+GATES_SHOWN = 100
+"""The remediation gates the inbox lists at most (the oldest first beyond that wait their turn)."""
 """The inbox looks for stages waiting for approval in this many live pipelines at most."""
 STUCK_AFTER = 600
 """The default idle seconds before a run is listed as stuck (the page's ``older_than`` changes it)."""
@@ -48,12 +50,27 @@ async def _acting(d: Dashboard, request: Request, capability: str = OPERATE_RUNS
     return form, await d.access(user, application)  # another application than theirs: refused
 
 
+async def _gates(d: Dashboard, access: Access) -> list[dict[str, Any]]:
+    """The compositions parked at a remediation gate, each with its step, the reason and the fix."""
+    gates = []
+    parked = await d.catalog.list(status=PARKED, limit=GATES_SHOWN, by=access.principal,
+                                  application=access.application)
+    for run in parked["runs"]:
+        shown = await d.catalog.status(run["workflow_id"], by=access.principal, application=access.application)
+        gate = (shown.get("state_data") or {}).get("remediation")
+        if gate:
+            gates.append({"eid": run["workflow_id"], "type": run["workflow_type"], "step": gate.get("step"),
+                          "reason": gate.get("reason"), "fix": json.dumps(gate.get("fix"), default=str)[:400]})
+    return gates
+
+
 def routes(d: Dashboard) -> list[Route]:
     async def inbox_page(request: Request) -> Response:
         user = await d.user(request)
         application = d.application(request, user)
         reviews: list[dict[str, Any]] = []
         stages: list[dict[str, Any]] = []
+        gates: list[dict[str, Any]] = []
         if application is not None:
             access = await d.access(user, application)
             for r in await inbox(d.engine, application=application):
@@ -62,8 +79,9 @@ def routes(d: Dashboard) -> list[Route]:
             for eid, view in await d.pipelines.waiting(access, PIPELINES_SCANNED):
                 stages += [{"pipeline": view, "stage": x, "eid": eid} for x in view["stages"]
                            if x["status"] == "WaitingForApproval"]
+            gates = await _gates(d, access)
         return d.page(request, "inbox.html", user, application=application, reviews=reviews, stages=stages,
-                      done=request.query_params.get("done") in ("approved", "rejected"))
+                      gates=gates, done=request.query_params.get("done") in ("approved", "rejected"))
 
     async def decide(request: Request) -> Response:
         form, access = await _acting(d, request, DECIDE_RUNS)
@@ -72,11 +90,14 @@ def routes(d: Dashboard) -> list[Route]:
         if form.get("decision") not in ("approve", "reject"):
             raise Refused(400, "decision must be approve or reject")
         reason = str(form.get("reason") or "").strip() or None
-        if not approved and reason is None:
+        if not approved and reason is None and not form.get("gate"):  # a gate's resolution carries no reason
             raise Refused(400, "A rejection needs a reason: say why in the reason field.")
         try:
             if form.get("stage"):
                 await d.pipelines.decide(access, form.get("stage"), approved, reason)
+            elif form.get("gate"):  # a remediation gate: approved is remediated, rejected denied
+                await d.catalog.resolve(checked_eid(form.get("gate")), "remediated" if approved else "denied",
+                                        by=access.principal, application=application)
             else:
                 await answer_review(d.engine, checked_eid(form.get("eid")), approved, by=access.principal,
                                     reason=reason, application=application)
