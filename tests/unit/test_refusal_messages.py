@@ -20,6 +20,7 @@ from flowli.catalog import (
     StepInputInvalid,
     UnknownType,
 )
+from flowli.dashboard._auth import TooManyLogins  # the login limit's refusal: the dashboard names it nowhere public
 from flowli.domain import (
     ArgumentsInvalid,
     Cancelled,
@@ -187,6 +188,7 @@ def test_every_kind_of_refusal_has_one_status_and_every_error_a_kind():
         UnknownExecutionError("e"): (404, {}),
         StaleState("e", 3): (409, {}),
         ExecutionStateError("e", "completed", "signal", "running"): (409, {}),
+        TooManyLogins("account", 30): (429, {}),
     }
     for error, (status, fields) in kinds.items():
         assert (STATUS[error.refusal], error.refusal_fields()) == (status, fields), error

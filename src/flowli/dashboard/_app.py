@@ -24,7 +24,7 @@ from flowli.access import Access, Applications, NotFound
 from flowli.catalog import Catalog
 from flowli.domain import DECIDE_RUNS, EVERY_CAPABILITY, OPERATE_RUNS, lacking
 from flowli.engine import Engine
-from flowli.http import from_this_machine
+from flowli.http import STATUS, from_this_machine
 from flowli.pipelines import Pipelines, Schedules, Workers
 from flowli.services import Services
 
@@ -200,7 +200,7 @@ class Dashboard:
             token = await self.sessions.login(form.get("email"), form.get("password"),
                                               request.client.host if request.client else "")
         except TooManyLogins as exc:
-            refused = await self.login_form(request, str(exc), 429)
+            refused = await self.login_form(request, str(exc), STATUS[exc.refusal])
             refused.headers["Retry-After"] = str(exc.retry_after)
             return refused
         if token is None:

@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from flowli.access import Applications
-from flowli.domain import DECIDE_RUNS, EVERY_CAPABILITY, OPERATE_RUNS, grants
+from flowli.domain import DECIDE_RUNS, EVERY_CAPABILITY, OPERATE_RUNS, FlowliError, Refusal, grants
 from flowli.engine import Engine
 
 SESSION_COOKIE = "flowli_session"
@@ -46,8 +46,10 @@ _TRACKED = 100_000
 """The accounts and addresses the limits remember at most (the oldest are forgotten first)."""
 
 
-class TooManyLogins(Exception):  # noqa: N818 - a refusal, as the pages name it
+class TooManyLogins(FlowliError):  # noqa: N818 - a refusal, as the pages name it
     """A login past a limit: ``retry_after`` seconds until one more counts."""
+
+    refusal = Refusal.LIMITED
 
     def __init__(self, what: str, retry_after: int):
         super().__init__(f"Too many logins for this {what}: try again in {retry_after} s.")

@@ -54,6 +54,8 @@ class Refusal(enum.StrEnum):
     """An answer, a state or an attempt that is not current any more."""
     UNAVAILABLE = "unavailable"
     """A part it needs (the store) did not answer: not confirmed, try again."""
+    LIMITED = "limited"
+    """The caller asked more often (or holds more) than its limit allows: try again later."""
 
 
 class FlowliError(Exception):

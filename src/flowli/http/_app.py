@@ -15,9 +15,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowli.access import Access, key_of
 from flowli.engine import Engine
-from flowli.mcp import MCP_SESSION_IDLE_SECONDS, from_headers
-from flowli.mcp import McpGate as mcp_gate
 from flowli.mcp import build as build_mcp
+from flowli.mcp import from_headers
 from flowli.metrics import Metrics
 from flowli.pipelines import Session
 from flowli.services import Services
@@ -28,6 +27,8 @@ from ._docs import add_docs
 from ._errors import error, register
 from ._hosts import AllowedHosts, HostGuard
 from ._lean import Lean, session_token
+from ._mcp_gate import MCP_SESSION_IDLE_SECONDS
+from ._mcp_gate import McpGate as mcp_gate
 from ._openapi import document
 from ._pipeline_routes import pipeline_routes
 from ._schedule_routes import policy_routes, schedule_routes

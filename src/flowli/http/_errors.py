@@ -44,6 +44,7 @@ STATUS: dict[Refusal, int] = {
     Refusal.CONFLICT: 409,
     Refusal.STALE: 409,
     Refusal.UNAVAILABLE: 503,
+    Refusal.LIMITED: 429,
 }
 """The HTTP status of each kind of refusal (``flowli.domain.Refusal``): the one place the service
 turns a refusal into a status (the dashboard's pages use it too)."""

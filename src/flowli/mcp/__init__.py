@@ -1,8 +1,5 @@
 """The MCP server: AI assistants discover, start, watch and repair runs (the official SDK)."""
 
-from ._gate import MCP_SESSION_IDLE_SECONDS as MCP_SESSION_IDLE_SECONDS
-from ._gate import MCP_SESSIONS_PER_KEY as MCP_SESSIONS_PER_KEY
-from ._gate import McpGate as McpGate
 from ._server import build as build
 from ._server import fixed as fixed
 from ._server import from_headers as from_headers
@@ -10,5 +7,4 @@ from ._server import from_key as from_key
 from ._server import local_admin as local_admin
 from ._server import principal_of_key as principal_of_key
 
-__all__ = ["MCP_SESSIONS_PER_KEY", "MCP_SESSION_IDLE_SECONDS", "McpGate", "build", "fixed", "from_headers",
-           "from_key", "local_admin", "principal_of_key"]
+__all__ = ["build", "fixed", "from_headers", "from_key", "local_admin", "principal_of_key"]

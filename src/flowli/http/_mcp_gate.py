@@ -1,4 +1,5 @@
-"""``/mcp`` over HTTP behind the service's credential. Every request needs an application's API
+"""``/mcp`` over HTTP behind the service's credential: the HTTP service's front of the MCP
+server's streamable HTTP app (the server itself is ``flowli.mcp``'s, and serves stdio too). Every request needs an application's API
 key (``Authorization: Bearer <key>`` or ``X-API-Key``) before the SDK sees it: without one, or with
 an unknown or disabled one, it is answered 401 with ``WWW-Authenticate: Bearer`` and no session
 exists. A session is bound to the key that opened it (the SDK refuses it to another key), and a
@@ -19,6 +20,9 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flowli.access import Applications, ServiceError, key_of
+from flowli.domain import Refusal
+
+from ._errors import STATUS
 
 MCP_SESSIONS_PER_KEY = 16
 """The open MCP sessions one API key may hold in one ``flowli serve`` process."""
@@ -108,7 +112,8 @@ class McpGate:
         except ServiceError as exc:
             challenge = 'Bearer realm="flowli"' if key_of(headers) is None else \
                 'Bearer realm="flowli", error="invalid_token", error_description="unknown or disabled API key"'
-            await refusal(401, exc.message, {"WWW-Authenticate": challenge})(scope, receive, send)
+            await refusal(STATUS[Refusal.UNAUTHORIZED], exc.message, {"WWW-Authenticate": challenge})(
+                scope, receive, send)
             return
         key = access.key_id if access.key_id is not None else -1
         # the SDK binds each session to this identity: another key's request for it answers 404
@@ -128,9 +133,10 @@ class McpGate:
     async def _open(self, held: _Held, name: str, scope: Scope, receive: Receive, send: Send) -> None:
         held.prune(time.monotonic())
         if held.count() >= MCP_SESSIONS_PER_KEY:
-            await refusal(429, f"the API key {name!r} holds {MCP_SESSIONS_PER_KEY} open MCP sessions already, the"
-                               " most a key may: close one (an HTTP DELETE of /mcp with its mcp-session-id) or"
-                               f" wait until one is idle for {MCP_SESSION_IDLE_SECONDS:g} s")(scope, receive, send)
+            await refusal(STATUS[Refusal.LIMITED], f"the API key {name!r} holds {MCP_SESSIONS_PER_KEY} open MCP"
+                          " sessions already, the most a key may: close one (an HTTP DELETE of /mcp with its"
+                          f" mcp-session-id) or wait until one is idle for {MCP_SESSION_IDLE_SECONDS:g} s")(
+                scope, receive, send)
             return
         held.opening += 1  # a place held while the request may open a session, given up once it has
         opened: list[str] = []
