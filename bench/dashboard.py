@@ -337,7 +337,7 @@ async def d3_inside(db: str, eid: str, repeat: int) -> dict[str, Any]:
             [row(e) for e in journal]
 
         out["rows_ms"] = await ms(made_rows, repeat)
-        asgi = Dashboard(create_app(engine).app, engine)  # type: ignore[attr-defined]
+        asgi = create_app(engine, pages=lambda routes, services: Dashboard(routes, engine, services))
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://127.0.0.1",
                                      timeout=120) as client:
             csrf = re.search(r'name="csrf" value="([^"]+)"', (await client.get("/login")).text)

@@ -70,7 +70,7 @@ PINNED = {
         "validate"
     ],
     flowli.dashboard: ["Dashboard", "MAX_NODES", "Node", "TooLarge", "layered", "layout", "svg"],
-    flowli.http: ["AllowedHosts", "MAX_BODY", "STATUS", "create_app", "from_this_machine", "serve"],
+    flowli.http: ["AllowedHosts", "MAX_BODY", "Pages", "STATUS", "Service", "create_app", "from_this_machine", "serve"],
     flowli.client: ["ClientError", "HttpWorker", "PipelinesClient", "StageError", "WaitForApproval"],
     flowli.metrics: ["Metrics", "serve"],
     flowli.services: ["Services"],

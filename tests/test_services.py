@@ -25,10 +25,17 @@ async def test_each_service_is_built_once_and_shared(tmp_path: Any) -> None:
         assert services.policies.pipelines is services.pipelines
         assert services.schedules.pipelines is services.pipelines
         assert services.catalog.engine is engine and services.workers.lease.total_seconds() == 12.0
-        app = create_app(engine, lease_ttl=7.0)
-        served = app.service.state.services  # the API inside the host check
+        made: list[Dashboard] = []
+
+        def pages(routes: Any, services: Services) -> Dashboard:
+            made.append(Dashboard(routes, engine, services))
+            return made[0]
+
+        app = create_app(engine, lease_ttl=7.0, pages=pages)
+        served = app.services
         assert isinstance(served, Services) and served.workers.lease.total_seconds() == 7.0
-        dashboard = Dashboard(app.service, engine)
+        [dashboard] = made  # the pages are given the routes and the service's own services
+        assert dashboard.api is app.routes and app.routes.api is app.api
         assert dashboard.applications is served.applications and dashboard.sessions.apps is served.applications
         assert dashboard.pipelines is served.pipelines and dashboard.catalog is served.catalog
         # the applications hold the engine's roles: the ones every check reads

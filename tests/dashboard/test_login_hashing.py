@@ -42,7 +42,8 @@ async def test_wrong_logins_hash_a_bounded_number_at_a_time(tmp_path, monkeypatc
     monkeypatch.setattr(hashlib, "scrypt", counted)
     engine = await flowli.connect(f"sqlite:///{tmp_path / 'flowli.db'}", Registry(), bucket=str(tmp_path / "bucket"))
     async with engine:
-        dashboard = Dashboard(create_app(engine), engine)
+        service = create_app(engine)
+        dashboard = Dashboard(service.routes, engine, service.services)
         transport = httpx.ASGITransport(app=dashboard, client=("127.0.0.1", 40000))
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             form = await client.get("/login")

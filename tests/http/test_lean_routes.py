@@ -49,7 +49,7 @@ async def pair(open_engine: Any) -> AsyncIterator[Pair]:  # noqa: F811
         await stack.enter_async_context(engine.worker(concurrency=16, queues=("pipelines", "default")))  # as serve
         _, key = await Applications(engine).create("billing")
         front = create_app(engine, lease_ttl=30)
-        plain_app = guarded(front.service.api, front.hosts)  # type: ignore[attr-defined]
+        plain_app = guarded(front.api, front.hosts)
         clients = []
         for app in (front, plain_app):
             transport = httpx.ASGITransport(app=app)
@@ -79,7 +79,7 @@ async def test_every_lean_route_is_a_route_of_the_openapi_document_and_no_other_
             continue  # a read: no body
         body = doc["paths"][path][method.lower()]["requestBody"]["content"]["application/json"]["schema"]
         assert body["$ref"].split("/")[-1] in doc["components"]["schemas"], (path, body)
-    lean = pair.front.service.lean
+    lean = pair.front.routes.lean
     routed = set()
     for path, methods in doc["paths"].items():
         for method in methods:

@@ -75,7 +75,8 @@ def serve(
         install(registry)
         async with open_engine(s, registry) as engine:
             await serve_http(engine, host, port, lease_ttl=lease_ttl, worker=not no_worker, announce=announce,
-                             wrap=lambda api: Dashboard(api, engine, local=open_), allowed_hosts=allowed_hosts or ())
+                             pages=lambda routes, services: Dashboard(routes, engine, services, local=open_),
+                             allowed_hosts=allowed_hosts or ())
         return 0
 
     run(go(), fast_loop=True)

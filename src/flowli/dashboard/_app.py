@@ -70,13 +70,13 @@ def ours(scope: Scope) -> bool:
 
 
 class Dashboard:
-    """The service with the dashboard in front: the dashboard's paths here, the rest to ``api``."""
+    """The dashboard in front of the service's routes: the dashboard's paths here, the rest to
+    ``api`` (served as ``flowli.http.create_app(engine, pages=...)``'s pages). ``services`` are the
+    service's own, built once."""
 
-    def __init__(self, api: ASGIApp, engine: Engine, *, local: bool = False):
-
+    def __init__(self, api: ASGIApp, engine: Engine, services: Services, *, local: bool = False):
         self.api = api
         self.engine = engine
-        services: Services = api.state.services  # type: ignore[attr-defined]  # the API's own, built once
         self.pipelines: Pipelines = services.pipelines
         self.workers: Workers = services.workers
         self.schedules: Schedules = services.schedules

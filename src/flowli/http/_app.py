@@ -4,7 +4,7 @@ input, never a stack trace in a body."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -34,16 +34,19 @@ from ._pipeline_routes import pipeline_routes
 from ._schedule_routes import policy_routes, schedule_routes
 from ._worker_routes import worker_routes
 
-__all__ = ["MAX_BODY", "BodyLimit", "create_app", "error"]
+__all__ = ["MAX_BODY", "BodyLimit", "Pages", "Service", "create_app", "error"]
+
+Pages = Callable[[ASGIApp, Services], ASGIApp]
+"""Pages served in front of the service's routes (the dashboard): given the routes (what the
+pages do not answer goes on to them) and the services, the app that answers first."""
 
 
-class WithMcp:
-    """The service's ASGI app: ``/mcp`` (the MCP server's streamable HTTP) and the lean routes
-    (``_lean``) beside the FastAPI routes. ``state`` is the FastAPI app's."""
+class Routes:
+    """The service's routes: ``/mcp`` (the MCP server's streamable HTTP) and the lean routes
+    (``_lean``) beside the FastAPI routes (``api``)."""
 
     def __init__(self, api: FastAPI, mcp: ASGIApp, lean: Lean | None = None):
         self.api, self.mcp, self.lean = api, mcp, lean
-        self.state = api.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -64,22 +67,38 @@ def from_this_machine(request: Any) -> bool:
     return host in ("127.0.0.1", "::1") and not relayed
 
 
-def guarded(app: Any, hosts: AllowedHosts) -> HostGuard:
+def guarded(app: ASGIApp, hosts: AllowedHosts) -> HostGuard:
     """``app`` behind what every request passes first: the check of its Host and Origin
     (``HostGuard``), then the body limit."""
-    return HostGuard(BodyLimit(app), hosts, service=app)
+    return HostGuard(BodyLimit(app), hosts)
+
+
+class Service:
+    """The ASGI app of ``flowli serve``: every request passes the check of its Host and Origin
+    and the body limit (``guarded``), then goes to the pages in front, if any (the dashboard),
+    else to the routes (``/mcp``, a lean route, the FastAPI routes of ``api``). ``services`` are
+    the ones every part of it uses, built once; ``mcp`` is the MCP server (``serve`` runs its
+    session manager)."""
+
+    def __init__(self, api: FastAPI, routes: Routes, services: Services, mcp: Any, hosts: AllowedHosts,
+                 pages: Pages | None = None):
+        self.api, self.routes, self.services, self.mcp, self.hosts = api, routes, services, mcp, hosts
+        self.app = guarded(routes if pages is None else pages(routes, services), hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
 
 
 def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.1",
-               allowed_hosts: Iterable[str] = ()) -> FastAPI:
-    """The service: its routes and ``/mcp``, answering requests whose Host is a loopback name,
-    ``host`` (unless a wildcard) or one of ``allowed_hosts`` (see ``flowli.http._hosts``)."""
+               allowed_hosts: Iterable[str] = (), pages: Pages | None = None) -> Service:
+    """The service: its routes and ``/mcp`` (and ``pages`` in front of them), answering requests
+    whose Host is a loopback name, ``host`` (unless a wildcard) or one of ``allowed_hosts`` (see
+    ``flowli.http._hosts``)."""
     app = FastAPI(title="flowli", version="1", summary="Pipelines over HTTP: application workers in any language",
                   docs_url=None, redoc_url=None)
     add_docs(app)  # /docs and /redoc, their files from the package, never from a CDN
     services = Services(engine, lease_ttl=lease_ttl)
     pipelines, workers, apps = services.pipelines, services.workers, services.applications
-    app.state.services = services  # the dashboard and ``serve`` take theirs from here
 
     register(app)  # the refusals (``_errors.REFUSALS``), the lean routes' too
 
@@ -113,9 +132,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
     # the Host and Origin of /mcp are checked with every other route's (HostGuard), not by the SDK
     mcp_app = mcp_gate(server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=NO_SDK_CHECK,
                                                   session_idle_timeout=MCP_SESSION_IDLE_SECONDS), apps)
-    app.state.mcp = server  # flowli serve runs its session manager
-    lean = Lean(pipelines, workers, apps)
-    return guarded(WithMcp(app, mcp_app, lean), AllowedHosts(host, allowed_hosts))  # type: ignore[return-value]
+    routes = Routes(app, mcp_app, Lean(pipelines, workers, apps))
+    return Service(app, routes, services, server, AllowedHosts(host, allowed_hosts), pages)
 
 
 NO_SDK_CHECK = TransportSecuritySettings(enable_dns_rebinding_protection=False)

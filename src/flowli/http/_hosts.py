@@ -12,8 +12,6 @@ refused with 403: a form of the dashboard is accepted from the dashboard's own p
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -34,13 +32,10 @@ def _shown(value: str) -> str:
 class HostGuard:
     """The service's outermost layer: a request whose ``Host`` is not one of ``hosts`` answers
     421, one whose ``Origin`` (or ``Referer``, see the module's note) is another site's answers
-    403, before anything else reads it. ``state`` and ``service`` are those of the app inside."""
+    403, before anything else reads it."""
 
-    def __init__(self, app: ASGIApp, hosts: AllowedHosts, service: Any = None):
+    def __init__(self, app: ASGIApp, hosts: AllowedHosts):
         self.app, self.hosts = app, hosts
-        self.service = service
-        """The service inside the checks (and the body limit), to put the dashboard in front of."""
-        self.state = getattr(service, "state", None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):

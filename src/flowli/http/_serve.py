@@ -9,31 +9,29 @@ import logging
 import signal
 import sys
 from collections.abc import Iterable
-from typing import Any, Callable
+from typing import Any
 
 import uvicorn
 
 from flowli.engine import Engine
 
-from ._app import create_app, guarded
+from ._app import Pages, create_app
 
 
 async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, lease_ttl: float = 30.0,
                 worker: bool = True, concurrency: int = 256, announce: Any = None,
-                wrap: Callable[[Any], Any] | None = None, allowed_hosts: Iterable[str] = ()) -> None:
-    """Serve the HTTP service; ``wrap`` puts an ASGI app in front of its routes (the dashboard),
-    behind the same checks of the Host and Origin (the loopback names, ``host`` unless a wildcard,
+                pages: Pages | None = None, allowed_hosts: Iterable[str] = ()) -> None:
+    """Serve the HTTP service; ``pages`` (the dashboard) answer in front of its routes, behind the
+    same checks of the Host and Origin (the loopback names, ``host`` unless a wildcard,
     ``allowed_hosts``) and the same body limit."""
-    front: Any = create_app(engine, lease_ttl=lease_ttl, host=host, allowed_hosts=allowed_hosts)
+    service = create_app(engine, lease_ttl=lease_ttl, host=host, allowed_hosts=allowed_hosts, pages=pages)
     logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's session start and stop lines
-    served = guarded(wrap(front.service), front.hosts) if wrap is not None else front
-    config = uvicorn.Config(served, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
+    config = uvicorn.Config(service, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[attr-defined,method-assign]
     loop = asyncio.get_running_loop()
-    state = front.state
-    workers = state.services.workers
+    workers = service.services.workers
 
     def stop() -> None:
         server.should_exit = True
@@ -46,7 +44,7 @@ async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, le
     async with contextlib.AsyncExitStack() as stack:
         if worker:
             await stack.enter_async_context(engine.worker(concurrency=concurrency, queues=queues))
-        await stack.enter_async_context(state.mcp.session_manager.run())  # the /mcp sessions
+        await stack.enter_async_context(service.mcp.session_manager.run())  # the /mcp sessions
         task = asyncio.create_task(server.serve())
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
@@ -57,7 +55,7 @@ async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, le
                     bound = sock.getsockname()[1]
             (announce or _print)(f"listening on http://{host}:{bound}")
             # pipelines of an older release become the decider's now, not at their first request
-            upgrading = asyncio.create_task(_upgrade(state.services.pipelines))
+            upgrading = asyncio.create_task(_upgrade(service.services.pipelines))
         await task
         if server.started and not upgrading.done():
             upgrading.cancel()
