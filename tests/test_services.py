@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import flowli
+from flowli.access import Applications
 from flowli.dashboard import Dashboard
 from flowli.http import create_app
 from flowli.services import Services
@@ -20,6 +21,8 @@ async def test_each_service_is_built_once_and_shared(tmp_path: Any) -> None:
     engine = await flowli.connect(f"sqlite:///{tmp_path / 's.db'}", flowli.Registry())
     async with engine:
         services = Services(engine, lease_ttl=12.0)
+        # one Applications an engine: what MCP's approvals and any other Services of it use too
+        assert Applications.of(engine) is services.applications is Services(engine).applications
         assert services.workers.apps is services.applications
         assert services.workers.pipelines is services.pipelines
         assert services.policies.pipelines is services.pipelines

@@ -9,6 +9,7 @@ import builtins
 import hashlib
 import hmac
 import secrets
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,7 +115,21 @@ async def owned(engine: Engine, access: Access, kind: str, number: Any, what: st
     return item
 
 
+_BUILT: weakref.WeakKeyDictionary[Engine, Applications] = weakref.WeakKeyDictionary()
+
+
 class Applications:
+    """Applications, their API keys and settings, dashboard users; authentication. One per engine
+    (``of``): the service, MCP's approvals and the dashboard share it."""
+
+    @classmethod
+    def of(cls, engine: Engine) -> Applications:
+        """The applications of ``engine``, built at the first call and shared after."""
+        found = _BUILT.get(engine)
+        if found is None:
+            found = _BUILT[engine] = cls(engine)
+        return found
+
     def __init__(self, engine: Engine):
         self.engine = engine
         self.roles = roles_of(engine)

@@ -68,7 +68,7 @@ async def principal_now(engine: Engine, asked_by: dict[str, Any], approval: str)
     credential = asked_by.get("credential")
     if credential:
         try:
-            access = await Applications(engine).credential_access(credential)
+            access = await Applications.of(engine).credential_access(credential)
         except ServiceError as exc:
             raise CatalogError(f"not carried out: {exc.message}") from None
         return replace(access.principal, approval=approval)

@@ -13,7 +13,7 @@ class Services:
 
     def __init__(self, engine: Engine, *, lease_ttl: float = 30.0):
         self.engine = engine
-        self.applications = Applications(engine)
+        self.applications = Applications.of(engine)
         """Applications, API keys, dashboard users, settings; authentication; the engine's roles."""
         self.pipelines = Pipelines(engine)
         self.workers = Workers(engine, self.pipelines, lease_ttl, self.applications)
