@@ -56,8 +56,8 @@ DONE = {"cancel": "Cancellation requested.", "pause": "Pause requested.", "resum
         "signal": "The message is sent: the run resumes with it."}
 
 DECISIONS = ("approve", "reject", "remediated", "denied")
-"""The actions of a run's page that answer a person's decision (``runs:decide``); the others act on the run
-(``runs:operate``)."""
+"""The actions of a run's page that answer a person's decision (``runs:decide``); the others act
+on the run (``runs:operate``)."""
 
 
 def routes(d: Dashboard) -> list[Route]:
@@ -173,8 +173,10 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
 
 def waited_channels(eid: str, journal: list[Any]) -> list[str]:
     """The channels a suspended run's last suspension waits on for a message (its own, by name)."""
-    last = next((e for e in reversed(journal) if e.kind is EntryKind.EXECUTION_SUSPENDED), None) if journal else None
-    waits = (last.value or {}).get("waits") or [] if last is not None else []
+    last = next((e for e in reversed(journal or []) if e.kind is EntryKind.EXECUTION_SUSPENDED), None)
+    if last is None or not isinstance(last.value, dict):
+        return []
+    waits = last.value.get("waits") or []
     return [w["channel"].removeprefix(f"{eid}.") for w in waits
             if isinstance(w, dict) and w.get("kind") == "message" and isinstance(w.get("channel"), str)]
 

@@ -50,8 +50,9 @@ def custom_role(name: object, capabilities: Iterable[object]) -> tuple[str, froz
 
 def grants(capabilities: frozenset[str], capability: str) -> bool:
     """Whether a role's ``capabilities`` grant ``capability`` (or the one that includes it)."""
+    broader = INCLUDED.get(capability)
     return EVERY_CAPABILITY in capabilities or capability in capabilities or \
-        INCLUDED.get(capability, EVERY_CAPABILITY) in capabilities
+        (broader is not None and broader in capabilities)
 
 
 def lacking(capability: str) -> tuple[str, str]:

@@ -247,7 +247,7 @@ def sentence(errors: Sequence[Mapping[str, Any]], data: Any = None) -> str:
     if phrase is not None:
         value = first.get("input")
         text = phrase.format(input=_shown(value), **(first.get("ctx") or {}))
-    elif kind.endswith("_type") and kind not in _PHRASES and first.get("msg", "").startswith("must "):
+    elif first.get("msg", "").startswith("must "):
         text = first["msg"]  # ours (``Number``): already in these words
     else:
         return f"{where}: {first.get('msg', 'is not valid')}"

@@ -210,7 +210,7 @@ class Workers:
         """One job, or None when none came within ``waitSeconds``. ``gone()`` ends when the client
         has gone away (its connection closed): a job is handed only to a poll whose client is still
         there, and one taken meanwhile goes back to its queue at once (the same attempt: no expiry)."""
-        jobs = await self._poll(session, read(PullIn, body), gone)
+        jobs = await self._poll(session, read(PullIn, body), 1, gone)
         return jobs[0] if jobs else None
 
     async def pull_batch(self, session: Session, body: PullBatchIn | Any,
@@ -218,13 +218,12 @@ class Workers:
         """Up to ``body.max`` jobs in one long poll (as ``pull``: none when none came within
         ``waitSeconds``), each leased to this worker already: it carries ``leaseExpiresAt``, and
         no acquire is needed (an acquire would find the lease held, as after a pull)."""
+        body = read(PullBatchIn, body)
         return [{**job, "leaseExpiresAt": iso(task.visible_at)}
-                for job, task in await self._poll(session, read(PullBatchIn, body), gone, with_tasks=True)]
+                for job, task in await self._poll(session, body, body.max, gone, with_tasks=True)]
 
-    async def _poll(self, session: Session, body: PullIn, gone: Callable[[], Awaitable[Any]] | None,
+    async def _poll(self, session: Session, body: PullIn, limit: int, gone: Callable[[], Awaitable[Any]] | None,
                     with_tasks: bool = False) -> list[Any]:
-        """Up to ``body.max`` jobs (a ``PullBatchIn``), else one."""
-        limit = body.max if isinstance(body, PullBatchIn) else 1
         handlers = _handler_names(body.handlers, "handlers") or session.body["supportedHandlers"]
         wait = body.waitSeconds
         if not 0 <= wait <= 30:
@@ -383,7 +382,8 @@ class Workers:
             raise Unavailable(f"the result was not confirmed ({exc}): send it again") from None
         return 202, {"accepted": True}
 
-    async def _appended(self, session: Session, task: Task, stages: list[StageIn]) -> tuple[list[dict[str, Any]], list[NewItem]]:
+    async def _appended(self, session: Session, task: Task,
+                        stages: list[StageIn]) -> tuple[list[dict[str, Any]], list[NewItem]]:
         _, p = await self.pipelines.state(session.access, task.eid or "")
         specs = stage_list(stages, declared_specs(p))
         return await self.pipelines._stage_ids(session.access, task.eid or "", specs, p["spec"]["name"],
