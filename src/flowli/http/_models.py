@@ -16,7 +16,6 @@ from flowli.engine import MAX_INTERVAL, MIN_INTERVAL
 from flowli.pipelines import (
     MAX_BATCH,
     MAX_NAME,
-    RULE_RANGES,
     AckIn,
     BootstrapIn,
     ContextItem,
@@ -28,6 +27,10 @@ from flowli.pipelines import (
     LeaseIn,
     LogIn,
     PipelineIn,
+    PolicyIn,
+    PolicyRules,
+    PolicyTags,
+    PolicyTargeting,
     PullBatchIn,
     PullIn,
     RerunIn,
@@ -54,8 +57,9 @@ class CreatesIn(Body):
 
 
 __all__ = ["AckIn", "BootstrapIn", "ContextItem", "DecisionIn", "HeartbeatIn", "IdempotencyKeyIn",
-           "IdempotentPipelineIn", "Keyword", "LeaseIn", "LogIn", "PipelineIn", "PullBatchIn", "PullIn", "RerunIn",
-           "ResultIn", "ResultItemIn", "SkipIn", "StageIn", "StageOptions", "StagesIn"]
+           "IdempotentPipelineIn", "Keyword", "LeaseIn", "LogIn", "PipelineIn", "PolicyIn", "PolicyRules", "PolicyTags",
+           "PolicyTargeting", "PullBatchIn", "PullIn", "RerunIn", "ResultIn", "ResultItemIn", "SkipIn", "StageIn",
+           "StageOptions", "StagesIn"]
 """The bodies that are the pipeline operations' own inputs (``flowli.pipelines``), named here
 beside the service's other bodies and answers."""
 
@@ -63,33 +67,6 @@ beside the service's other bodies and answers."""
 class Error(BaseModel):
     """A refusal: one sentence naming the field, the stage or the id (and, on some, more)."""
     error: str
-
-
-class PolicyRules(Body):
-    maxRetries: float = documented(0, RULE_RANGES["maxRetries"], ...)
-    intervalSeconds: float = documented(0, RULE_RANGES["intervalSeconds"], ...)
-    backoffMultiplier: float | None = documented(0, RULE_RANGES["backoffMultiplier"])
-    errorCodes: list[str] | None = None
-
-
-class PolicyTags(Body):
-    include: list[str] | None = None
-    exclude: list[str] | None = None
-
-
-class PolicyTargeting(Body):
-    stageNames: list[str] | None = None
-    stageHandlerNames: list[str] | None = None
-    pipelineNames: list[str] | None = None
-    tags: PolicyTags | None = None
-
-
-class PolicyIn(Body):
-    name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
-    type: Literal["retry"] = "retry"
-    rules: PolicyRules
-    targeting: PolicyTargeting | None = None
-    state: Literal["enabled", "disabled"] = "enabled"
 
 
 class ScheduleIn(Body):

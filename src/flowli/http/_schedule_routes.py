@@ -59,17 +59,17 @@ def policy_routes(policies: Policies, access: Callable[..., Any]) -> APIRouter:
         return await policies.list(who)
 
     @router.post("/policies", status_code=201, openapi_extra=takes(m.PolicyIn), responses={201: {"model": m.PolicyOut}})
-    async def create_policy(request: Request, who: Access = Depends(access), _body: Any = json_body(m.PolicyIn)) -> Any:
-        return await policies.create(who, raw(request))
+    async def create_policy(who: Access = Depends(access), body: m.PolicyIn = json_body(m.PolicyIn)) -> Any:
+        return await policies.create(who, body)
 
     @router.get("/policies/{policy_id}", responses={200: {"model": m.PolicyOut}})
     async def get_policy(policy_id: str, who: Access = Depends(access)) -> Any:
         return await policies.get(who, policy_id)
 
     @router.put("/policies/{policy_id}", openapi_extra=takes(m.PolicyIn), responses={200: {"model": m.PolicyOut}})
-    async def replace_policy(policy_id: str, request: Request, who: Access = Depends(access),
-                             _body: Any = json_body(m.PolicyIn)) -> Any:
-        return await policies.replace(who, policy_id, raw(request))
+    async def replace_policy(policy_id: str, who: Access = Depends(access),
+                             body: m.PolicyIn = json_body(m.PolicyIn)) -> Any:
+        return await policies.replace(who, policy_id, body)
 
     @router.delete("/policies/{policy_id}", status_code=204, response_class=Response)
     async def delete_policy(policy_id: str, who: Access = Depends(access)) -> Response:

@@ -23,6 +23,7 @@ from ._inputs import MAX_NAME as MAX_NAME
 from ._inputs import MAX_RETRIES as MAX_RETRIES
 from ._inputs import MAX_SECONDS as MAX_SECONDS
 from ._inputs import MAX_STAGES as MAX_STAGES
+from ._inputs import RULE_RANGES as RULE_RANGES
 from ._inputs import AckIn as AckIn
 from ._inputs import Body as InputBody
 from ._inputs import BootstrapIn as BootstrapIn
@@ -36,6 +37,10 @@ from ._inputs import LeaseIn as LeaseIn
 from ._inputs import LogIn as LogIn
 from ._inputs import PipelineIn as PipelineIn
 from ._inputs import PipelineInputError as PipelineInputError
+from ._inputs import PolicyIn as PolicyIn
+from ._inputs import PolicyRules as PolicyRules
+from ._inputs import PolicyTags as PolicyTags
+from ._inputs import PolicyTargeting as PolicyTargeting
 from ._inputs import PullBatchIn as PullBatchIn
 from ._inputs import PullIn as PullIn
 from ._inputs import RerunIn as RerunIn
@@ -48,7 +53,6 @@ from ._inputs import StagesIn as StagesIn
 from ._inputs import documented as documented
 from ._inputs import read as read
 from ._inputs import sentence as sentence
-from ._policies import RULE_RANGES as RULE_RANGES
 from ._policies import Policies as Policies
 from ._policies import effective_policy as effective_policy
 from ._policies import policy_body as policy_body
@@ -68,9 +72,10 @@ from ._workers import Workers as Workers
 
 __all__ = ["MAX_BATCH", "MAX_HANDLERS", "MAX_ID", "MAX_NAME", "MAX_RETRIES", "MAX_SECONDS", "MAX_STAGES", "ROLES",
            "RULE_RANGES", "TERMINAL_CODES", "WORKFLOW", "Access", "AckIn", "Applications", "BootstrapIn", "Conflict",
-           "ContextItem", "DecisionIn", "Forbidden", "HeartbeatIn", "IdempotencyKeyIn", "IdempotentPipelineIn", "InputBody",
-           "Keyword", "LeaseIn", "LogIn", "NotFound", "PipelineIn", "PipelineInputError", "Pipelines", "Policies",
-           "PullBatchIn", "PullIn", "RerunIn", "ResultIn", "ResultItemIn", "Schedules", "ServiceError", "Session",
-           "SkipIn", "StageIn", "StageOptions", "StagesIn", "Unauthorized", "Unavailable", "Workers", "decide",
-           "declaration", "delays", "documented", "effective_policy", "install", "key_of", "plan", "policy_body", "queue_of", "read",
-           "redact", "redact_items", "scheduled_pipeline", "sentence", "stage_list"]
+           "ContextItem", "DecisionIn", "Forbidden", "HeartbeatIn", "IdempotencyKeyIn", "IdempotentPipelineIn",
+           "InputBody", "Keyword", "LeaseIn", "LogIn", "NotFound", "PipelineIn", "PipelineInputError", "Pipelines",
+           "Policies", "PolicyIn", "PolicyRules", "PolicyTags", "PolicyTargeting", "PullBatchIn", "PullIn", "RerunIn",
+           "ResultIn", "ResultItemIn", "Schedules", "ServiceError", "Session", "SkipIn", "StageIn", "StageOptions",
+           "StagesIn", "Unauthorized", "Unavailable", "Workers", "decide", "declaration", "delays", "documented",
+           "effective_policy", "install", "key_of", "plan", "policy_body", "queue_of", "read", "redact", "redact_items",
+           "scheduled_pipeline", "sentence", "stage_list"]

@@ -29,6 +29,10 @@ MAX_RETRIES = 100
 MAX_SECONDS = 604_800
 """The longest ``retryInterval``, ``maxRetryInterval`` and ``timeOut`` (one week, in seconds),
 and the longest delay before a retry whatever its backoff grows to."""
+MAX_MULTIPLIER = 10
+"""The largest ``backoffMultiplier`` of a retry policy."""
+RULE_RANGES = {"maxRetries": MAX_RETRIES, "intervalSeconds": MAX_SECONDS, "backoffMultiplier": MAX_MULTIPLIER}
+"""The largest value of each number of a retry policy's rules (the smallest is 0)."""
 MAX_HANDLERS = 100
 """The most handler names one worker serves (``supportedHandlers``, a pull's ``handlers``)."""
 MAX_BATCH = 100
@@ -199,6 +203,36 @@ class AckIn(Body):
 class HeartbeatIn(Body):
     state: Literal["ready", "draining"] | None = None
     inFlight: int | None = Field(None, json_schema_extra={"minimum": 0})
+
+
+class PolicyRules(Body):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    maxRetries: Number = documented(0, RULE_RANGES["maxRetries"], ...)
+    intervalSeconds: Number = documented(0, RULE_RANGES["intervalSeconds"], ...)
+    backoffMultiplier: Number | None = documented(0, RULE_RANGES["backoffMultiplier"])
+    errorCodes: list[str] | None = None
+
+
+class PolicyTags(Body):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+
+
+class PolicyTargeting(Body):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    stageNames: list[str] | None = None
+    stageHandlerNames: list[str] | None = None
+    pipelineNames: list[str] | None = None
+    tags: PolicyTags | None = None
+
+
+class PolicyIn(Body):
+    name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
+    type: Literal["retry"] = "retry"
+    rules: PolicyRules
+    targeting: PolicyTargeting | None = None
+    state: Literal["enabled", "disabled"] = "enabled"
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -15,68 +15,47 @@ from flowli.domain import WRITE_CATALOG
 from flowli.engine import Engine
 
 from . import _retry
-from ._inputs import MAX_RETRIES, MAX_SECONDS, PipelineInputError
+from ._inputs import RULE_RANGES, PipelineInputError, PolicyIn, read
 from ._service import POLICY, STAGE, Pipelines
 from ._spec import short
 
-_RULES = ("maxRetries", "intervalSeconds", "backoffMultiplier", "errorCodes")
-MAX_MULTIPLIER = 10
-RULE_RANGES = {"maxRetries": MAX_RETRIES, "intervalSeconds": MAX_SECONDS, "backoffMultiplier": MAX_MULTIPLIER}
-"""The largest value of each number of a retry policy's rules (the smallest is 0)."""
-_TARGETING = ("stageNames", "stageHandlerNames", "pipelineNames", "tags")
 
-
-def _strings(value: Any, where: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise PipelineInputError(f"{where} must be a list of strings")
-    return list(value)
-
-
-def policy_body(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise PipelineInputError("the body must be a JSON object")
-    name = body.get("name")
-    if not isinstance(name, str) or not name.strip():
+def policy_body(body: PolicyIn | Any) -> dict[str, Any]:
+    """A retry policy as stored, from its body (``PolicyIn``, or a mapping read into one): what a
+    type cannot say is checked here (a nonempty name, each number in its range), each refusal
+    naming the policy."""
+    policy = _read(body)
+    name = policy.name
+    if not name.strip():
         raise PipelineInputError("name is required (a nonempty string)")
     short(name, "name")
-    if body.get("type", "retry") != "retry":
-        raise PipelineInputError(f"policy {name!r}: type must be retry, got {body.get('type')!r}")
-    rules = body.get("rules")
-    if not isinstance(rules, dict):
-        raise PipelineInputError(f"policy {name!r}: rules is required (an object)")
-    clean: dict[str, Any] = {}
-    for field, value in rules.items():
-        if field not in _RULES:
-            raise PipelineInputError(f"policy {name!r}: rules.{field} is not a retry rule")
-        if field == "errorCodes":
-            clean[field] = _strings(value, f"policy {name!r}: rules.errorCodes")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    rules = policy.rules.model_dump(exclude_none=True)
+    for field, top in RULE_RANGES.items():
+        value = rules.get(field)
+        if value is None:
+            continue
+        if value < 0:
             raise PipelineInputError(f"policy {name!r}: rules.{field} must be a non-negative number, got {value!r}")
-        elif not math.isfinite(value) or value > RULE_RANGES[field]:
-            raise PipelineInputError(f"policy {name!r}: rules.{field} must be a number from 0 to"
-                                     f" {RULE_RANGES[field]}, got {value!r}")
-        else:
-            clean[field] = value
-    if "maxRetries" not in clean or "intervalSeconds" not in clean:
-        raise PipelineInputError(f"policy {name!r}: rules.maxRetries and rules.intervalSeconds are required")
-    targeting = body.get("targeting") or {}
-    if not isinstance(targeting, dict):
-        raise PipelineInputError(f"policy {name!r}: targeting must be an object")
+        if not math.isfinite(value) or value > top:
+            raise PipelineInputError(f"policy {name!r}: rules.{field} must be a number from 0 to {top}, got {value!r}")
     target: dict[str, Any] = {}
-    for field, value in targeting.items():
-        if field not in _TARGETING:
-            raise PipelineInputError(f"policy {name!r}: targeting.{field} is not a targeting field")
-        if field == "tags":
-            if not isinstance(value, dict):
-                raise PipelineInputError(f"policy {name!r}: targeting.tags must be an object of include and exclude")
-            target["tags"] = {k: _strings(value.get(k) or [], f"policy {name!r}: targeting.tags.{k}")
-                              for k in ("include", "exclude")}
-        elif value is not None:
-            target[field] = _strings(value, f"policy {name!r}: targeting.{field}")
-    state = body.get("state", "enabled")
-    if state not in ("enabled", "disabled"):
-        raise PipelineInputError(f"policy {name!r}: state must be enabled or disabled, got {state!r}")
-    return {"name": name, "type": "retry", "rules": clean, "targeting": target, "state": state}
+    if policy.targeting is not None:
+        target = policy.targeting.model_dump(exclude_none=True, exclude={"tags"})
+        tags = policy.targeting.tags
+        if tags is not None:
+            target["tags"] = {"include": tags.include or [], "exclude": tags.exclude or []}
+    return {"name": name, "type": "retry", "rules": rules, "targeting": target, "state": policy.state}
+
+
+def _read(body: Any) -> PolicyIn:
+    """``body`` as a ``PolicyIn``; a refusal names the policy when its name is known."""
+    try:
+        return read(PolicyIn, body)
+    except PipelineInputError as exc:
+        name = body.get("name") if isinstance(body, dict) else None
+        if isinstance(name, str) and name.strip() and not str(exc).startswith("name"):
+            raise PipelineInputError(f"policy {name!r}: {exc}") from None
+        raise
 
 
 class Policies:
@@ -90,7 +69,7 @@ class Policies:
     async def _item(self, access: Access, policy_id: Any) -> Any:
         return await owned(self.engine, access, POLICY, policy_id, "policy")
 
-    async def create(self, access: Access, body: Any) -> dict[str, Any]:
+    async def create(self, access: Access, body: PolicyIn | Any) -> dict[str, Any]:
         access.require(WRITE_CATALOG)
         policy = policy_body(body)
         for existing in await self.engine.items.list(POLICY, access.application):
@@ -106,7 +85,7 @@ class Policies:
     async def get(self, access: Access, policy_id: Any) -> dict[str, Any]:
         return self._json(await self._item(access, policy_id))
 
-    async def replace(self, access: Access, policy_id: Any, body: Any) -> dict[str, Any]:
+    async def replace(self, access: Access, policy_id: Any, body: PolicyIn | Any) -> dict[str, Any]:
         access.require(WRITE_CATALOG)
         item = await self._item(access, policy_id)
         policy = policy_body(body)
