@@ -87,4 +87,4 @@ def store_of(engine: Engine) -> Store:
 async def drain(engine: Engine) -> None:
     """Wait until the control-log appends of ``engine`` (the second append of what it committed,
     sent in bunches a moment later) are committed: then the database holds all it wrote."""
-    await engine._rt.drain()
+    await engine._rt.announcer.drain()

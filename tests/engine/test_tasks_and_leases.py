@@ -277,7 +277,7 @@ async def test_the_sweeper_wakes_the_workers_when_a_task_held_by_a_dead_worker_i
             return await due_timers(now, limit)
 
         store.due_timers = counted  # type: ignore[method-assign]
-        work = engine._rt.work  # private: the wake-up that sends the workers to dequeue; nothing public shows who set it
+        work = engine._rt.wakeups.work  # private: the wake-up that sends the workers to dequeue; nothing public shows who set it
         # a worker on another queue: this test's own wait sees the sweeper's wake, not a dequeue
         async with engine.worker(queues=["elsewhere"], concurrency=1):
             await asyncio.sleep(0.3)

@@ -204,4 +204,4 @@ async def test_the_hub_leaves_nothing_behind(open_engine):
             await engine.result(eid, timeout=0.2)
         await engine.signal(eid, "go", "z")
         await engine.result(eid, timeout=30)
-        assert not engine._rt.hub.active, "every wait unsubscribed"  # private: the in-process wake-ups; no public read shows them
+        assert not engine._rt.wakeups.hub.active, "every wait unsubscribed"  # private: the in-process wake-ups; no public read shows them

@@ -3,7 +3,7 @@
 (Found while testing the patterns, whose tests open and close worker blocks around starts; it
 belongs with the engine's tests.) On Python 3.11, ``asyncio.wait_for`` returns the result of the
 awaited future instead of raising when the cancellation of the waiting task arrives after that
-future completed; the worker's idle wait for ``rt.work`` is such a wait_for, so a stop that
+future completed; the worker's idle wait for ``rt.wakeups.work`` is such a wait_for, so a stop that
 arrives just after an in-process enqueue is swallowed and the worker runs on for ever.
 """
 

@@ -81,7 +81,7 @@ class Consumer:
         deadline = loop.time() + max(0.0, wait)
         keys = [("queue", q) for q in self.queues]
         while True:
-            with self.rt.hub.subscribe(*keys, WORK) as enqueued:
+            with self.rt.wakeups.hub.subscribe(*keys, WORK) as enqueued:
                 tasks = await self._dequeue_now(limit)
                 remaining = deadline - loop.time()
                 if tasks or remaining <= 0:

@@ -226,7 +226,7 @@ class Core(Context):
             self.pending = []
         write.fence = self.fence
         try:
-            if kind == "append" and write.intent is Intent.APPEND and not self.rt.observers and then is None:
+            if kind == "append" and write.intent is Intent.APPEND and not self.rt.interceptors.observers and then is None:
                 result = await store_call(append(self.rt, write))  # the fast lane
             else:
                 t = Transition(kind, write, self.eid, self.wf.name, self.rt.principal, self.record.application, payload,

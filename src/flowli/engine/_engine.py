@@ -101,19 +101,17 @@ class Engine(ReadModels):
         raising refuses the transition, and nothing is written."""
         if not callable(middleware):
             raise TypeError(f"engine.use takes an async function (transition, call_next), got {middleware!r}")
-        self._rt.middleware.append(middleware)
-        if kinds is not None:
-            self._rt.middleware_kinds[middleware] = frozenset(kinds)
+        self._rt.interceptors.use(middleware, kinds)
 
     @property
     def middleware(self) -> tuple[Middleware, ...]:
         """The middleware registered, in order (the policy the engine was built with first)."""
-        return tuple(self._rt.middleware)
+        return tuple(self._rt.interceptors.middleware)
 
     def observe(self, observer: Observer) -> None:
         """Register ``observer(transition, result)``, a plain function called after every commit of
         this engine, the frame appends included (keep it cheap: it runs on the hot path)."""
-        self._rt.observers.append(observer)
+        self._rt.interceptors.observers.append(observer)
 
     def _direct_worker(self, queue: str) -> Worker | None:
         """A worker of this engine on ``queue`` with a free slot, which it reserves."""
@@ -154,7 +152,7 @@ class Engine(ReadModels):
             return
         self._closed = True
         await cancel_and_wait(self._workers)
-        await self._rt.drain()
+        await self._rt.announcer.drain()
         await self._store.close()
 
     @contextlib.asynccontextmanager
@@ -473,13 +471,13 @@ class Engine(ReadModels):
         as ``cursor`` for the one after it. The page also counts the executions per status.
         ``since`` and ``until`` bound the creation time (``since`` included, ``until`` not).
         ``status="blocked"`` lists the suspended ones that wait for an operator (a nondeterminism)."""
-        await self._rt.drain()  # read your own writes: this process's control-log appends first
+        await self._rt.announcer.drain()  # read your own writes: this process's control-log appends first
         return await self._projection.list(status, workflow, limit, application, cursor, since, until)
 
     async def log_position(self) -> int:
         """The seq of the last control-log entry ``list`` has seen: ``watch(after=...)`` of it
         follows what comes after the page just listed."""
-        await self._rt.drain()
+        await self._rt.announcer.drain()
         return await self._projection.position("executions")
 
     def project(self, projector: Projector) -> None:
@@ -490,7 +488,7 @@ class Engine(ReadModels):
     async def read_view(self, name: str, sql: str, params: Sequence[Any] = ()) -> builtins.list[tuple[Any, ...]]:
         """Rows of a SELECT on the tables of projector ``name``, once it applied the control log
         (this process's own appends included)."""
-        await self._rt.drain()
+        await self._rt.announcer.drain()
         return await self._projection.read(name, sql, params)
 
     async def answer(self, task_id: str, value: Any, by: By = None, *, application: str | None = None,
@@ -547,7 +545,7 @@ class Engine(ReadModels):
         item, created = await self._store.items().put(sched.SCHEDULE, application or "", name, body, now)
         if not created:
             raise sched.ScheduleError(f"schedule {name!r} exists already (id {item.id})")
-        self._rt.timers.set()
+        self._rt.wakeups.timers.set()
         return {"id": item.id, **item.body}
 
     def on_fire(self, kind: str, fire: sched.Firer) -> None:

@@ -56,7 +56,7 @@ async def fold(rt: Runtime, eid: str, archive: Archive) -> bool:
 async def retain(rt: Runtime, archive: Archive) -> int:
     """One pass: fold every execution finished before now minus the retention delay."""
     before = rt.clock.now() - rt.options.retention
-    await rt.drain()  # the control-log appends of this process first (an execution with one pending waits)
+    await rt.announcer.drain()  # the control-log appends of this process first (an execution with one pending waits)
     folded = 0
     while True:
         eids = await rt.store.finished_before(before, _BATCH)

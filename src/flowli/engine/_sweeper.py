@@ -54,13 +54,13 @@ class Sweeper:
         next_full = 0.0
         until: datetime | None = None  # the instant planned last
         while True:
-            rt.planned_wake = None  # sweeping: a timer set now pokes the next wait at once
+            rt.wakeups.planned_wake = None  # sweeping: a timer set now pokes the next wait at once
             if until is not None and until <= rt.clock.now():
                 # the instant planned has come, whatever ended the wait: a task planned for may be
                 # visible now, and the workers wait for an enqueue or their slow poll (the next
                 # plan leaves out the tasks visible already)
-                rt.work.set()
-                rt.hub.touch(WORK)
+                rt.wakeups.work.set()
+                rt.wakeups.hub.touch(WORK)
             try:
                 if loop.time() >= next_full:
                     # the whole sweep once per interval; a wake for a due timer between two fires only
@@ -70,7 +70,7 @@ class Sweeper:
                     await self.fire_timers()
             except Exception:
                 log.exception("sweep failed")
-            rt.timers.clear()
+            rt.wakeups.timers.clear()
             now = rt.clock.now()
             until = now + timedelta(seconds=rt.options.sweep_interval)
             try:
@@ -80,9 +80,9 @@ class Sweeper:
                 wake = None
             if wake is not None and wake < until:
                 until = max(wake, now)
-            rt.planned_wake = until
+            rt.wakeups.planned_wake = until
             sleeper = asyncio.ensure_future(rt.clock.sleep_until(until))
-            poke = asyncio.ensure_future(rt.timers.wait())
+            poke = asyncio.ensure_future(rt.wakeups.timers.wait())
             try:
                 # the sweep interval bounds the wait in real time too, for a clock that does not move
                 await asyncio.wait(
@@ -212,7 +212,7 @@ class Sweeper:
         missing = await rt.store.unannounced(now - rt.options.repair_grace, _BATCH)
         if missing:
             log.warning("repairing %d control-log entries", len(missing))
-            await rt.announce(missing)
+            await rt.announcer.announce(missing)
         return len(missing)
 
 

@@ -73,8 +73,8 @@ async def append(rt: Runtime, write: Write) -> WriteResult:
     result = await rt.store.write(write, now)
     if write.status is not None or any(e.kind.lifecycle for e in write.entries):
         react(rt, write, result, now)  # an end, or an execution.resumed: the second append, the waiters
-    elif rt.hub.active:
-        rt.hub.touch(("journal", write.entries[0].eid))
+    elif rt.wakeups.hub.active:
+        rt.wakeups.hub.touch(("journal", write.entries[0].eid))
     return result
 
 
@@ -101,7 +101,7 @@ async def commit(rt: Runtime, t: Transition) -> WriteResult:
         assert second is not None
         react(rt, t.write, first, now)
         react(rt, joined.write, second, now)
-        for observer in rt.observers:
+        for observer in rt.interceptors.observers:
             observer(t, first)
             observer(joined, second)
         firsts.append(first)
@@ -116,10 +116,7 @@ async def commit(rt: Runtime, t: Transition) -> WriteResult:
 
 async def _through(rt: Runtime, t: Transition, write: CallNext) -> WriteResult:
     """``write`` behind the middleware chain that sees ``t`` (none for ``append``)."""
-    if t.kind == "append" or not rt.middleware:
-        return await write()
-    only = rt.middleware_kinds
-    chain: list[Middleware] = [m for m in rt.middleware if m not in only or t.kind in only[m]]
+    chain: list[Middleware] = rt.interceptors.chain(t.kind)
     if not chain:
         return await write()
 
@@ -144,7 +141,7 @@ async def _apply(rt: Runtime, t: Transition) -> WriteResult:
     now = rt.clock.now()
     result = await rt.store.write(t.write, now)
     react(rt, t.write, result, now)
-    for observer in rt.observers:
+    for observer in rt.interceptors.observers:
         observer(t, result)
     return result
 
@@ -159,26 +156,26 @@ def react(rt: Runtime, w: Write, result: WriteResult, now: datetime) -> None:
     # wakes nobody
     if resumed or w.wake_waiters or result.woke or any(new.task is not None for new in created) \
             or any(task.kind is not TaskKind.DELEGATE for task in w.tasks):
-        rt.work.set()
-    if rt.hub.active and w.tasks:
+        rt.wakeups.work.set()
+    if rt.wakeups.hub.active and w.tasks:
         per_queue: dict[str, int] = {}
         for task in w.tasks:
             if task.visible_at <= now and task.lease_owner is None:
                 per_queue[task.queue] = per_queue.get(task.queue, 0) + 1
         for queue, count in per_queue.items():
-            rt.hub.touch_some(("queue", queue), count)  # consumers' long polls (Consumer.dequeue)
+            rt.wakeups.hub.touch_some(("queue", queue), count)  # consumers' long polls (Consumer.dequeue)
     # (a task written leased, a hand-off, is not due at its lease's end: that is the sweeper's)
     later = [t.visible_at for t in w.tasks if t.visible_at > now and t.lease_owner is None] + [t.at for t in w.timers]
     if later:
-        rt.timer_set(min(later))
+        rt.wakeups.timer_set(min(later))
     lifecycle = [Entry(**{**e.__dict__, "seq": s}) for e, s in zip(w.entries, result.entry_seqs) if e.kind.lifecycle]
     lifecycle += [Entry(**{**new.entry.__dict__, "seq": 1}) for new in created]
     if lifecycle:
-        rt.announce_soon(lifecycle)
-    if rt.hub.active:
+        rt.announcer.soon(lifecycle)
+    if rt.wakeups.hub.active:
         for eid in {e.eid for e in w.entries}:
-            rt.hub.touch(("journal", eid))
+            rt.wakeups.hub.touch(("journal", eid))
         if w.announcements:
-            rt.hub.touch(LOG)
+            rt.wakeups.hub.touch(LOG)
     if w.status is not None and w.status.status.terminal:
-        rt.ended_execution(w.status.eid)
+        rt.wakeups.ended(w.status.eid)

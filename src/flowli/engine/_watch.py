@@ -50,7 +50,7 @@ async def watch(
             yield entry
         return
     apps: dict[str, str | None] = {}
-    with rt.hub.subscribe(LOG) as event:
+    with rt.wakeups.hub.subscribe(LOG) as event:
         while True:
             event.clear()
             entries = await rt.store.read_control_log(after, _PAGE)
@@ -98,7 +98,7 @@ async def _application_of(rt: Runtime, archive: Archive, e: Entry, known: dict[s
 async def _journal(rt: Runtime, archive: Archive, eid: str, after: int) -> AsyncIterator[Entry]:
     loop = asyncio.get_running_loop()
     renew_at = 0.0
-    with rt.hub.subscribe(("journal", eid)) as event:
+    with rt.wakeups.hub.subscribe(("journal", eid)) as event:
         while True:
             if loop.time() >= renew_at:  # other processes notify this journal's appends meanwhile
                 await rt.store.watch(eid, rt.clock.now() + WATCH_LEASE)
@@ -131,7 +131,7 @@ async def await_end(
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     poll = 0.01  # a store that cannot notify: polled from 10 ms, doubling up to poll_interval
-    with rt.hub.subscribe(("end", eid)) as ended:
+    with rt.wakeups.hub.subscribe(("end", eid)) as ended:
         record = await read_record(rt, archive, eid, application)  # an unknown eid says so
         while not record.terminal:
             bound, poll = _bound(rt, poll, deadline, timeout, record)
@@ -174,7 +174,7 @@ async def await_suspended(
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     poll = 0.01
-    with rt.hub.subscribe(("journal", eid), ("end", eid)) as changed:
+    with rt.wakeups.hub.subscribe(("journal", eid), ("end", eid)) as changed:
         while True:
             changed.clear()
             record = await read_record(rt, archive, eid, application)

@@ -163,7 +163,7 @@ class Worker:
                 self._slot.clear()
                 await self._slot.wait()
                 continue
-            rt.work.clear()
+            rt.wakeups.work.clear()
             tasks = await self._dequeue(free)
             # the executions of the tasks dequeued together are acquired together (one store call)
             # a task that carries a command to a decider is applied, not activated (no lease, no replay)
@@ -183,7 +183,7 @@ class Worker:
             # as the event fires, and the worker would never stop
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(idle):
-                    await rt.work.wait()
+                    await rt.wakeups.work.wait()
 
     async def _handle(self, key: str, work: Awaitable[None]) -> None:
         try:
