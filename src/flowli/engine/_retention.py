@@ -44,6 +44,12 @@ async def fold(rt: Runtime, eid: str, archive: Archive) -> bool:
     state = await rt.store.read_state(eid)
     if state is not None:  # a decider's: its state and version go with its journal
         obj["decider_state"] = {"version": state[0], "state": state[1]}
+    if await rt.store.read_execution(eid) is None:
+        # another pass (this process's sweeper, another process) folded it while this one read:
+        # what this one read after that delete is missing (an empty journal), and its archive
+        # must not replace the other's. Read while the execution still stood, all of it was there
+        # (the delete is one transaction), and an archive of it is the same as the other's.
+        return False
     await asyncio.to_thread(archive.write, eid, obj)
     write = Write(expect=(eid, TERMINAL), delete_executions=[eid])
     try:
