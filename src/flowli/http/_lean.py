@@ -20,7 +20,7 @@ FastAPI route does, through the same functions, and nothing more:
 
 The Host and Origin checks and the body limit are the layers in front of both (``guarded``). The
 FastAPI routes stay declared for the OpenAPI document and the docs, and answer any request the
-dispatcher (``WithMcp``) does not hand here; ``LEAN_ROUTES`` names the ones it does."""
+dispatcher (``_app.Routes``) does not hand here; ``LEAN_ROUTES`` names the ones it does."""
 
 from __future__ import annotations
 
