@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any, Callable, Coroutine
+from datetime import datetime, timedelta
+from typing import Any, Awaitable, Callable, Coroutine
 
 from flowli.domain import (
     ArgumentsInvalid,
     Cancelled,
+    Entry,
     EntryKind,
     ExecutionRecord,
     FrameKind,
@@ -25,6 +28,7 @@ from flowli.domain import (
     NondeterminismError,
     NotJSONCompatibleError,
     OutputInvalid,
+    RetryPolicy,
     Status,
     StepFailed,
     Task,
@@ -35,26 +39,137 @@ from flowli.domain import (
 )
 from flowli.store import Intent, StatusChange, WakeCheck, Write, WriteResult
 
+from ._context import Context, Scope
 from ._core import Stopping, StoreFailure
 from ._decider import DECIDER_TASK, decided
 from ._deciding import end_with_parent
 from ._errors import error_data
 from ._frames import ROOT
+from ._registry import WorkflowDef
+from ._replay import Replay
+from ._runtime import Runtime
+from ._steps import Steps
 from ._tasks import cancel_and_wait
 from ._tracing import derived
 from ._transitions import Transition
 from ._typing import ValidationError, problems
 from ._waits import Waits
+from ._writer import Writer
 
 log = logging.getLogger("flowli.worker")
 
 
-class Activation(Waits):
-    """The Context implementation: one run of the workflow function under one lease."""
+class Activation(Context):
+    """The Context implementation: one run of the workflow function under one lease, composed
+    of its replay (the memo and the frames), its writer, its steps and its waits."""
 
     told: tuple[Task, Any] | None = None
     """The RESUME that this activation's end wrote leased to this process for its decider parent,
     and its record as it ended: the worker applies it at once (``_deciding.tell_parent``)."""
+
+    def __init__(self, rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, epoch: int, journal: list[Entry],
+                 replay: type[Replay] = Replay):
+        self.rt = rt
+        self.wf = wf
+        self.record = record
+        self.epoch = epoch
+        self.replay = replay(record.eid, journal, record.cancel_requested is not None)
+        self.writer = Writer(rt, wf, record, epoch, self.replay, journal)
+        self.steps = Steps(self.writer)
+        self.waiting = Waits(self.writer, self.steps)
+
+    # ---- identity -------------------------------------------------------------------------
+
+    @property
+    def eid(self) -> str:
+        return self.record.eid
+
+    @property
+    def workflow(self) -> str:
+        return self.wf.name
+
+    @property
+    def version(self) -> str:
+        return self.wf.version
+
+    @property
+    def application(self) -> str | None:
+        return self.record.application
+
+    @property
+    def items(self) -> Any:
+        return self.rt.store.items()
+
+    # ---- the frames: the Context's methods, each one of its steps or its waits -------------
+
+    def step(self, fn: Callable[..., Any], /, *args: Any, key: str | None = None, retry: RetryPolicy | None = None,
+             queue: str | None = None, **kwargs: Any) -> Awaitable[Any]:
+        return self.steps.step(fn, *args, key=key, retry=retry, queue=queue, **kwargs)
+
+    def now(self) -> Awaitable[datetime]:
+        return self.steps.now()
+
+    def random(self) -> Awaitable[float]:
+        return self.steps.random()
+
+    def uuid(self) -> Awaitable[str]:
+        return self.steps.uuid()
+
+    def send(self, channel: str, payload: Any, scope: Scope = "execution") -> Awaitable[int]:
+        return self.steps.send(channel, payload, scope)
+
+    def announce(self, kind: str, data: Any) -> Awaitable[int]:
+        return self.steps.announce(kind, data)
+
+    def enqueue(self, queue: str, kind: TaskKind | str, payload: Any, key: str | None = None) -> Awaitable[str]:
+        return self.steps.enqueue(queue, kind, payload, key)
+
+    def withdraw(self, task_id: str) -> Awaitable[bool]:
+        return self.steps.withdraw(task_id)
+
+    def claim(self, key: str) -> Awaitable[bool]:
+        return self.steps.claim(key)
+
+    def child(self, workflow: str | Callable[..., Any], /, *args: Any, key: str | None = None) -> Awaitable[Any]:
+        return self.waiting.child(workflow, *args, key=key)
+
+    def receive(self, channel: str, scope: Scope = "execution", *, timeout: timedelta | None = None) -> Awaitable[Any]:
+        return self.waiting.receive(channel, scope, timeout=timeout)
+
+    def delegate(self, queue: str, payload: Any, *, key: str | None = None, retry: RetryPolicy | None = None,
+                 timeout: timedelta | None = None) -> Awaitable[Any]:
+        return self.waiting.delegate(queue, payload, key=key, retry=retry, timeout=timeout)
+
+    def sleep(self, delay: timedelta) -> Awaitable[None]:
+        return self.waiting.sleep(delay)
+
+    def sleep_until(self, instant: datetime) -> Awaitable[None]:
+        return self.waiting.sleep_until(instant)
+
+    async def gather(self, *awaitables: Awaitable[Any]) -> list[Any]:
+        return list(await asyncio.gather(*awaitables))
+
+    async def first(self, pending: Iterable[Awaitable[Any]]) -> Awaitable[Any]:
+        return await self.waiting.first(pending)
+
+    # ---- what the worker tells it ---------------------------------------------------------
+
+    def mark_lost(self) -> None:
+        self.replay.mark_lost()
+
+    def mark_cancel_requested(self) -> None:
+        self.replay.cancel_requested = True
+
+    def mark_stopping(self) -> None:
+        """The worker stops: the frames under way finish, no new one starts."""
+        self.replay.mark_stopping()
+
+    def typed_arguments(self) -> list[Any]:
+        """The execution's arguments as its function takes them (``WorkflowDef.arguments``);
+        ArgumentsInvalid naming each bad field when one does not fit its type."""
+        return self.wf.arguments(self.record.args, bool((self.writer.started or {}).get("typed")))
+
+    # ---- the run --------------------------------------------------------------------------
 
     def run(self) -> Coroutine[Any, Any, Status]:
         """Run the workflow until it ends or suspends; returns the status it left. (Untraced, the
@@ -65,18 +180,18 @@ class Activation(Waits):
         tracing = self.rt.tracing
         assert tracing is not None
         wf = self.wf
-        self.span = tracing.start(f"activation {wf.name}",
-                                  derived(self.trace, "activation", self.eid, self.horizon, self.epoch),
-                                  self.trace, {"flowli.eid": self.eid, "flowli.workflow": wf.name,
+        self.writer.span = tracing.start(f"activation {wf.name}",
+                                  derived(self.writer.trace, "activation", self.eid, self.replay.horizon, self.epoch),
+                                  self.writer.trace, {"flowli.eid": self.eid, "flowli.workflow": wf.name,
                                                "flowli.version": wf.version, "flowli.epoch": self.epoch,
-                                               "flowli.journal_position": self.horizon})
-        with tracing.current(self.span):
+                                               "flowli.journal_position": self.replay.horizon})
+        with tracing.current(self.writer.span):
             status = await self._run()
-            self.span.set_attribute("flowli.status", status.value)
+            self.writer.span.set_attribute("flowli.status", status.value)
             return status
 
     async def _run(self) -> Status:
-        if self.record.blocked is not None and self.cancel_requested:
+        if self.record.blocked is not None and self.replay.cancel_requested:
             return await self._end(Status.CANCELLED, error={"type": "Cancelled", "message": "cancelled while blocked"})
         try:
             args = self.typed_arguments()
@@ -91,33 +206,33 @@ class Activation(Waits):
             raise
 
     async def _drive(self, wf_task: asyncio.Task[Any]) -> Status:
-        wf_task.add_done_callback(lambda _: self.changed.set())
+        wf_task.add_done_callback(lambda _: self.replay.changed.set())
         while True:
             # clear before checking: a change during the checks (which yield) sets it again
-            self.changed.clear()
+            self.replay.changed.clear()
             if wf_task.done():
                 break
-            if self.lost:
+            if self.replay.lost:
                 await self._close(wf_task)
                 raise LeaseLost(self.eid, self.epoch)
-            if self._quiescent() and await self._settled(wf_task):
+            if self.replay.quiescent() and await self._settled(wf_task):
                 await self._close(wf_task)
-                if self.nondeterminism is None:
-                    self._check_all_visited()
-                return await (self._block() if self.nondeterminism is not None else self._suspend())
-            stuck = self._stuck_at_a_gate()
-            if stuck is not None and await self._settled(wf_task, self._stuck_at_a_gate):
+                if self.replay.nondeterminism is None:
+                    self.replay.check_all_visited()
+                return await (self._block() if self.replay.nondeterminism is not None else self._suspend())
+            stuck = self.replay.stuck_at_a_gate()
+            if stuck is not None and await self._settled(wf_task, self.replay.stuck_at_a_gate):
                 new, ahead = stuck
-                self.nondeterminism = NondeterminismError(
+                self.replay.nondeterminism = NondeterminismError(
                     self.eid, new, f"the code creates frame {new}, which the journal does not hold, before frame"
                     f" {ahead}, which the journal holds from an earlier run: code was inserted or frames were reordered"
                     " or renamed")
                 await self._close(wf_task)
                 return await self._block()
-            await self.changed.wait()
+            await self.replay.changed.wait()
         await self._close(wf_task, finished=True)
         exc = wf_task.exception() if not wf_task.cancelled() else Cancelled("the workflow task was cancelled")
-        if self.lost:
+        if self.replay.lost:
             raise LeaseLost(self.eid, self.epoch)
         if isinstance(exc, StoreFailure):
             raise exc.cause  # the worker hands the execution back
@@ -125,9 +240,9 @@ class Activation(Waits):
             raise exc  # the worker stops: it hands the execution back
         if isinstance(exc, LeaseLost):
             raise exc
-        if self.nondeterminism is None:
-            self._check_all_visited()
-        if self.nondeterminism is not None:
+        if self.replay.nondeterminism is None:
+            self.replay.check_all_visited()
+        if self.replay.nondeterminism is not None:
             return await self._block()
         if exc is None:
             try:
@@ -160,14 +275,11 @@ class Activation(Waits):
                 raise OutputInvalid(self.wf.name, [f"output: {exc}"]) from None
         return check_json(result, f"the result of workflow {self.wf.name!r}")
 
-    def _quiescent(self) -> bool:
-        return self.live == 0 and bool(self.waits)
-
     async def _settled(self, wf_task: asyncio.Task[Any], still: Callable[[], Any] | None = None) -> bool:
         """Whether every live frame waits (or ``still()`` holds), and stays so for a few turns of
         the loop (a frame that just completed may be about to resume the workflow, which creates
         more)."""
-        check = still or self._quiescent
+        check = still or self.replay.quiescent
         for _ in range(4):
             if not check() or wf_task.done():
                 return False
@@ -175,13 +287,13 @@ class Activation(Waits):
         return bool(check()) and not wf_task.done()
 
     async def _close(self, wf_task: asyncio.Task[Any], finished: bool = False) -> None:
-        self.closing = True
-        await cancel_and_wait([*self.frame_tasks, *([] if finished else [wf_task])])
+        self.replay.closing = True
+        await cancel_and_wait([*self.replay.frame_tasks, *([] if finished else [wf_task])])
 
     # ---- ends -----------------------------------------------------------------------------
 
     async def _suspend(self) -> Status:
-        waits = list(self.waits.values())
+        waits = list(self.replay.waits.values())
         timers = [Timer(self.eid, w.fid, w.at) for w in waits if w.at is not None]
         channels: dict[str, int] = {}
         for w in waits:
@@ -191,12 +303,12 @@ class Activation(Waits):
         # an outcome of a waited frame appended since the journal this activation started from
         # (it never saw it) resumes the execution at once
         outside = sorted(w.fid for w in waits if w.kind in ("step", "delegate"))
-        journal_after = self.horizon if outside else None
-        entry = self._entry(EntryKind.EXECUTION_SUSPENDED, ROOT, FrameKind.ROOT, value={"waits": [w.describe() for w in waits]})
+        journal_after = self.replay.horizon if outside else None
+        entry = self.writer.entry(EntryKind.EXECUTION_SUSPENDED, ROOT, FrameKind.ROOT, value={"waits": [w.describe() for w in waits]})
         write = Write(
             entries=[entry], status=StatusChange(self.eid, Status.SUSPENDED), release=True,
-            clear_timers=self._armed(self.memo.armed_timers), timers=timers,
-            clear_waiters=self._armed(self.memo.armed_waiters), waiters=[(ch, self.eid) for ch in channels],
+            clear_timers=self._armed(self.replay.memo.armed_timers), timers=timers,
+            clear_waiters=self._armed(self.replay.memo.armed_waiters), waiters=[(ch, self.eid) for ch in channels],
             wake=WakeCheck(
                 task=self._wake_task(), channels=channels, children=children,
                 due_by=min((t.at for t in timers), default=None), journal_after=journal_after, frames=outside,
@@ -205,7 +317,7 @@ class Activation(Waits):
         )
         if not channels and not children and journal_after is None:
             write.intent = Intent.FENCED  # a suspension on timers alone
-        await self._write(write, kind="suspend", final=True, payload={"waits": entry.value["waits"]})
+        await self.writer.write(write, kind="suspend", final=True, payload={"waits": entry.value["waits"]})
         return Status.SUSPENDED
 
     def _armed(self, armed: bool) -> list[str]:
@@ -221,19 +333,19 @@ class Activation(Waits):
         )
 
     async def _block(self) -> Status:
-        assert self.nondeterminism is not None
-        nd = self.nondeterminism
+        assert self.replay.nondeterminism is not None
+        nd = self.replay.nondeterminism
         blocked = {"reason": "nondeterminism", "fid": nd.fid, "detail": nd.detail, "version": self.wf.version,
-                   **self.diverged}
+                   **self.replay.diverged}
         log.warning("execution %s (%s version %s) is blocked: %s; cancel it, or migrate it to a version that"
                     " replays it", self.eid, self.wf.name, self.wf.version, nd.detail)
-        entry = self._entry(EntryKind.EXECUTION_SUSPENDED, ROOT, FrameKind.ROOT, value=blocked, error=error_data(nd))
+        entry = self.writer.entry(EntryKind.EXECUTION_SUSPENDED, ROOT, FrameKind.ROOT, value=blocked, error=error_data(nd))
         write = Write(
             intent=Intent.FENCED, entries=[entry], status=StatusChange(self.eid, Status.SUSPENDED, blocked=blocked),
-            release=True, clear_timers=self._armed(self.memo.armed_timers),
-            clear_waiters=self._armed(self.memo.armed_waiters), wake=WakeCheck(task=self._wake_task(), cancel=True),
+            release=True, clear_timers=self._armed(self.replay.memo.armed_timers),
+            clear_waiters=self._armed(self.replay.memo.armed_waiters), wake=WakeCheck(task=self._wake_task(), cancel=True),
         )
-        await self._write(write, kind="block", final=True, payload=blocked)
+        await self.writer.write(write, kind="block", final=True, payload=blocked)
         return Status.SUSPENDED
 
     async def _end(self, status: Status, result: Any = None, error: dict[str, Any] | None = None) -> Status:
@@ -242,13 +354,13 @@ class Activation(Waits):
             Status.FAILED: EntryKind.EXECUTION_FAILED,
             Status.CANCELLED: EntryKind.EXECUTION_CANCELLED,
         }[status]
-        entry = self._entry(kind, ROOT, FrameKind.ROOT, value=result, error=error)
+        entry = self.writer.entry(kind, ROOT, FrameKind.ROOT, value=result, error=error)
         if status is Status.CANCELLED and self.record.cancel_requested:
             by = self.record.cancel_requested.get("by")
             entry = entry.__class__(**{**entry.__dict__, "provenance": entry.provenance.with_(on_behalf_of=by)})
         write = Write(
             entries=[entry], status=StatusChange(self.eid, status, result=result, error=error), release=True,
-            clear_timers=self._armed(self.memo.armed_timers), clear_waiters=self._armed(self.memo.armed_waiters),
+            clear_timers=self._armed(self.replay.memo.armed_timers), clear_waiters=self._armed(self.replay.memo.armed_waiters),
         )
         if status is Status.CANCELLED:
             # a cancelled execution withdraws its open delegations: their consumers find nothing
@@ -277,7 +389,7 @@ class Activation(Waits):
             write.tasks.append(told)
         if not write.tasks and not write.withdraw_delegates:
             write.intent = Intent.APPEND  # an end goes with the plain appends of its batch
-        await self._write(write, kind="end", final=True, payload=payload)
+        await self.writer.write(write, kind="end", final=True, payload=payload)
         if told is not None and told.lease_owner is not None:
             self.told = (told, replace(self.record, status=status, result=result, error=error))
         self._finish_span(status, error)
@@ -290,7 +402,7 @@ class Activation(Waits):
 
         async def commit_end(parent: Transition) -> WriteResult:
             write.intent = None  # a joined write has no one-statement form
-            made.append(await self._write(write, kind="end", final=True, payload=payload, then=parent))
+            made.append(await self.writer.write(write, kind="end", final=True, payload=payload, then=parent))
             assert made[-1].then is not None
             return made[-1].then
 
@@ -300,7 +412,7 @@ class Activation(Waits):
     def _finish_span(self, status: Status, error: dict[str, Any] | None) -> None:
         if self.rt.tracing is not None:
             self.rt.tracing.finish(
-                f"workflow {self.wf.name}", self.trace, self.trace_parent,
+                f"workflow {self.wf.name}", self.writer.trace, self.writer.trace_parent,
                 {"flowli.eid": self.eid, "flowli.workflow": self.wf.name, "flowli.version": self.wf.version,
                  "flowli.status": status.value}, self.record.created_at, self.rt.clock.now(),
                 error=None if status is Status.COMPLETED else (error or {}).get("message") or status.value)

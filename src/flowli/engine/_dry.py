@@ -21,6 +21,7 @@ from flowli.domain import ArgumentsInvalid, Entry, ExecutionRecord, Nondetermini
 
 from ._activation import Activation
 from ._registry import WorkflowDef
+from ._replay import Replay
 from ._runtime import Runtime
 from ._tasks import cancel_and_wait
 
@@ -41,33 +42,43 @@ class Divergence:
     """Where the code creates the frame (``file:line in function``), when it does."""
 
 
-class DryReplay(Activation):
-    """An activation that writes nothing and runs no frame: each frame without a memo waits."""
+class DryFrames(Replay):
+    """The frames of a dry replay: each frame without a memo waits for ever (it never runs), and
+    the call site of each frame the code creates is kept."""
 
-    def __init__(self, rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, journal: list[Entry]):
-        super().__init__(rt, wf, record, record.lease_epoch, journal)
+    def __init__(self, eid: str, journal: list[Entry], cancel_requested: bool):
+        super().__init__(eid, journal, cancel_requested)
         self.frontier: list[str] = []
         self.held_new: list[tuple[str, str]] = []
         self.sites: dict[str, str] = {}
         """The call site of each frame the code created (the first stack frame outside flowli)."""
 
-    def _frame(self, name: str, key: str | None, kind: Any, dig: str, args: Any = None) -> tuple[str, Entry | None]:
+    def frame(self, name: str, key: str | None, kind: Any, dig: str, args: Any = None) -> tuple[str, Entry | None]:
         site = call_site()
         try:
-            return super()._frame(name, key, kind, dig, args)
+            return super().frame(name, key, kind, dig, args)
         finally:
             if self.ids.created and site is not None:
                 self.sites.setdefault(self.ids.created[-1], site)
 
-    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Future[Any]:  # type: ignore[override]
+    def spawn(self, coro: Awaitable[Any]) -> asyncio.Future[Any]:
         close = getattr(coro, "close", None)
         if close is not None:
             close()  # never run: a dry replay runs no frame
-        gate, self._next_gate = self._next_gate, None
+        gate, self.next_gate = self.next_gate, None
         if gate is not None:
             self.held_new.append(gate)
         self.frontier.append(self.ids.created[-1])
         return asyncio.get_running_loop().create_future()  # it waits for ever
+
+
+class DryReplay(Activation):
+    """An activation that writes nothing and runs no frame: each frame without a memo waits."""
+
+    replay: DryFrames
+
+    def __init__(self, rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, journal: list[Entry]):
+        super().__init__(rt, wf, record, record.lease_epoch, journal, replay=DryFrames)
 
     async def check(self) -> Divergence | None:
         try:
@@ -75,25 +86,26 @@ class DryReplay(Activation):
         except ArgumentsInvalid as bad:  # the new code's types refuse the journal's arguments
             return Divergence("root", str(bad))
         task: asyncio.Task[Any] = asyncio.create_task(self.wf.fn(self, *args))
+        replay = self.replay
         quiet, seen = 0, -1
         while not task.done() and quiet < _QUIET_TURNS:
             await asyncio.sleep(0)
-            created = len(self.ids.created)
+            created = len(replay.ids.created)
             quiet = quiet + 1 if created == seen else 0
             seen = created
         await cancel_and_wait([task])
-        if self.nondeterminism is None and self.held_new and self.unmet:
-            new, ahead = self.held_new[0]
-            self.nondeterminism = NondeterminismError(
+        if replay.nondeterminism is None and replay.held_new and replay.unmet:
+            new, ahead = replay.held_new[0]
+            replay.nondeterminism = NondeterminismError(
                 self.eid, new, f"the code creates frame {new}, which the journal does not hold, before frame {ahead},"
                 " which the journal holds from an earlier run: code was inserted or frames were reordered or renamed")
-        if self.nondeterminism is None:
-            self._check_all_visited()
-        nd = self.nondeterminism
+        if replay.nondeterminism is None:
+            replay.check_all_visited()
+        nd = replay.nondeterminism
         if nd is None:
             return None
-        return Divergence(nd.fid, nd.detail, self.diverged.get("recorded"), self.diverged.get("current"),
-                          self.sites.get(nd.fid))
+        return Divergence(nd.fid, nd.detail, replay.diverged.get("recorded"), replay.diverged.get("current"),
+                          replay.sites.get(nd.fid))
 
 
 _NOT_THE_CODE = (str(Path(__file__).resolve().parents[1]) + os.sep, str(Path(asyncio.__file__).parent) + os.sep, "<")
@@ -123,6 +135,6 @@ async def inspect(rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, journal
     request is not in the journal: the replay goes as far as the journal does, so a cancelled run
     shows what it had done, not the state it started from."""
     replay = DryReplay(rt, wf, record, journal)
-    replay.cancel_requested = False
+    replay.replay.cancel_requested = False
     await replay.check()
     return replay.exposed

@@ -35,11 +35,12 @@ from flowli.log import Attempt, attempt_scope
 from flowli.store import Announcement, Claim, NewMessage, WakeWaiters, Withdrawal, Write, WriteResult
 
 from ._context import Scope
-from ._core import Core, frame_failed, plain
+from ._core import channel_name, frame_failed, plain
 from ._errors import error_data
 from ._frames import Wait
 from ._threads import STEP_THREADS
 from ._tracing import derived, step_attributes, traceparent
+from ._writer import Writer
 
 STARTED_AFTER = 0.05
 """Seconds a local step runs before its frame.started is written on its own. A step done sooner
@@ -98,8 +99,13 @@ def policy_from_json(data: dict[str, Any]) -> RetryPolicy:
     )
 
 
-class Steps(Core):
-    """The step frames of an activation."""
+class Steps:
+    """The step frames of an activation: each asks its replay for its memo, and writes through
+    its writer."""
+
+    def __init__(self, writer: Writer):
+        self.w = writer
+        self.r = writer.replay
 
     def step(
         self,
@@ -112,30 +118,30 @@ class Steps(Core):
         **kwargs: Any,
     ) -> Awaitable[Any]:
         name = getattr(fn, "__name__", None) or type(fn).__name__
-        what = f"the arguments of step {name!r} in workflow {self.wf.name!r}"
+        what = f"the arguments of step {name!r} in workflow {self.w.wf.name!r}"
         json_args = check_json(list(args), what, "args")
         json_kwargs = check_json(kwargs, what, "kwargs")
         dig = digest([json_args, json_kwargs] if kwargs else json_args)
         shown = {"args": json_args, "kwargs": json_kwargs} if kwargs else {"args": json_args}
-        fid, outcome = self._frame(name, key, FrameKind.STEP, dig, shown)
+        fid, outcome = self.r.frame(name, key, FrameKind.STEP, dig, shown)
         if outcome is not None:
-            return self._outcome_value(fid, outcome)
+            return self.r.outcome_value(fid, outcome)
         policy = retry or NO_RETRY
         if queue is not None:
-            return self._spawn(self._remote_step(fid, name, fn, json_args, json_kwargs, dig, policy, queue))
-        return self._spawn(self._local_step(fid, name, fn, args, kwargs, policy, dig, shown))
+            return self.r.spawn(self._remote_step(fid, name, fn, json_args, json_kwargs, dig, policy, queue))
+        return self.r.spawn(self._local_step(fid, name, fn, args, kwargs, policy, dig, shown))
 
-    async def _retry_gate(self, fid: str, deadline: datetime | None = None) -> int:
+    async def retry_gate(self, fid: str, deadline: datetime | None = None) -> int:
         """The number of the next attempt; waits on a timer while a retry delay runs (until the
         frame's deadline at most, when it has one)."""
-        failures = self.memo.failures[fid]
-        if failures and len(failures) > self.memo.base.get(fid, 0):
+        failures = self.r.memo.failures[fid]
+        if failures and len(failures) > self.r.memo.base.get(fid, 0):
             retry_at = datetime.fromisoformat(failures[-1].value["retry_at"])
             if deadline is not None:
                 retry_at = min(retry_at, deadline)
-            if retry_at > self.rt.clock.now():
-                await self._wait(Wait(fid, "timer", at=retry_at))
-        return self.memo.next_attempt(fid)
+            if retry_at > self.w.rt.clock.now():
+                await self.r.wait(Wait(fid, "timer", at=retry_at))
+        return self.r.memo.next_attempt(fid)
 
     async def _local_step(
         self, fid: str, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -143,23 +149,23 @@ class Steps(Core):
     ) -> Any:
         ref = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', name)}"
         while True:
-            attempt = await self._retry_gate(fid)
+            attempt = await self.retry_gate(fid)
             # the arguments are in the journal too (not only their digest): a changed one shows
-            started = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, name=name, attempt=attempt, dig=dig,
+            started = self.w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, name=name, attempt=attempt, dig=dig,
                                   ref=ref, value=shown)
             # frame.started goes to the store while the function runs, unless the function is done
             # within STARTED_AFTER: then frame.started and the outcome share one write (one round
             # trip per step). A store applies the writes of one execution in order, so an outcome
             # is never appended before its start.
             sent: list[asyncio.Future[WriteResult]] = []
-            self.rt.stats.attempts[self.wf.name] += 1
+            self.w.rt.stats.attempts[self.w.wf.name] += 1
             timer = asyncio.get_running_loop().call_later(STARTED_AFTER, self._send_started, started, sent)
             try:
-                if self.rt.tracing is None:
-                    with attempt_scope(Attempt(self.eid, fid, attempt, self.rt.bucket)):
+                if self.w.rt.tracing is None:
+                    with attempt_scope(Attempt(self.w.eid, fid, attempt, self.w.rt.bucket)):
                         value = await run_function(fn, args, kwargs)
                 else:
-                    with attempt_scope(Attempt(self.eid, fid, attempt, self.rt.bucket)), \
+                    with attempt_scope(Attempt(self.w.eid, fid, attempt, self.w.rt.bucket)), \
                             self._step_span(fid, name, attempt):
                         value = await run_function(fn, args, kwargs)
                 value = check_json(value, f"the value of step {fid}")
@@ -172,35 +178,35 @@ class Steps(Core):
                 await started_write
             before = [] if sent else [started]
             if exc is None:
-                entry = self._entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.STEP, name=name, attempt=attempt, value=value, ref=ref)
-                await self._write(plain(Write(entries=[*before, entry])))
-                self.memo.outcome[fid] = entry
+                entry = self.w.entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.STEP, name=name, attempt=attempt, value=value, ref=ref)
+                await self.w.write(plain(Write(entries=[*before, entry])))
+                self.r.memo.outcome[fid] = entry
                 return value
-            self.rt.stats.failures[self.wf.name] += 1
-            fail_value = failure_entry_value(policy, self.memo.tries(fid, attempt), exc, self.rt.clock.now())
-            entry = self._entry(
+            self.w.rt.stats.failures[self.w.wf.name] += 1
+            fail_value = failure_entry_value(policy, self.r.memo.tries(fid, attempt), exc, self.w.rt.clock.now())
+            entry = self.w.entry(
                 EntryKind.FRAME_FAILED, fid, FrameKind.STEP, name=name, attempt=attempt, value=fail_value,
                 error=error_data(exc), ref=ref,
             )
-            await self._write(plain(Write(entries=[*before, entry])))
-            self.memo.failures[fid].append(entry)
+            await self.w.write(plain(Write(entries=[*before, entry])))
+            self.r.memo.failures[fid].append(entry)
             if fail_value["final"]:
-                self.memo.outcome[fid] = entry
+                self.r.memo.outcome[fid] = entry
                 raise frame_failed(fid, entry, attempt) from exc
 
     def _step_span(self, fid: str, name: str, attempt: int) -> AbstractContextManager[Any]:
         """The span of a step attempt, current while its function runs (tracing on)."""
-        tracing = self.rt.tracing
-        assert tracing is not None and self.span is not None
-        parent = self.span.get_span_context()
-        span = tracing.start(f"step {name}", derived(parent, "step", self.eid, fid, attempt, self.epoch), parent,
-                             step_attributes(self.eid, fid, attempt, self.wf.name, self.wf.version))
+        tracing = self.w.rt.tracing
+        assert tracing is not None and self.w.span is not None
+        parent = self.w.span.get_span_context()
+        span = tracing.start(f"step {name}", derived(parent, "step", self.w.eid, fid, attempt, self.w.epoch), parent,
+                             step_attributes(self.w.eid, fid, attempt, self.w.wf.name, self.w.wf.version))
         return tracing.current(span)
 
     def _send_started(self, started: Entry, sent: list[asyncio.Future[WriteResult]]) -> None:
         """Write the frame.started of a step that runs longer than STARTED_AFTER on its own."""
-        if not self.closing:
-            sent.append(asyncio.ensure_future(self._write(plain(Write(entries=[started])))))
+        if not self.r.closing:
+            sent.append(asyncio.ensure_future(self.w.write(plain(Write(entries=[started])))))
 
     async def _remote_step(
         self, fid: str, name: str, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], dig: str,
@@ -209,45 +215,45 @@ class Steps(Core):
         ref = f"{fn.__module__}:{fn.__qualname__}"
         if "<locals>" in ref:
             raise ValueError(f"step {fid} runs on queue {queue!r}, so {ref} must be a module-level function")
-        attempt = await self._retry_gate(fid)
+        attempt = await self.retry_gate(fid)
         write = Write()
-        if (fid, attempt) not in self.memo.attempts_started:
+        if (fid, attempt) not in self.r.memo.attempts_started:
             shown = {"args": args, "kwargs": kwargs} if kwargs else {"args": args}
-            write.entries.append(self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, name=name, attempt=attempt,
+            write.entries.append(self.w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, name=name, attempt=attempt,
                                              dig=dig, ref=ref, value=shown))
         payload = {"fid": fid, "ref": ref, "args": args, "kwargs": kwargs, "attempt": attempt,
-                   "tries": self.memo.tries(fid, attempt), "retry": policy_json(policy),
-                   "workflow": self.wf.name, "version": self.wf.version}
-        if self.span is not None:  # the worker that runs it makes the attempt's span a child of this activation
-            payload["trace"], payload["name"] = traceparent(self.span.get_span_context()), name
+                   "tries": self.r.memo.tries(fid, attempt), "retry": policy_json(policy),
+                   "workflow": self.w.wf.name, "version": self.w.wf.version}
+        if self.w.span is not None:  # the worker that runs it makes the attempt's span a child of this activation
+            payload["trace"], payload["name"] = traceparent(self.w.span.get_span_context()), name
         write.tasks.append(Task(
-            id=task_id(TaskKind.RUN_STEP, self.eid, f"{fid}@{attempt}"), kind=TaskKind.RUN_STEP, queue=queue,
-            eid=self.eid, payload=payload, provenance=self.rt.provenance(epoch=self.epoch, attempt=attempt),
-            visible_at=self.rt.clock.now(), application=self.record.application, attempt=attempt,
+            id=task_id(TaskKind.RUN_STEP, self.w.eid, f"{fid}@{attempt}"), kind=TaskKind.RUN_STEP, queue=queue,
+            eid=self.w.eid, payload=payload, provenance=self.w.rt.provenance(epoch=self.w.epoch, attempt=attempt),
+            visible_at=self.w.rt.clock.now(), application=self.w.record.application, attempt=attempt,
         ))
-        await self._write(write)
-        self.memo.attempts_started.add((fid, attempt))
-        await self._wait(Wait(fid, "step"))
+        await self.w.write(write)
+        self.r.memo.attempts_started.add((fid, attempt))
+        await self.r.wait(Wait(fid, "step"))
 
     # -- internal steps: now, random, uuid
 
     def _internal(self, name: str, produce: Callable[[], Any], convert: Callable[[Any], Any]) -> Awaitable[Any]:
-        fid, outcome = self._frame(name, None, FrameKind.STEP, digest([]))
+        fid, outcome = self.r.frame(name, None, FrameKind.STEP, digest([]))
         if outcome is not None:
-            return self._done(convert(outcome.value))
+            return self.r.done(convert(outcome.value))
 
         async def run() -> Any:
             value = produce()
-            await self._write(plain(Write(entries=[
-                self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, attempt=1, dig=digest([])),
-                self._entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.STEP, attempt=1, value=value),
+            await self.w.write(plain(Write(entries=[
+                self.w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, attempt=1, dig=digest([])),
+                self.w.entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.STEP, attempt=1, value=value),
             ])))
             return convert(value)
 
-        return self._spawn(run())
+        return self.r.spawn(run())
 
     def now(self) -> Awaitable[datetime]:
-        return self._internal("now", lambda: self.rt.clock.now().isoformat(), datetime.fromisoformat)
+        return self._internal("now", lambda: self.w.rt.clock.now().isoformat(), datetime.fromisoformat)
 
     def random(self) -> Awaitable[float]:
         return self._internal("random", _random.random, float)
@@ -260,38 +266,38 @@ class Steps(Core):
     def _effect(self, name: str, args: Any, make: Callable[[str, Provenance], tuple[Any, Write]]) -> Awaitable[Any]:
         """``make(fid, provenance)`` gives the memo (or None when the store fills it in) and the
         write of the effect, whose memo references point at entry 1, the frame.completed."""
-        args = check_json(args, f"the arguments of {name} in workflow {self.wf.name!r}")
+        args = check_json(args, f"the arguments of {name} in workflow {self.w.wf.name!r}")
         dig = digest(args)
-        fid, outcome = self._frame(name, None, FrameKind.STEP, dig)
+        fid, outcome = self.r.frame(name, None, FrameKind.STEP, dig)
         if outcome is not None:
-            return self._done(outcome.value)
+            return self.r.done(outcome.value)
 
         async def run() -> Any:
-            prov = self.rt.provenance(epoch=self.epoch, code=Code(self.wf.name, self.wf.version, "step", name), attempt=1)
+            prov = self.w.rt.provenance(epoch=self.w.epoch, code=Code(self.w.wf.name, self.w.wf.version, "step", name), attempt=1)
             value, write = make(fid, prov)
-            completed = self._entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.STEP, attempt=1, value=value)
-            write.entries = [self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, attempt=1, dig=dig), completed]
-            result = await self._write(write)
+            completed = self.w.entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.STEP, attempt=1, value=value)
+            write.entries = [self.w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, attempt=1, dig=dig), completed]
+            result = await self.w.write(write)
             value = result.entry_values[next(i for i, e in enumerate(write.entries) if e is completed)]
-            self.memo.outcome[fid] = Entry(**{**completed.__dict__, "value": value})
+            self.r.memo.outcome[fid] = Entry(**{**completed.__dict__, "value": value})
             return value
 
-        return self._spawn(run())
+        return self.r.spawn(run())
 
     def send(self, channel: str, payload: Any, scope: Scope = "execution") -> Awaitable[int]:
-        full = self.channel_name(channel, scope)
+        full = channel_name(self.w.eid, self.w.record.application, channel, scope)
 
         def make(fid: str, prov: Provenance) -> tuple[Any, Write]:
-            write = Write(messages=[NewMessage(full, payload, prov, memo=1, application=self.record.application)])
+            write = Write(messages=[NewMessage(full, payload, prov, memo=1, application=self.w.record.application)])
             if scope == "global":
-                write.wake_waiters = [WakeWaiters(full, f"send:{self.eid}:{fid}", prov)]
+                write.wake_waiters = [WakeWaiters(full, f"send:{self.w.eid}:{fid}", prov)]
             return None, write
 
         return self._effect("send", [full, payload], make)
 
     def announce(self, kind: str, data: Any) -> Awaitable[int]:
         def make(fid: str, prov: Provenance) -> tuple[Any, Write]:
-            entry = Entry(eid=self.eid, kind=EntryKind.ANNOUNCED, provenance=prov, fid=fid, value={"kind": kind, "data": data})
+            entry = Entry(eid=self.w.eid, kind=EntryKind.ANNOUNCED, provenance=prov, fid=fid, value={"kind": kind, "data": data})
             return None, Write(announcements=[Announcement(entry, memo=1)])
 
         return self._effect("announce", [kind, data], make)
@@ -300,9 +306,9 @@ class Steps(Core):
         task_kind = TaskKind(kind)
 
         def make(fid: str, prov: Provenance) -> tuple[Any, Write]:
-            tid = task_id(task_kind, self.eid, key or fid)
-            task = Task(id=tid, kind=task_kind, queue=queue, eid=self.eid, payload=payload, provenance=prov,
-                        visible_at=self.rt.clock.now(), application=self.record.application)
+            tid = task_id(task_kind, self.w.eid, key or fid)
+            task = Task(id=tid, kind=task_kind, queue=queue, eid=self.w.eid, payload=payload, provenance=prov,
+                        visible_at=self.w.rt.clock.now(), application=self.w.record.application)
             return tid, Write(tasks=[task])
 
         return self._effect("enqueue", [queue, task_kind.value, payload, key], make)
@@ -315,6 +321,6 @@ class Steps(Core):
 
     def claim(self, key: str) -> Awaitable[bool]:
         def make(fid: str, prov: Provenance) -> tuple[Any, Write]:
-            return None, Write(claims=[Claim(key, f"{self.eid}/{fid}", memo=1)])
+            return None, Write(claims=[Claim(key, f"{self.w.eid}/{fid}", memo=1)])
 
         return self._effect("claim", [key], make)

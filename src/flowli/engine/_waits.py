@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Generator, Iterable
 
@@ -34,13 +35,14 @@ from flowli.domain import (
 from flowli.store import NewExecution, TaskHold, Write
 
 from ._context import Scope
-from ._core import frame_failed, plain, store_call
+from ._core import channel_name, frame_failed, plain, store_call
 from ._decider import DECIDER_TASK, Decider
 from ._frames import ROOT, Wait
 from ._registry import WorkflowDef
 from ._runtime import Runtime
 from ._steps import Steps, policy_json
 from ._tracing import context_of, traceparent
+from ._writer import Writer
 
 
 def new_execution(
@@ -128,51 +130,57 @@ def timed_out(fid: str, what: str, timeout: str) -> dict[str, Any]:
             "message": f"{what} at frame {fid}: nothing came within {timeout}"}
 
 
-class Waits(Steps):
-    """The waiting frames of an activation."""
+class Waits:
+    """The waiting frames of an activation (a delegate's retries wait as a step's do)."""
+
+    def __init__(self, writer: Writer, steps: Steps):
+        self.w = writer
+        self.r = writer.replay
+        self.steps = steps
+        self.channel_locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     def receive(self, channel: str, scope: Scope = "execution", *, timeout: timedelta | None = None) -> Awaitable[Any]:
-        full = self.channel_name(channel, scope)
+        full = channel_name(self.w.eid, self.w.record.application, channel, scope)
         _timeout_of(timeout, "receive")
         dig = digest([full])
-        fid, outcome = self._frame("receive", None, FrameKind.RECEIVE, dig)
+        fid, outcome = self.r.frame("receive", None, FrameKind.RECEIVE, dig)
         if outcome is not None:
             if outcome.kind is EntryKind.FRAME_FAILED:
-                return Pending(fid, self._outcome_value(fid, outcome))
-            return Pending(fid, self._done(outcome.value["payload"]))
-        return Pending(fid, self._spawn(self._receive(fid, full, dig, timeout)))
+                return Pending(fid, self.r.outcome_value(fid, outcome))
+            return Pending(fid, self.r.done(outcome.value["payload"]))
+        return Pending(fid, self.r.spawn(self._receive(fid, full, dig, timeout)))
 
     async def _receive(self, fid: str, channel: str, dig: str, timeout: timedelta | None) -> Any:
-        started = self.memo.started.get(fid)
-        deadline = _deadline(started, timeout, self.rt.clock.now())
+        started = self.r.memo.started.get(fid)
+        deadline = _deadline(started, timeout, self.w.rt.clock.now())
         new_start = None
         if started is None:
             value: dict[str, Any] = {"channel": channel}
             if deadline is not None:
                 value["deadline"] = deadline.isoformat()
-            new_start = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.RECEIVE, attempt=1, dig=dig, value=value)
+            new_start = self.w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.RECEIVE, attempt=1, dig=dig, value=value)
         async with self.channel_locks[channel]:
-            after = self.memo.cursors.get(channel, 0)
-            messages = await store_call(self.rt.store.read_messages(channel, after, limit=1))
+            after = self.r.memo.cursors.get(channel, 0)
+            messages = await store_call(self.w.rt.store.read_messages(channel, after, limit=1))
             if messages:
-                self.memo.cursors[channel] = messages[0].seq
+                self.r.memo.cursors[channel] = messages[0].seq
         if not messages:
-            if deadline is not None and deadline <= self.rt.clock.now():
-                failed = self._entry(EntryKind.FRAME_FAILED, fid, FrameKind.RECEIVE, attempt=1, value={"final": True},
+            if deadline is not None and deadline <= self.w.rt.clock.now():
+                failed = self.w.entry(EntryKind.FRAME_FAILED, fid, FrameKind.RECEIVE, attempt=1, value={"final": True},
                                      error=timed_out(fid, f"receive on {channel}", str(timeout or deadline)))
-                await self._write(plain(Write(entries=([new_start] if new_start else []) + [failed])))
-                self.memo.outcome[fid] = failed
+                await self.w.write(plain(Write(entries=([new_start] if new_start else []) + [failed])))
+                self.r.memo.outcome[fid] = failed
                 raise frame_failed(fid, failed, 1)
             if new_start is not None:
-                self.pending.append(new_start)
-                self.memo.started[fid] = new_start
-            await self._wait(Wait(fid, "message", at=deadline, channel=channel, after=after))
+                self.w.pending.append(new_start)
+                self.r.memo.started[fid] = new_start
+            await self.r.wait(Wait(fid, "message", at=deadline, channel=channel, after=after))
         started = new_start
         m = messages[0]
         value = {"channel": channel, "seq": m.seq, "payload": m.payload, "by": str(m.provenance.actor)}
-        completed = self._entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.RECEIVE, attempt=1, value=value)
-        await self._write(plain(Write(entries=([started] if started else []) + [completed])))
-        self.memo.outcome[fid] = completed
+        completed = self.w.entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.RECEIVE, attempt=1, value=value)
+        await self.w.write(plain(Write(entries=([started] if started else []) + [completed])))
+        self.r.memo.outcome[fid] = completed
         return m.payload
 
     def sleep(self, delay: timedelta) -> Awaitable[None]:
@@ -187,77 +195,77 @@ class Waits(Steps):
 
     def _sleep(self, args: dict[str, Any], until_of: Callable[[datetime], datetime]) -> Awaitable[None]:
         dig = digest(args)
-        fid, outcome = self._frame("sleep", None, FrameKind.SLEEP, dig)
+        fid, outcome = self.r.frame("sleep", None, FrameKind.SLEEP, dig)
         if outcome is not None:
-            return Pending(fid, self._done(None))
+            return Pending(fid, self.r.done(None))
 
         async def run() -> None:
-            started = self.memo.started.get(fid)
+            started = self.r.memo.started.get(fid)
             write = Write()
             if started is None:
-                until = until_of(self.rt.clock.now())
-                started = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.SLEEP, attempt=1, dig=dig, value={"until": until.isoformat()})
-                self.memo.started[fid] = started
+                until = until_of(self.w.rt.clock.now())
+                started = self.w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.SLEEP, attempt=1, dig=dig, value={"until": until.isoformat()})
+                self.r.memo.started[fid] = started
                 write.entries.append(started)
             else:
                 until = datetime.fromisoformat(started.value["until"])
-            if until > self.rt.clock.now():
-                self.pending.extend(write.entries)
-                await self._wait(Wait(fid, "timer", at=until))
-            completed = self._entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.SLEEP, attempt=1, value=None)
+            if until > self.w.rt.clock.now():
+                self.w.pending.extend(write.entries)
+                await self.r.wait(Wait(fid, "timer", at=until))
+            completed = self.w.entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.SLEEP, attempt=1, value=None)
             write.entries.append(completed)
-            await self._write(plain(write))
-            self.memo.outcome[fid] = completed
+            await self.w.write(plain(write))
+            self.r.memo.outcome[fid] = completed
 
-        return Pending(fid, self._spawn(run()))
+        return Pending(fid, self.r.spawn(run()))
 
     def child(self, workflow: str | Callable[..., Any], /, *args: Any, key: str | None = None) -> Awaitable[Any]:
         # a decider's execution may be a child too: it takes one input, and its end resumes this one
-        decider = self.rt.registry.decider_of(workflow) if isinstance(workflow, str) else None
-        wf: WorkflowDef | Decider = decider if decider is not None else self.rt.registry.get(workflow)
+        decider = self.w.rt.registry.decider_of(workflow) if isinstance(workflow, str) else None
+        wf: WorkflowDef | Decider = decider if decider is not None else self.w.rt.registry.get(workflow)
         if isinstance(wf, WorkflowDef):
             wf.bind(args)
         child_args = check_json(list(args), f"the arguments of child workflow {wf.name!r}", "args")
         dig = digest({"workflow": wf.name, "args": child_args})
-        fid, outcome = self._frame(wf.name, key, FrameKind.CHILD, dig, {"args": child_args})
+        fid, outcome = self.r.frame(wf.name, key, FrameKind.CHILD, dig, {"args": child_args})
         if outcome is not None:
-            return Pending(fid, self._outcome_value(fid, outcome))
-        return Pending(fid, self._spawn(self._child(fid, wf, child_args, dig)))
+            return Pending(fid, self.r.outcome_value(fid, outcome))
+        return Pending(fid, self.r.spawn(self._child(fid, wf, child_args, dig)))
 
     async def _child(self, fid: str, wf: WorkflowDef | Decider, args: list[Any], dig: str) -> Any:
-        ceid = child_eid(self.eid, fid)
-        if fid not in self.memo.started:
-            started = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.CHILD, name=wf.name, attempt=1, dig=dig,
+        ceid = child_eid(self.w.eid, fid)
+        if fid not in self.r.memo.started:
+            started = self.w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.CHILD, name=wf.name, attempt=1, dig=dig,
                                   value={"child": ceid, "args": args}, ref=wf.ref)
             # a child runs on its parent's queue, in its parent's application
-            new = new_execution(self.rt, wf, ceid, args, queue=self.record.queue, parent=(self.eid, fid),
-                                application=self.record.application, trace=self._child_trace())
+            new = new_execution(self.w.rt, wf, ceid, args, queue=self.w.record.queue, parent=(self.w.eid, fid),
+                                application=self.w.record.application, trace=self._child_trace())
             if isinstance(wf, Decider) and new.task is not None:  # its start is a command to it
                 new = dataclasses.replace(new, task=dataclasses.replace(new.task, payload=dict(DECIDER_TASK)))
-            await self._write(Write(entries=[started], executions=[new]))
-            self.memo.started[fid] = started
-        record = await store_call(self.rt.store.read_execution(ceid))
+            await self.w.write(Write(entries=[started], executions=[new]))
+            self.r.memo.started[fid] = started
+        record = await store_call(self.w.rt.store.read_execution(ceid))
         if record is None or not record.terminal:
-            await self._wait(Wait(fid, "child", child=ceid))
+            await self.r.wait(Wait(fid, "child", child=ceid))
         assert record is not None
         if record.status is Status.COMPLETED:
-            entry = self._entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.CHILD, name=wf.name, attempt=1, value=record.result)
-            await self._write(plain(Write(entries=[entry])))
-            self.memo.outcome[fid] = entry
+            entry = self.w.entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.CHILD, name=wf.name, attempt=1, value=record.result)
+            await self.w.write(plain(Write(entries=[entry])))
+            self.r.memo.outcome[fid] = entry
             return record.result
         error = dict(record.error or {})
         error.setdefault("type", record.status.value)
         error["child"] = ceid
         error["message"] = f"child execution {ceid} {record.status.value}: {error.get('message', '')}"
-        entry = self._entry(EntryKind.FRAME_FAILED, fid, FrameKind.CHILD, name=wf.name, attempt=1,
+        entry = self.w.entry(EntryKind.FRAME_FAILED, fid, FrameKind.CHILD, name=wf.name, attempt=1,
                             value={"final": True}, error=error)
-        await self._write(plain(Write(entries=[entry])))
-        self.memo.outcome[fid] = entry
+        await self.w.write(plain(Write(entries=[entry])))
+        self.r.memo.outcome[fid] = entry
         raise frame_failed(fid, entry, 1)
 
     def _child_trace(self) -> dict[str, str] | None:
         """What a child's started entry records of its trace: this activation's span (tracing on)."""
-        return context_of(self.span.get_span_context()) if self.span is not None else None
+        return context_of(self.w.span.get_span_context()) if self.w.span is not None else None
 
     def delegate(
         self, queue: str, payload: Any, *, key: str | None = None, retry: RetryPolicy | None = None,
@@ -265,60 +273,60 @@ class Waits(Steps):
     ) -> Pending:
         if not isinstance(queue, str) or not queue:
             raise ValueError(f"ctx.delegate takes a queue name, got {queue!r}")
-        payload = check_json(payload, f"the payload of delegate on queue {queue!r} in workflow {self.wf.name!r}",
+        payload = check_json(payload, f"the payload of delegate on queue {queue!r} in workflow {self.w.wf.name!r}",
                              "payload")
         _timeout_of(timeout, "delegate")
         dig = digest([queue, payload])
-        fid, outcome = self._frame("delegate", key, FrameKind.DELEGATE, dig, {"args": [queue, payload]})
+        fid, outcome = self.r.frame("delegate", key, FrameKind.DELEGATE, dig, {"args": [queue, payload]})
         if outcome is not None:
-            return Pending(fid, self._outcome_value(fid, outcome))
-        return Pending(fid, self._spawn(self._delegate(fid, queue, payload, dig, retry or NO_RETRY, timeout)))
+            return Pending(fid, self.r.outcome_value(fid, outcome))
+        return Pending(fid, self.r.spawn(self._delegate(fid, queue, payload, dig, retry or NO_RETRY, timeout)))
 
     async def _delegate(
         self, fid: str, queue: str, payload: Any, dig: str, policy: RetryPolicy, timeout: timedelta | None
     ) -> Any:
         """Each attempt is one DELEGATE task; a consumer answers or fails it (``Consumer``), the
         sweeper ends one whose lease expired; a failure or an expiry makes the next attempt."""
-        deadline = _deadline(self.memo.started.get(fid), timeout, self.rt.clock.now())
-        attempt = await self._retry_gate(fid, deadline)
-        tid = task_id(TaskKind.DELEGATE, self.eid, f"{fid}@{attempt}")
-        enqueued = (fid, attempt) in self.memo.attempts_started
-        if deadline is not None and deadline <= self.rt.clock.now():
+        deadline = _deadline(self.r.memo.started.get(fid), timeout, self.w.rt.clock.now())
+        attempt = await self.steps.retry_gate(fid, deadline)
+        tid = task_id(TaskKind.DELEGATE, self.w.eid, f"{fid}@{attempt}")
+        enqueued = (fid, attempt) in self.r.memo.attempts_started
+        if deadline is not None and deadline <= self.w.rt.clock.now():
             return await self._delegate_timed_out(fid, queue, attempt, tid if enqueued else None, timeout or deadline)
         if not enqueued:
-            failures = self.memo.failures[fid][self.memo.base.get(fid, 0):]
+            failures = self.r.memo.failures[fid][self.r.memo.base.get(fid, 0):]
             expiries = sum(1 for f in failures if (f.value or {}).get("expired"))
             value: dict[str, Any] = {"queue": queue, "task": tid}
             if deadline is not None:
                 value["deadline"] = deadline.isoformat()
-            started = self._entry(EntryKind.FRAME_STARTED, fid, FrameKind.DELEGATE, name="delegate", attempt=attempt,
+            started = self.w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.DELEGATE, name="delegate", attempt=attempt,
                                   dig=dig, value=value)
             frame = {"fid": fid, "tries": len(failures) - expiries + 1, "retry": policy_json(policy),
-                     "expiries": expiries, "max_expiries": self.rt.options.delegate_expiries,
-                     "workflow": self.wf.name, "version": self.wf.version}
-            if self.span is not None:  # its consumer's spans join the execution's trace
-                frame["trace"] = traceparent(self.trace)
-            task = Task(id=tid, kind=TaskKind.DELEGATE, queue=queue, eid=self.eid, payload=payload,
-                        provenance=self.rt.provenance(epoch=self.epoch, attempt=attempt), visible_at=self.rt.clock.now(),
-                        application=self.record.application, attempt=attempt, frame=frame)
+                     "expiries": expiries, "max_expiries": self.w.rt.options.delegate_expiries,
+                     "workflow": self.w.wf.name, "version": self.w.wf.version}
+            if self.w.span is not None:  # its consumer's spans join the execution's trace
+                frame["trace"] = traceparent(self.w.trace)
+            task = Task(id=tid, kind=TaskKind.DELEGATE, queue=queue, eid=self.w.eid, payload=payload,
+                        provenance=self.w.rt.provenance(epoch=self.w.epoch, attempt=attempt), visible_at=self.w.rt.clock.now(),
+                        application=self.w.record.application, attempt=attempt, frame=frame)
             # a consumer of this process that long-polls the queue gets the task leased, at once
-            handoff = self.rt.polls.match(task, self.rt.clock.now())
+            handoff = self.w.rt.polls.match(task, self.w.rt.clock.now())
             if handoff is not None:
                 poll, task = handoff
             try:
-                await self._write(Write(entries=[started], tasks=[task]))
+                await self.w.write(Write(entries=[started], tasks=[task]))
             except BaseException:
                 if handoff is not None and not poll.handed.done():
                     poll.handed.set_result(None)  # the poll goes on waiting
                 raise
             if handoff is not None:
                 if poll.handed.done():  # the poll went away meanwhile
-                    self.rt.nack_handed(task, poll.owner)
+                    self.w.rt.nack_handed(task, poll.owner)
                 else:
                     poll.handed.set_result(task)
-            self.memo.attempts_started.add((fid, attempt))
-            self.memo.started.setdefault(fid, started)
-        await self._wait(Wait(fid, "delegate", at=deadline, queue=queue))
+            self.r.memo.attempts_started.add((fid, attempt))
+            self.r.memo.started.setdefault(fid, started)
+        await self.r.wait(Wait(fid, "delegate", at=deadline, queue=queue))
 
     async def _delegate_timed_out(
         self, fid: str, queue: str, attempt: int, tid: str | None, timeout: object
@@ -326,14 +334,14 @@ class Waits(Steps):
         """The deadline passed first: the open attempt ends (its task withdrawn, so that a late
         answer is stale) and the frame fails with TimeoutError. If the attempt ended meanwhile (an
         answer, a failure, an expiry), its outcome is in the journal: wait for the RESUME it sent."""
-        failed = self._entry(EntryKind.FRAME_FAILED, fid, FrameKind.DELEGATE, name="delegate", attempt=attempt,
+        failed = self.w.entry(EntryKind.FRAME_FAILED, fid, FrameKind.DELEGATE, name="delegate", attempt=attempt,
                              value={"final": True}, error=timed_out(fid, f"delegate on queue {queue}", str(timeout)))
         write = Write(entries=[failed], hold=TaskHold(tid, end="withdrawn") if tid else None)
         try:
-            await self._write(write)
+            await self.w.write(write)
         except StaleAnswer:
-            await self._wait(Wait(fid, "delegate", queue=queue))
-        self.memo.outcome[fid] = failed
+            await self.r.wait(Wait(fid, "delegate", queue=queue))
+        self.r.memo.outcome[fid] = failed
         raise frame_failed(fid, failed, attempt)
 
     async def gather(self, *awaitables: Awaitable[Any]) -> list[Any]:
@@ -353,7 +361,7 @@ class Waits(Steps):
         done = [i for i, f in enumerate(futures) if f.done()]
 
         def order(i: int) -> tuple[float, int, int]:
-            place = self.outcome_order(waiting[i].fid)
+            place = self.r.outcome_order(waiting[i].fid)
             return (*place, i) if place is not None else (float(1 << 62), 0, i)
 
         return waiting[min(done, key=order)]
