@@ -77,6 +77,11 @@ class Activation(Context):
         self.writer = Writer(rt, wf, record, epoch, self.replay, journal)
         self.steps = Steps(self.writer)
         self.waiting = Waits(self.writer, self.steps)
+        # the workflow calls its parts' methods directly (the methods below say what each is)
+        self.step = self.steps.step  # type: ignore[method-assign]
+        self.child = self.waiting.child  # type: ignore[method-assign]
+        self.receive = self.waiting.receive  # type: ignore[method-assign]
+        self.delegate = self.waiting.delegate  # type: ignore[method-assign]
 
     # ---- identity -------------------------------------------------------------------------
 

@@ -147,25 +147,26 @@ class Steps:
         self, fid: str, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
         policy: RetryPolicy, dig: str, shown: dict[str, Any],
     ) -> Any:
+        w, rt, memo = self.w, self.w.rt, self.r.memo
         ref = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', name)}"
         while True:
             attempt = await self.retry_gate(fid)
             # the arguments are in the journal too (not only their digest): a changed one shows
-            started = self.w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, name=name, attempt=attempt, dig=dig,
-                                  ref=ref, value=shown)
+            started = w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.STEP, name=name, attempt=attempt, dig=dig,
+                            ref=ref, value=shown)
             # frame.started goes to the store while the function runs, unless the function is done
             # within STARTED_AFTER: then frame.started and the outcome share one write (one round
             # trip per step). A store applies the writes of one execution in order, so an outcome
             # is never appended before its start.
             sent: list[asyncio.Future[WriteResult]] = []
-            self.w.rt.stats.attempts[self.w.wf.name] += 1
+            rt.stats.attempts[w.wf.name] += 1
             timer = asyncio.get_running_loop().call_later(STARTED_AFTER, self._send_started, started, sent)
             try:
-                if self.w.rt.tracing is None:
-                    with attempt_scope(Attempt(self.w.eid, fid, attempt, self.w.rt.bucket)):
+                if rt.tracing is None:
+                    with attempt_scope(Attempt(w.eid, fid, attempt, rt.bucket)):
                         value = await run_function(fn, args, kwargs)
                 else:
-                    with attempt_scope(Attempt(self.w.eid, fid, attempt, self.w.rt.bucket)), \
+                    with attempt_scope(Attempt(w.eid, fid, attempt, rt.bucket)), \
                             self._step_span(fid, name, attempt):
                         value = await run_function(fn, args, kwargs)
                 value = check_json(value, f"the value of step {fid}")
@@ -178,20 +179,20 @@ class Steps:
                 await started_write
             before = [] if sent else [started]
             if exc is None:
-                entry = self.w.entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.STEP, name=name, attempt=attempt, value=value, ref=ref)
-                await self.w.write(plain(Write(entries=[*before, entry])))
-                self.r.memo.outcome[fid] = entry
+                entry = w.entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.STEP, name=name, attempt=attempt, value=value, ref=ref)
+                await w.write(plain(Write(entries=[*before, entry])))
+                memo.outcome[fid] = entry
                 return value
-            self.w.rt.stats.failures[self.w.wf.name] += 1
-            fail_value = failure_entry_value(policy, self.r.memo.tries(fid, attempt), exc, self.w.rt.clock.now())
-            entry = self.w.entry(
+            rt.stats.failures[w.wf.name] += 1
+            fail_value = failure_entry_value(policy, memo.tries(fid, attempt), exc, rt.clock.now())
+            entry = w.entry(
                 EntryKind.FRAME_FAILED, fid, FrameKind.STEP, name=name, attempt=attempt, value=fail_value,
                 error=error_data(exc), ref=ref,
             )
-            await self.w.write(plain(Write(entries=[*before, entry])))
-            self.r.memo.failures[fid].append(entry)
+            await w.write(plain(Write(entries=[*before, entry])))
+            memo.failures[fid].append(entry)
             if fail_value["final"]:
-                self.r.memo.outcome[fid] = entry
+                memo.outcome[fid] = entry
                 raise frame_failed(fid, entry, attempt) from exc
 
     def _step_span(self, fid: str, name: str, attempt: int) -> AbstractContextManager[Any]:
