@@ -106,8 +106,8 @@ class Consumer:
             if poll.matched:
                 if not poll.handed.done():
                     poll.handed.cancel()  # the writer gives the task back
-                elif not poll.handed.cancelled() and poll.handed.result() is not None:
-                    self.rt.nack_handed(poll.handed.result(), self.name)
+                elif not poll.handed.cancelled() and (given := poll.handed.result()) is not None:
+                    self.rt.polls.nack(given, self.name)
             raise
         finally:
             woke.cancel()
@@ -139,7 +139,7 @@ class Consumer:
             def give_back(done: asyncio.Future[list[Task]]) -> None:
                 if not done.cancelled() and done.exception() is None:
                     for t in done.result():
-                        rt.nack_handed(t, self.name)
+                        rt.polls.nack(t, self.name)
 
             fetch.add_done_callback(give_back)
             raise
@@ -264,7 +264,7 @@ async def settle(
         write = Write(expect=(task.eid, _LIVE), entries=[entry], hold=hold, resumes=[resume], items=list(items))
     # a worker of this process with a free slot runs the resumed execution at once: the write
     # acquires its lease, so its RESUME goes through no queue (as a direct start's START)
-    worker = next((w for w in rt.workers if w.reserve(None)), None)
+    worker = rt.slots.reserve(None)
     if worker is not None:
         write = dataclasses.replace(write, acquire=Acquisition(task.eid, resume.id, rt.owner, now + rt.options.lease_ttl,
                                                      tuple(worker.queues)))

@@ -24,7 +24,6 @@ Where commands come from:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -198,28 +197,19 @@ async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Bas
     middleware's refusal, StaleAnswer for a hold that is gone, ...). With ``reopen``, a failed
     execution takes the command too (a retry: ``base`` expects it failed). With ``joined``, the
     transition is committed by it, in the caller's own write."""
-    turn = rt.deciding.get(eid)
-    if turn is None:
-        turn = rt.deciding[eid] = [asyncio.Lock(), 0]
-    turn[1] += 1
-    if turn[0].locked():
+    if rt.turns.busy(eid):
         record = None  # read again once its turn comes: the commands before it change it
-    try:
-        async with turn[0]:
-            return await _apply(rt, eid, command, kind=kind, base=base, principal=principal, payload=payload,
-                                record=record, reopen=reopen, joined=joined)
-    finally:
-        turn[1] -= 1
-        if turn[1] == 0:
-            rt.deciding.pop(eid, None)
+    async with rt.turns.turn(eid):
+        return await _apply(rt, eid, command, kind=kind, base=base, principal=principal, payload=payload,
+                            record=record, reopen=reopen, joined=joined)
 
 
 async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Base, principal: Principal,
                  payload: Any, record: ExecutionRecord | None, reopen: bool, joined: Joined | None) -> WriteResult | None:
     for _ in range(_TRIES):
-        # the record this process's last write left (see ``Runtime.decided_last``): no read of
-        # it when the caller has none; the state's version fences a stale one
-        known = rt.decided_last.get(eid)
+        # the record this process's last write left (see ``_turns``): no read of it when the
+        # caller has none; the state's version fences a stale one
+        known = rt.turns.last(eid)
         if record is None:
             record = known[0] if known is not None else await rt.store.read_execution(eid)
             if record is None:
@@ -245,13 +235,13 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         except StaleState:
             _adopt(direct, write, None)
             _handed(rt, handed, None)
-            rt.decided_last.pop(eid, None)
+            rt.turns.forget(eid)
             record = None  # another command advanced it: decide again against the fresh state
             continue
         except BaseException:
             _adopt(direct, write, None)
             _handed(rt, handed, None)
-            rt.decided_last.pop(eid, None)
+            rt.turns.forget(eid)
             raise
         _adopt(direct, write, result)
         _handed(rt, handed, result)
@@ -267,13 +257,13 @@ def _direct_children(rt: Runtime, write: Write) -> list[tuple[int, Any]]:
     once (a direct start, as ``engine.start``'s): each created leased to this process, with no
     START task, and the worker that reserved its slot. A decider child starts with its START."""
     direct: list[tuple[int, Any]] = []
-    if not rt.workers:
+    if not rt.slots:
         return direct
     now = rt.clock.now()
     for i, new in enumerate(write.executions):
         if new.task is None or carries_command(new.task):
             continue
-        worker = next((w for w in rt.workers if w.reserve(new.record.queue)), None)
+        worker = rt.slots.reserve(new.record.queue)
         if worker is None:
             break
         leased = dataclasses.replace(new.record, status=Status.RUNNING, lease_owner=rt.owner, lease_epoch=1,
@@ -319,26 +309,20 @@ def _handed(rt: Runtime, handed: list[tuple[Any, Task]], result: WriteResult | N
             if not poll.handed.done():
                 poll.handed.set_result(None)
         elif poll.handed.done():
-            rt.nack_handed(task, poll.owner)
+            rt.polls.nack(task, poll.owner)
         else:
             poll.handed.set_result(task)
 
 
-_REMEMBERED = 10_000
-"""Decider executions whose last state this process keeps at most (forgotten all at once past it)."""
-
-
 def _remember(rt: Runtime, record: ExecutionRecord, write: Write) -> None:
-    """Keep the record and the state that ``write`` left (``Runtime.decided_last``), or forget
-    them when it ended the execution."""
+    """Keep the record and the state that ``write`` left (``Runtime.turns``), or forget them
+    when it ended the execution."""
     eid, advance, change = record.eid, write.advance, write.status
     if advance is None or (change is not None and change.status.terminal):
-        rt.decided_last.pop(eid, None)
+        rt.turns.forget(eid)
         return
-    if len(rt.decided_last) >= _REMEMBERED:
-        rt.decided_last.clear()
     after = record if change is None else dataclasses.replace(record, status=change.status)
-    rt.decided_last[eid] = (after, advance.version, advance.state)
+    rt.turns.remember(after, advance.version, advance.state)
 
 
 def _trace(rt: Runtime, decider: Decider, record: ExecutionRecord, command: Command, version: int, write: Write,
@@ -565,7 +549,7 @@ async def handle(rt: Runtime, task: Task, ended: ExecutionRecord | None = None) 
     ``ended``: the record of the child whose end the task carries, when the caller has it."""
     assert task.eid is not None
     eid = task.eid
-    known = rt.decided_last.get(eid)
+    known = rt.turns.last(eid)
     record = known[0] if known is not None else await rt.store.read_execution(eid)
     if record is None:
         return

@@ -84,9 +84,9 @@ class Engine(ReadModels):
         self._projection = Projection(store)
         self._archive = Archive(Path(self.options.bucket))
         self._workers: list[asyncio.Task[None]] = []
-        self._running: list[Worker] = self._rt.workers
+        self._running: list[Worker] = []
+        """The workers of this engine (each entered in the Runtime's slots while it runs)."""
         self._firers: dict[str, sched.Firer] = {}
-        """The workers of this engine: a start here may hand its execution to one."""
         self._closed = False
         for given, kinds in middleware:  # the policy it is built with (flowli.connect: RBAC)
             self.use(given, kinds=kinds)
@@ -112,13 +112,6 @@ class Engine(ReadModels):
         """Register ``observer(transition, result)``, a plain function called after every commit of
         this engine, the frame appends included (keep it cheap: it runs on the hot path)."""
         self._rt.interceptors.observers.append(observer)
-
-    def _direct_worker(self, queue: str) -> Worker | None:
-        """A worker of this engine on ``queue`` with a free slot, which it reserves."""
-        for worker in self._running:
-            if worker.reserve(queue):
-                return worker
-        return None
 
     def running(self) -> builtins.list[str]:
         """The eids whose activation runs in this engine's workers now."""
@@ -165,6 +158,7 @@ class Engine(ReadModels):
         w = Worker(self._rt, concurrency=concurrency, queues=queues, sweeper=sweeper, grace=grace)
         w.accept()
         self._running.append(w)
+        self._rt.slots.enter(w)
         task = asyncio.create_task(w.run(), name="flowli-worker")
         self._workers.append(task)
         stop_firing = asyncio.Event()
@@ -182,6 +176,7 @@ class Engine(ReadModels):
             await w.retire()
             self._workers.remove(task)
             self._running.remove(w)
+            self._rt.slots.leave(w)
 
     async def run_worker(
         self, concurrency: int = 64, queues: Sequence[str] = ("default",), *, sweeper: bool = True,
@@ -191,10 +186,12 @@ class Engine(ReadModels):
         ``worker()`` does; a second cancel while it drains stops it at once."""
         w = Worker(self._rt, concurrency=concurrency, queues=queues, sweeper=sweeper, grace=grace)
         self._running.append(w)
+        self._rt.slots.enter(w)
         try:
             await w.run()
         finally:
             self._running.remove(w)
+            self._rt.slots.leave(w)
 
     # ---- executions -----------------------------------------------------------------------
 
@@ -222,7 +219,7 @@ class Engine(ReadModels):
         principal = principal_for(by, ENGINE_ACTOR, app)
         # a worker of this process with a free slot on the queue runs the execution at once: the
         # record is created with its first lease, so no START task goes through the queue
-        worker = self._direct_worker(queue)
+        worker = self._rt.slots.reserve(queue)
         trace_ = start_context(traceparent) if traceparent is not None or self._rt.tracing is not None else None
         new = new_execution(self._rt, wf, eid, json_args, queue=queue, key=key, actor=principal.actor,
                             leased=worker is not None, application=app, trace=trace_)

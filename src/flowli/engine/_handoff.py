@@ -6,10 +6,17 @@ any leased task: if the consumer goes away, its lease expires as after a dequeue
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from flowli.domain import Task
+from flowli.store import Store
+
+from ._clock import Clock
+
+log = logging.getLogger("flowli.engine")
 
 
 @dataclass(eq=False)
@@ -26,10 +33,28 @@ class Poll:
 
 
 class Polls:
-    """The long polls of this process that wait for a DELEGATE task, oldest first."""
+    """The long polls of this process that wait for a DELEGATE task, oldest first, and the tasks
+    handed to a poll that went away, being given back to their queue."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Store, clock: Clock) -> None:
         self._waiting: list[Poll] = []
+        self._store = store
+        self._clock = clock
+        self.nacking: set[asyncio.Future[Any]] = set()
+        """Hand-offs whose poll went away, being given back to the queue."""
+
+    def nack(self, task: Task, owner: str) -> None:
+        """Give a task handed to a poll that went away back to its queue, visible at once rather
+        than when its lease runs out, in the background."""
+        back = asyncio.ensure_future(self._store.nack(task.id, owner, timedelta(0), self._clock.now()))
+        self.nacking.add(back)
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            self.nacking.discard(fut)
+            if not fut.cancelled() and fut.exception() is not None:  # its lease runs out instead
+                log.warning("a task handed to a poll that went away was not given back: %s", fut.exception())
+
+        back.add_done_callback(done)
 
     @property
     def waiting(self) -> bool:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import os
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from flowli.domain import Actor, Code, Entry, Principal, Provenance, Site, new_eid
 from flowli.log import Bucket
@@ -20,7 +18,9 @@ from ._clock import Clock
 from ._handoff import Polls
 from ._interceptors import Interceptors
 from ._registry import Registry
+from ._slots import Slots
 from ._tracing import Tracing
+from ._turns import Turns
 from ._wakeups import LOG as LOG
 from ._wakeups import WORK as WORK
 from ._wakeups import Wakeups
@@ -103,36 +103,14 @@ class Runtime:
         """What this process did, counted for the metrics (plain counters: no cost to speak of)."""
         self.principal = Principal(self.owner, "worker", trusted=True)  # the engine's own actor
         """The principal of what this process's workers and sweeper do on their own."""
-        self.polls = Polls()
-        """The long polls of this process's consumers (see ``_handoff``)."""
-        self.nacking: set[asyncio.Future[Any]] = set()
-        """Hand-offs whose poll went away, being given back to the queue."""
-        self.deciding: dict[str, list[Any]] = {}
-        """Per decider execution, the commands of this process being decided: [lock, users]. The
-        commands of one process take turns (several children ending at once would otherwise race
-        on the state's version and be decided again); other processes are fenced by the version."""
-        self.decided_last: dict[str, tuple[Any, int, Any]] = {}
-        """Per decider execution that this process advanced last: its record after that write,
-        its state's version and the state (see ``_deciding.apply``). The next command starts
-        from the record instead of reading it again, and reads the stored version only: the state
-        is decoded again only when another process advanced it (and the state's compare-and-set
-        refuses a write made on a stale record)."""
-        self.workers: list[Any] = []
-        """The running workers of this process's engine: a start or an answer made here hands its
-        execution to one with a free slot (``Worker.reserve``), without the queue."""
-
-    def nack_handed(self, task: Any, owner: str) -> None:
-        """Give a task handed to a poll that went away (see ``_handoff``) back to its queue,
-        visible at once rather than when its lease runs out, in the background."""
-        back = asyncio.ensure_future(self.store.nack(task.id, owner, timedelta(0), self.clock.now()))
-        self.nacking.add(back)
-
-        def done(fut: asyncio.Future[Any]) -> None:
-            self.nacking.discard(fut)
-            if not fut.cancelled() and fut.exception() is not None:  # its lease runs out instead
-                log.warning("a task handed to a poll that went away was not given back: %s", fut.exception())
-
-        back.add_done_callback(done)
+        self.polls = Polls(store, clock)
+        """The long polls of this process's consumers, and the tasks handed to one that went away
+        (see ``_handoff``)."""
+        self.turns = Turns()
+        """The commands of this process for each decider execution (see ``_turns``)."""
+        self.slots = Slots()
+        """The free slots of this process's workers (the Engine enters each while it runs): a start,
+        an answer or a child started here runs in one at once, without the queue."""
 
     def provenance(
         self,

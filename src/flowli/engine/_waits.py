@@ -321,7 +321,7 @@ class Waits:
                 raise
             if handoff is not None:
                 if poll.handed.done():  # the poll went away meanwhile
-                    self.w.rt.nack_handed(task, poll.owner)
+                    self.w.rt.polls.nack(task, poll.owner)
                 else:
                     poll.handed.set_result(task)
             self.r.memo.attempts_started.add((fid, attempt))
