@@ -31,6 +31,7 @@ from ._rbac import policy as policy
 from ._rbac import require_approval as require_approval
 from ._rbac import roles_of as roles_of
 from ._runs import PARKED as PARKED
+from ._runs import RUN_TONES as RUN_TONES
 from ._runs import decided as decided
 from ._runs import remediation as remediation
 from ._runs import steps_of as steps_of
@@ -40,6 +41,7 @@ __all__ = [
     "ApprovalNeeded",
     "COMPILED_FORMAT_VERSION",
     "PARKED",
+    "RUN_TONES",
     "Catalog",
     "CatalogError",
     "CompositionConflict",

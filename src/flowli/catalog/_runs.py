@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, redact, sensitive_keys
+from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, Tone, redact, sensitive_keys
 from flowli.engine.deciders import Event
 
 from ._dag import DAG, REMEDIATION, RESOLUTION, VERSION, dag_args, step_of_key
@@ -17,6 +17,8 @@ from ._dag_decider import INITIAL, evolve, upper
 
 PENDING, COMPLETED, FAILED, PARKED = "PENDING", "COMPLETED", "FAILED", "remediation_pending"
 STATES = (PENDING, COMPLETED, FAILED, PARKED)
+RUN_TONES: dict[str, Tone] = {PENDING: Tone.BUSY, COMPLETED: Tone.OK, FAILED: Tone.BAD, PARKED: Tone.WAITING}
+"""The tone of each status of a run (and of a step of a dag) in the catalog's words."""
 
 
 _WORDS = {"running": PENDING, "pending": PENDING, "completed": COMPLETED, "failed": FAILED, PARKED: PARKED}

@@ -31,6 +31,7 @@ from flowli.services import Services
 from . import _live, _ops, _run, _runs
 from ._auth import LOGIN_CSRF_COOKIE, SESSION_COOKIE, SESSION_TTL, Sessions, TooManyLogins, User, same
 from ._refusals import Refused
+from ._tones import tone
 
 HERE = Path(__file__).parent
 log = logging.getLogger("flowli.dashboard")
@@ -84,6 +85,7 @@ class Dashboard:
         self.applications: Applications = services.applications
         self.sessions = Sessions(engine, services.applications)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        self.templates.env.filters["tone"] = tone
         self._app_ids: dict[str, int] = {}
         self.local = local
         """``flowli serve --open``: a request from this machine needs no login."""

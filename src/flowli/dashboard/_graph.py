@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
+from ._tones import tone
+
 MAX_NODES = 300
 """The most nodes one drawing holds."""
 WIDTH, HEIGHT, GAP_X, GAP_Y, PAD = 168, 44, 56, 14, 8
@@ -111,7 +113,7 @@ def svg(nodes: Sequence[Node], title: str) -> Markup:
         name = n.name if len(n.name) <= NAME_CHARS else n.name[:NAME_CHARS - 1] + "…"
         status = n.status or "unknown"
         parts.append(
-            f'<g class="node status-{escape(status)}" role="img" aria-label="{escape(n.name)}: {escape(status)}" '
+            f'<g class="node tone-{tone(status)}" role="img" aria-label="{escape(n.name)}: {escape(status)}" '
             f'data-node="{escape(n.name)}"><title>{escape(n.name)}: {escape(status)}</title>'
             f'<rect x="{x}" y="{y}" width="{WIDTH}" height="{HEIGHT}" rx="6"/>'
             f'<text x="{x + 10}" y="{y + 18}" class="name">{escape(name)}</text>'

@@ -68,11 +68,13 @@ from ._roles import custom_role as custom_role
 from ._roles import grants as grants
 from ._roles import lacking as lacking
 from ._status import ENTRY_STATUS as ENTRY_STATUS
+from ._status import STATUS_TONES as STATUS_TONES
 from ._status import TERMINAL as TERMINAL
 from ._status import EntryKind as EntryKind
 from ._status import FrameKind as FrameKind
 from ._status import Status as Status
 from ._status import TaskKind as TaskKind
+from ._status import Tone as Tone
 from ._types import Prerequisite as Prerequisite
 from ._types import TypeMetadata as TypeMetadata
 from ._types import type_metadata as type_metadata
@@ -125,6 +127,8 @@ __all__ = [
     "StaleAnswer",
     "StaleState",
     "Status",
+    "STATUS_TONES",
+    "Tone",
     "StepFailed",
     "TERMINAL",
     "Task",

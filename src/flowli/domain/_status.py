@@ -24,6 +24,26 @@ class Status(enum.StrEnum):
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
 
 
+class Tone(enum.StrEnum):
+    """How a status looks wherever a person sees it (a badge, a node of a graph). Each audience
+    has its own status words (an execution's, a pipeline's, a stage's, a catalog run's); each
+    word names its tone where the word is defined, and a view shows the tone, never the word's
+    own style."""
+
+    OK = "ok"
+    BAD = "bad"
+    BUSY = "busy"
+    WAITING = "waiting"
+    IDLE = "idle"
+
+
+STATUS_TONES: dict[str, Tone] = {
+    Status.PENDING: Tone.IDLE, Status.RUNNING: Tone.BUSY, Status.SUSPENDED: Tone.WAITING,
+    Status.COMPLETED: Tone.OK, Status.FAILED: Tone.BAD, Status.CANCELLED: Tone.BAD,
+}
+"""The tone of each status of an execution."""
+
+
 class TaskKind(enum.StrEnum):
     """The four kinds of task."""
 

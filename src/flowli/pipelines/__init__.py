@@ -66,12 +66,14 @@ from ._service import Pipelines as Pipelines
 from ._service import redact as redact
 from ._spec import declaration as declaration
 from ._spec import stage_list as stage_list
+from ._statuses import PIPELINE_STATUSES as PIPELINE_STATUSES
+from ._statuses import STAGE_STATUSES as STAGE_STATUSES
 from ._view import redact_items as redact_items
 from ._workers import Session as Session
 from ._workers import Workers as Workers
 
-__all__ = ["MAX_BATCH", "MAX_HANDLERS", "MAX_ID", "MAX_NAME", "MAX_RETRIES", "MAX_SECONDS", "MAX_STAGES", "ROLES",
-           "RULE_RANGES", "TERMINAL_CODES", "WORKFLOW", "Access", "AckIn", "Applications", "BootstrapIn", "Conflict",
+__all__ = ["MAX_BATCH", "MAX_HANDLERS", "MAX_ID", "MAX_NAME", "MAX_RETRIES", "MAX_SECONDS", "MAX_STAGES",
+           "PIPELINE_STATUSES", "ROLES", "RULE_RANGES", "STAGE_STATUSES", "TERMINAL_CODES", "WORKFLOW", "Access", "AckIn", "Applications", "BootstrapIn", "Conflict",
            "ContextItem", "DecisionIn", "Forbidden", "HeartbeatIn", "IdempotencyKeyIn", "IdempotentPipelineIn",
            "InputBody", "Keyword", "LeaseIn", "LogIn", "NotFound", "PipelineIn", "PipelineInputError", "Pipelines",
            "Policies", "PolicyIn", "PolicyRules", "PolicyTags", "PolicyTargeting", "PullBatchIn", "PullIn", "RerunIn",

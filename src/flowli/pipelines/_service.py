@@ -35,14 +35,13 @@ from . import _retry
 from ._decider import CHANNEL, VERSION, WORKFLOW, install
 from ._inputs import IdempotentPipelineIn, PipelineIn, PipelineInputError, StagesIn, read
 from ._spec import declaration, intent_digest, short, stage_list
+from ._statuses import PIPELINE_STATUSES, TERMINAL
 from ._upgrade import convert, executions_of_version_1, fold
 from ._view import build, declared, iso, pipeline_status
 
 PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
 REFUSED_RESULT = "result.refused"
 """What the journal of a pipeline announces of a result it refused (see Workers._refuse)."""
-STATUSES = ("NotStarted", "Running", "Paused", "Completed", "Failed", "Cancelled")
-TERMINAL = ("Completed", "Failed", "Cancelled")
 UPGRADE, CONVERTED = "upgrade", "pipelines-of-version-1-converted"
 """The marker item written once every pipeline of version 1 (a workflow of an older release) is
 the decider's (see ``_upgrade``): a process that finds it has nothing to convert."""
@@ -283,8 +282,8 @@ class Pipelines:
         if page < 1 or size < 1 or size > 500:
             raise PipelineInputError("pageNumber must be at least 1 and pageSize between 1 and 500")
         for s in statuses or []:
-            if s not in STATUSES:
-                raise PipelineInputError(f"statuses: {s!r} is not a pipeline status ({', '.join(STATUSES)})")
+            if s not in PIPELINE_STATUSES:
+                raise PipelineInputError(f"statuses: {s!r} is not a pipeline status ({', '.join(PIPELINE_STATUSES)})")
         wanted_keywords = []
         for k in keywords or []:
             if ":" not in k:
