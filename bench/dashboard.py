@@ -115,7 +115,7 @@ def checked(r: httpx.Response) -> httpx.Response:
 
 
 def counts(client: httpx.Client) -> dict[str, int]:
-    return {s: int(n) for s, n in re.findall(r'status-(\w+)">\w+</span> (\d+)', checked(client.get("/runs")).text)}
+    return {s: int(n) for s, n in re.findall(r'class="status tone-\w+">(\w+)</span> (\d+)', checked(client.get("/runs")).text)}
 
 
 async def seed(url: str, key: str, n: int) -> float:

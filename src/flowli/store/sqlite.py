@@ -23,19 +23,15 @@ from flowli.domain import (
     ExecutionRecord,
     InvalidDatabaseURL,
     Message,
-    Status,
     Task,
     TaskKind,
-    Timer,
 )
 
 from . import _codec as c
 from . import _states_sql as states
 from ._apply import apply_write, stale_hold
-from ._journal_sql import QUEUE_DEPTHS, JournalFilter, idle
-from ._journal_sql import page as journal_page
-from ._journal_sql import tasks as task_query
-from ._protocol import Acquired, Renewal, StateQuery, StoredState, Write, WriteResult
+from ._protocol import Acquired, Renewal, Write, WriteResult
+from ._reads import EXECUTION, JOURNAL, TASK, R, SharedReads
 from ._sqlite_file import Thread, connect_wal, drive
 from ._sqlite_items import SQLiteItems
 from ._sqlite_views import SQLiteViews
@@ -91,14 +87,11 @@ def _connect(path: str) -> sqlite3.Connection:
 
 
 def _journal(conn: sqlite3.Connection, eid: str, after: int = 0) -> list[Entry]:
-    rows = conn.execute(
-        f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = ? AND seq > ? ORDER BY seq", (eid, after)
-    ).fetchall()
-    return [c.entry_record(r) for r in rows]
+    return [c.entry_record(r) for r in conn.execute(JOURNAL, (eid, after))]
 
 
 def _execution(conn: sqlite3.Connection, eid: str) -> ExecutionRecord | None:
-    row = conn.execute(f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE eid = ?", (eid,)).fetchone()
+    row = conn.execute(EXECUTION, (eid,)).fetchone()
     return None if row is None else c.execution_record(row)
 
 
@@ -124,7 +117,7 @@ def _acquire(conn: sqlite3.Connection, eid: str, owner: str, ttl: timedelta, now
 
 
 def _task(conn: sqlite3.Connection, task_id: str) -> Task | None:
-    row = conn.execute(f"SELECT {c.TASK_READ} FROM tasks WHERE id = ?", (task_id,)).fetchone()
+    row = conn.execute(TASK, (task_id,)).fetchone()
     return None if row is None else c.task_record(row)
 
 
@@ -147,10 +140,11 @@ def _chain(source: asyncio.Future[T], target: asyncio.Future[T]) -> None:
         source.add_done_callback(settle)
 
 
-class SQLiteStore:
+class SQLiteStore(SharedReads):
     """The Store protocol on one SQLite file."""
 
     notifies = False
+    LABELLED = True
 
     def __init__(self, url: str):
         self.url = url
@@ -206,14 +200,6 @@ class SQLiteStore:
 
         await self._w(run)
 
-    async def read_workers(self, seen_after: datetime) -> list[dict[str, Any]]:
-        def run(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-            rows = conn.execute("SELECT id, kind, queues, started_at, seen_at, workflows FROM workers WHERE seen_at > ?"
-                                " ORDER BY id", (seen_after.timestamp(),)).fetchall()
-            return [c.worker_record(r) for r in rows]
-
-        return await self._r(run)
-
     def views(self) -> SQLiteViews:
         """The projection: a file beside the database (``{path}-projection``), derived state."""
         return self._views
@@ -243,6 +229,13 @@ class SQLiteStore:
         fut = self._writer.submit(fn)
         self._last_write[fut.get_loop()] = fut
         return fut
+
+    async def _rows(self, sql: str, params: Sequence[Any], record: Callable[[Any], R], *,
+                    point: bool = False) -> list[R]:
+        def run(conn: sqlite3.Connection) -> list[R]:  # decoded where read: on the reader thread
+            return [record(r) for r in conn.execute(sql, params)]
+
+        return await (self._p(run) if point else self._r(run))
 
     def _r(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._reader is None:
@@ -388,36 +381,6 @@ class SQLiteStore:
 
         return await self._w(run)
 
-    async def read_task(self, task_id: str) -> Task | None:
-        return await self._p(lambda conn: _task(conn, task_id))
-
-    async def expired_tasks(self, now: datetime, limit: int) -> list[Task]:
-        def run(conn: sqlite3.Connection) -> list[Task]:
-            rows = conn.execute(
-                f"SELECT {c.TASK_READ} FROM tasks WHERE state = 'ready' AND frame IS NOT NULL"
-                " AND lease_owner IS NOT NULL AND visible_at <= ? ORDER BY visible_at LIMIT ?", (now.timestamp(), limit),
-            )
-            return [c.task_record(r) for r in rows]
-
-        return await self._r(run)
-
-    async def read_execution(self, eid: str) -> ExecutionRecord | None:
-        return await self._p(lambda conn: _execution(conn, eid))
-
-    async def read_status(self, eid: str) -> Status | None:
-        def run(conn: sqlite3.Connection) -> Status | None:
-            row = conn.execute("SELECT status FROM executions WHERE eid = ?", (eid,)).fetchone()
-            return None if row is None else Status(row[0])
-
-        return await self._p(run)
-
-    async def read_state(self, eid: str, held: int | None = None) -> tuple[int, Any] | None:
-        def run(conn: sqlite3.Connection) -> tuple[int, Any] | None:
-            row = conn.execute(states.READ, (held, eid)).fetchone()
-            return None if row is None else states.read(row, held)
-
-        return await self._p(run)
-
     async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         marks = ",".join("?" * len(eids))
 
@@ -426,15 +389,6 @@ class SQLiteStore:
             return {r[0]: (int(r[1]), c.unjs(r[2])) for r in rows}
 
         return await self._r(run) if eids else {}
-
-    async def read_states(self, query: StateQuery) -> tuple[list[StoredState], int]:
-        def run(conn: sqlite3.Connection) -> tuple[list[StoredState], int]:
-            sql, params = states.page(query, "instr")
-            rows = [states.stored(r) for r in conn.execute(sql, params)]
-            sql, params = states.count(query, "instr", labelled=True)
-            return rows, int(conn.execute(sql, params).fetchone()[0])
-
-        return await self._r(run)
 
     async def read_open_tasks(self, eids: Sequence[str]) -> list[Task]:
         if not eids:
@@ -451,19 +405,6 @@ class SQLiteStore:
 
         return await self._r(run) if eids else []
 
-    async def read_journal(self, eid: str, after: int = 0) -> list[Entry]:
-        return await self._r(lambda conn: _journal(conn, eid, after))
-
-    async def read_journal_page(self, eid: str, f: JournalFilter, before: int | None, limit: int,
-                                ) -> tuple[list[Entry], int]:
-        rows_sql, rows_params, count_sql, count_params = journal_page(eid, f, before, limit)
-
-        def run(conn: sqlite3.Connection) -> tuple[list[Entry], int]:
-            rows = conn.execute(rows_sql, rows_params).fetchall()
-            return [c.entry_record(r) for r in rows], int(conn.execute(count_sql, count_params).fetchone()[0])
-
-        return await self._r(run)
-
     async def read_messages(self, channel: str, after: int = 0, limit: int = 100) -> list[Message]:
         def run(conn: sqlite3.Connection) -> list[Message]:
             rows = conn.execute(
@@ -475,109 +416,9 @@ class SQLiteStore:
 
         return await self._r(run)
 
-    async def read_idle(self, before: datetime, now: datetime, application: str | None,
-                        limit: int) -> list[ExecutionRecord]:
-        params = (before.timestamp(), now.timestamp(), *([application] if application is not None else []), limit)
-        return await self._r(lambda conn: [c.execution_record(r) for r in conn.execute(idle(application), params)])
-
-    async def queue_depths(self, now: datetime) -> list[tuple[str, int, float]]:
-        def run(conn: sqlite3.Connection) -> list[tuple[str, int, float]]:
-            rows = conn.execute(QUEUE_DEPTHS, (now.timestamp(),)).fetchall()
-            return [(str(q), int(n), float(at)) for q, n, at in rows]
-
-        return await self._r(run)
-
     @property
     def batch_sizes(self) -> dict[int, int]:
         return self._writer.batch_sizes if self._writer is not None else {}
-
-    async def read_control_log(self, after: int = 0, limit: int = 1000) -> list[Entry]:
-        def run(conn: sqlite3.Connection) -> list[Entry]:
-            rows = conn.execute(
-                "SELECT eid, seq, kind, fid, attempt, digest, value, error, provenance, journal_seq"
-                " FROM control_log WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after, limit),
-            )
-            return [c.entry_record(r[:9], r[9]) for r in rows]
-
-        return await self._r(run)
-
-    async def read_tasks(
-        self, queue: str | None = None, eid: str | None = None, include_acked: bool = False
-    ) -> list[Task]:
-        sql, params = task_query(queue, eid, include_acked)
-        return await self._r(lambda conn: [c.task_record(r) for r in conn.execute(sql, params)])
-
-
-    async def read_timers(self, eid: str | None = None) -> list[Timer]:
-        def run(conn: sqlite3.Connection) -> list[Timer]:
-            rows = conn.execute(
-                "SELECT eid, fid, at FROM timers WHERE (? IS NULL OR eid = ?) ORDER BY at", (eid, eid)
-            )
-            return [c.timer_record(r) for r in rows]
-
-        return await self._r(run)
-
-    async def due_timers(self, now: datetime, limit: int) -> list[Timer]:
-        def run(conn: sqlite3.Connection) -> list[Timer]:
-            rows = conn.execute("SELECT eid, fid, at FROM timers WHERE at <= ? ORDER BY at LIMIT ?", (now.timestamp(), limit))
-            return [c.timer_record(r) for r in rows]
-
-        return await self._r(run)
-
-    async def expired_leases(self, now: datetime, limit: int) -> list[ExecutionRecord]:
-        def run(conn: sqlite3.Connection) -> list[ExecutionRecord]:
-            rows = conn.execute(
-                f"SELECT {c.EXECUTION_COLUMNS} FROM executions WHERE status = 'running'"
-                " AND (lease_expires_at IS NULL OR lease_expires_at <= ?) LIMIT ?",
-                (now.timestamp(), limit),
-            )
-            return [c.execution_record(r) for r in rows]
-
-        return await self._r(run)
-
-    async def unannounced(self, before: datetime, limit: int) -> list[Entry]:
-        def run(conn: sqlite3.Connection) -> list[Entry]:
-            rows = conn.execute(
-                f"SELECT {', '.join('j.' + x.strip() for x in c.ENTRY_COLUMNS.split(','))}"
-                " FROM unannounced u JOIN journal j ON j.eid = u.eid AND j.seq = u.seq"
-                " WHERE u.at <= ? ORDER BY u.at, j.eid, j.seq LIMIT ?",
-                (before.timestamp(), limit),
-            )
-            return [c.entry_record(r, r[1]) for r in rows]
-
-        return await self._r(run)
-
-    async def finished_before(self, before: datetime, limit: int) -> list[str]:
-        def run(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(
-                "SELECT eid FROM executions e WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at <= ?"
-                # not before its lifecycle entries reached the control log (the archive keeps no
-                # unannounced mark): a pending second append, or the sweeper's repair, comes first
-                " AND NOT EXISTS (SELECT 1 FROM unannounced u WHERE u.eid = e.eid)"
-                " ORDER BY updated_at LIMIT ?",
-                (before.timestamp(), limit),
-            )
-            return [r[0] for r in rows]
-
-        return await self._r(run)
-
-    async def read_scoped_messages(self, eid: str) -> list[Message]:
-        def run(conn: sqlite3.Connection) -> list[Message]:
-            rows = conn.execute(
-                f"SELECT {c.MESSAGE_COLUMNS} FROM messages WHERE channel >= ? AND channel < ?"
-                " ORDER BY channel, seq",
-                (f"{eid}.", f"{eid}/"),
-            )
-            return [c.message_record(r) for r in rows]
-
-        return await self._r(run)
-
-    async def waiters(self, channel: str) -> list[str]:
-        def run(conn: sqlite3.Connection) -> list[str]:
-            return [r[0] for r in conn.execute("SELECT eid FROM waiters WHERE channel = ?", (channel,))]
-
-        return await self._r(run)
 
     async def next_wake(self, now: datetime) -> datetime | None:
         def run(conn: sqlite3.Connection) -> datetime | None:
