@@ -115,3 +115,22 @@ async def test_markup_in_a_runs_names_and_values_is_escaped_in_every_page(tenant
         assert "&lt;script&gt;document.title" in page.text  # shown, as text
         missing = await ann.get(f"/runs/{SCRIPT}")
         assert missing.status_code == 404 and "<script>document.title" not in missing.text
+
+
+async def test_each_matched_filter_of_the_runs_list_shows_exactly_its_own_runs(tenants: Tenants):
+    # a filter on a pipeline's name, a keyword or its context text reads each candidate's record:
+    # each row must be paired with its own record (they come back in no set order)
+    url = tenants.service.url
+    made = {}
+    for i in range(6):
+        made[i] = await pipeline(url, tenants.billing_key, name=f"pick-{i}",
+                                 pipelineKeywords=[{"key": "team", "value": f"t{i}"}],
+                                 pipelineContextItems=[{"key": "customer", "value": f"cust-{i}x", "valueType": "string"}])
+    async with logged_in(url, tenants.vic) as vic:
+        for i in range(6):
+            for params in ({"pipeline": f"pick-{i}"}, {"keyword": f"team:t{i}"}, {"text": f"cust-{i}x"}):
+                html = (await vic.get("/runs", params=params)).text
+                [eid] = run_links(html)
+                page = (await vic.get(f"/runs/{eid}")).text
+                assert f"pick-{i}" in page and f"cust-{i}x" in page, (params, eid)
+                assert f"pick-{i}</" in html or f"pick-{i}<" in html, params  # the row names its own pipeline

@@ -100,11 +100,14 @@ async def _page(d: Dashboard, application: str, f: dict[str, str], since: dateti
     items: list[dict[str, Any]] = []
     page, scanned, last = first, 0, cursor
     while True:
-        records = await d.engine.statuses([s.eid for s in page], application=application)
-        for s, record in zip(page, records):
+        # the records come in no set order, and without the runs archived meanwhile: each row
+        # is paired with its own record by its eid
+        records = {r.eid: r for r in await d.engine.statuses([s.eid for s in page], application=application)}
+        for s in page:
             scanned += 1
             last = s.cursor
-            if _matches(record, pipeline_name, f["keyword"], f["text"]):
+            record = records.get(s.eid)
+            if record is not None and _matches(record, pipeline_name, f["keyword"], f["text"]):
                 items.append(_summary(s, record))
                 if len(items) == PAGE_SIZE:
                     break
