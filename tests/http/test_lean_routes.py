@@ -169,8 +169,13 @@ async def test_a_bad_body_on_a_lean_route_is_the_400_naming_its_field(pair):
                              json={"idempotencyKey": "k", "name": "n",
                                    "stages": [{"stageName": "v", "stageHandlerName": "H", "options": {"x": 1}}]})
     assert r.status_code == 400 and r.json() == {"error": "stage 'v': options.x is not a known field"}, r.text
-    r = await pair.lean.post("/jobs/ack", content=b"[" * 65 + b"]" * 65, headers=session)
+    json_type = {"Content-Type": "application/json"}
+    r = await pair.lean.post("/jobs/ack", content=b"[" * 65 + b"]" * 65, headers={**session, **json_type})
     assert r.status_code == 400 and "nested deeper than 64" in r.json()["error"], r.text
+    for http in (pair.lean, pair.plain):  # a body that does not say it is JSON: told so, on either path
+        r = await http.post("/jobs/ack", content=b'{"token": "x"}', headers={**session, "Content-Type": "text/plain"})
+        assert r.status_code == 415, r.text
+        assert r.json() == {"error": "the body must be JSON, sent with Content-Type: application/json"}
     r = await pair.lean.post("/jobs/ack", content=b'{"token": "x"}')
     assert r.status_code == 401 and "X-Worker-Session" in r.json()["error"], r.text
 

@@ -1,7 +1,7 @@
 """Request bodies: one size limit for every route (``BodyLimit``: a body larger than
 ``MAX_BODY`` is refused with 413 before any route reads it, whether it came with a
 Content-Length or chunked), and one reader of JSON bodies for the routes (``read_json``:
-nested at most ``MAX_JSON_DEPTH`` deep, numbers finite), which a route calls only after it has
+declared JSON by its Content-Type, nested at most ``MAX_JSON_DEPTH`` deep, numbers finite), which a route calls only after it has
 authenticated the caller, so a request without a valid credential gets 401 before its body is
 parsed."""
 
@@ -98,6 +98,20 @@ def json_depth(raw: bytes) -> int:
     return max(accumulate(_STEP[b] for b in brackets), default=0)
 
 
+NOT_JSON = "the body must be JSON, sent with Content-Type: application/json"
+
+
+def declared_json(content_type: str | bytes | None) -> None:
+    """BodyRefused (415) unless the body says it is JSON (``application/json``, with parameters
+    such as a charset, or a ``+json`` type): a form or text sent to a JSON route is told so
+    rather than read as JSON."""
+    if isinstance(content_type, bytes):
+        content_type = content_type.decode("latin-1")
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise BodyRefused(415, NOT_JSON)
+
+
 def parse_json(raw: bytes) -> Any:
     """A JSON body, parsed: BodyRefused (400) for one nested deeper than MAX_JSON_DEPTH, one that
     is not JSON, or one with a number JSON does not have (NaN, Infinity), naming its field."""
@@ -141,7 +155,8 @@ _DECODER = json.JSONDecoder(parse_constant=_refuse, parse_float=_number)
 
 
 async def read_json(request: Request) -> Any:
-    """The request's JSON body (see ``parse_json``)."""
+    """The request's JSON body (see ``declared_json``, ``parse_json``)."""
+    declared_json(request.headers.get("content-type"))
     return parse_json(await request.body())
 
 

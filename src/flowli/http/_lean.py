@@ -41,7 +41,7 @@ from flowli.pipelines import Pipelines, Session, Workers
 
 from . import _batch as batch
 from . import _models as m
-from ._body import checked, parse_json
+from ._body import checked, declared_json, parse_json
 from ._errors import refusal
 from ._hosts import headers_of
 
@@ -106,7 +106,8 @@ class Call:
         """A list's query (``plain_query``)."""
 
     async def json(self, model: type[M]) -> M:
-        """The body (parsed by ``parse_json``) as a ``model`` (``checked``)."""
+        """The body (declared JSON, parsed by ``parse_json``) as a ``model`` (``checked``)."""
+        declared_json(self.headers.get("content-type"))
         chunks = []
         while True:
             message = await self.receive()

@@ -20,6 +20,7 @@ from flowli.domain import (
     REDACTED,
     START_RUNS,
     EntryKind,
+    ExecutionRecord,
     ExecutionStateError,
     ExecutionTerminalError,
     Status,
@@ -136,20 +137,19 @@ class Pipelines:
                 "intent": digest}
         await self.engine.start(WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines", version=VERSION,
                                 traceparent=traceparent or decl["traceId"], items=[*rows, *sealed])
-        if idempotent:
-            known = await self._declared(access, eid)
-            if known is not None and known.get("pipelineId") != pid:  # a concurrent create of the key was first
-                return await self._repeated(access, key, eid, known, digest, None), False
-        return declared(spec, access.application_id, self.engine.clock.now()), True
+        record = await self.engine.status(eid, application=access.application)  # as stored: its createdAt
+        known = _spec_of(record)
+        if idempotent and known is not None and known.get("pipelineId") != pid:
+            # a concurrent create of the key was first
+            return await self._repeated(access, key, eid, known, digest, None), False
+        return declared(spec, access.application_id, record.created_at), True
 
     async def _declared(self, access: Access, eid: str) -> dict[str, Any] | None:
         """The input of the pipeline of execution ``eid`` (its declaration), or None when there is none."""
         try:
-            record = await self.engine.status(eid, application=access.application)
+            return _spec_of(await self.engine.status(eid, application=access.application))
         except UnknownExecutionError:
             return None
-        spec = record.args[0] if record.args else None
-        return spec if isinstance(spec, dict) else None
 
     async def _repeated(self, access: Access, key: Any, eid: str, spec: dict[str, Any], digest: str,
                         claim: Any) -> dict[str, Any]:
@@ -558,3 +558,9 @@ def stage_json(sid: int, pid: int, g: dict[str, Any], status: str, created: str 
 
 
 __all__ = ["Pipelines", "redact"]
+
+
+def _spec_of(record: ExecutionRecord) -> dict[str, Any] | None:
+    """The declaration a pipeline's execution was started with (its input), if it has one."""
+    spec = record.args[0] if record.args else None
+    return spec if isinstance(spec, dict) else None
