@@ -4,6 +4,7 @@ ls|grant|disable|delete`` act at once on the sessions already open."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -71,3 +72,36 @@ async def test_a_disabled_or_deleted_users_sessions_end_at_once(tenants: Tenants
             assert r.status_code == 401
     assert tenants.sam not in flowli(db, "users", "ls").stdout
     assert flowli(db, "users", "disable", "nobody@example.com").returncode == 2
+
+
+async def test_a_password_reset_ends_the_open_sessions_and_only_the_new_password_logs_in(tenants: Tenants):
+    url, db = tenants.service.url, tenants.service.db
+    async with logged_in(url, tenants.ann) as ann:
+        assert (await ann.get("/runs")).status_code == 200
+        refused = flowli(db, "users", "password", tenants.ann)  # no password given: told how
+        assert refused.returncode == 2 and "--password-stdin" in refused.stderr, refused.stderr
+        done = flowli(db, "users", "password", tenants.ann, "--password-stdin", stdin="a new battery staple\n")
+        assert done.returncode == 0 and "new password set" in done.stdout, done.stderr
+        r = await ann.get("/runs")  # her session, opened with the old password, ended at once
+        assert (r.status_code, r.headers.get("location")) == (303, "/login")
+    async with httpx.AsyncClient(base_url=url, follow_redirects=False, timeout=30) as client:
+        form = await client.get("/login")
+        old = await client.post("/login", data={"csrf": csrf_of(form.text), "email": tenants.ann, "password": PASSWORD})
+        assert old.status_code != 303
+    async with logged_in(url, tenants.ann, "a new battery staple") as again:
+        assert (await again.get("/runs")).status_code == 200
+    unknown = flowli(db, "users", "password", "nobody@example.com", "--password-stdin", stdin="x\n")
+    assert unknown.returncode != 0 and "nobody@example.com" in unknown.stderr
+
+
+async def test_apps_ls_lists_each_application_with_its_settings_and_never_a_key(tenants: Tenants):
+    db = tenants.service.db
+    listed = flowli(db, "apps", "ls")
+    assert listed.returncode == 0, listed.stderr
+    assert tenants.billing in listed.stdout and tenants.shipping in listed.stdout
+    assert tenants.billing_key not in listed.stdout
+    as_json = flowli(db, "apps", "ls", "--json")
+    rows = {a["name"]: a for a in json.loads(as_json.stdout)}
+    assert rows[tenants.billing]["mcpApproval"] in ("none", "required") and isinstance(rows[tenants.billing]["id"], int)
+    stuck = flowli(db, "stuck", "--older-than", "100000")  # nothing idle that long: one sentence, no empty table
+    assert stuck.returncode == 0 and stuck.stdout.strip() == "no run has been idle for 100000 s or more", stuck.stdout

@@ -250,13 +250,27 @@ class Applications:
             raise ServiceError("the password is empty")
         for a in applications:
             await self.get(a)
-        salt = secrets.token_hex(16)
-        hashed = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), n=2**14, r=8, p=1).hex()
-        body = {"email": email, "role": role, "applications": applications, "salt": salt, "password": hashed}
+        body = {"email": email, "role": role, "applications": applications, **self._password(password)}
         item, created = await self.engine.items.put(USER, "", email.lower(), body, self.now)
         if not created:
             raise Conflict(f"user {email!r} exists already")
         return {"id": item.id, "email": email, "role": role, "applications": applications}
+
+    def _password(self, password: str) -> dict[str, Any]:
+        """What a user's record keeps of a password: its scrypt hash with a salt of its own, and
+        when it was set (a session opened before a change ends: see ``passwordSetAt``)."""
+        salt = secrets.token_hex(16)
+        hashed = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), n=2**14, r=8, p=1).hex()
+        return {"salt": salt, "password": hashed, "passwordSetAt": self.now.timestamp()}
+
+    async def set_password(self, email: str, password: str) -> dict[str, Any]:
+        """Give a user a new password (a reset by an administrator of the installation): the old
+        one is refused from now on, and the sessions opened with it end at once."""
+        if not password:
+            raise ServiceError("the password is empty")
+        item = await self._user_item(email)
+        await self.engine.items.update(USER, item.id, {**item.body, **self._password(password)}, self.now)
+        return _user(await self._user_item(email))
 
     async def users(self) -> builtins.list[dict[str, Any]]:
         """The dashboard users (never their password's hash)."""
@@ -322,4 +336,4 @@ def _access(item: Any, refusal: str, roles: Roles) -> Access:
 def _user(item: Any) -> dict[str, Any]:
     return {"id": item.id, "email": item.body["email"], "role": item.body["role"],
             "applications": list(item.body["applications"]),
-            "disabled": bool(item.body.get("disabled"))}
+            "disabled": bool(item.body.get("disabled")), "passwordSetAt": item.body.get("passwordSetAt", 0)}

@@ -57,6 +57,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    rich_markup_mode="markdown",  # a docstring's ``code`` shows as code, and its lines wrap as one paragraph
 )
 
 

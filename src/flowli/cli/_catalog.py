@@ -157,13 +157,14 @@ def stuck(
         if as_json:
             _print_json(found)
             return 0
+        if not found:
+            out.print(f"no run has been idle for {older_than:g} s or more")
+            return 0
         table = Table("workflow_id", "type", "state", "idle", "waiting on")
         for r in found:
             table.add_row(r["workflow_id"], r["workflow_type"], r["status"], f"{r['idle_seconds']:.0f} s",
                           r["waiting_on"]["summary"])
         out.print(table)
-        if not found:
-            out.print(f"no run has been idle for {older_than:g} s or more")
         return 0
 
     run(go())

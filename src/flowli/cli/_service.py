@@ -104,6 +104,33 @@ def apps_create(
     run(go())
 
 
+@apps_app.command("ls")
+def apps_ls(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON array: each application and its settings.")] = False,
+    db: DbOption = None,
+) -> None:
+    """The applications, with their id and settings (never a key)."""
+    s = _settings(ctx, None, db)
+
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            apps = Applications(engine)
+            listed = [{**a, **await apps.settings(a["name"])} for a in await apps.list()]
+        if as_json:
+            print(json.dumps(listed))
+        elif not listed:
+            out.print("no application yet: flowli apps create NAME")
+        else:
+            table = Table("id", "name", "mcp approval")
+            for a in listed:
+                table.add_row(str(a["id"]), a["name"], a["mcpApproval"])
+            out.print(table)
+        return 0
+
+    run(go())
+
+
 @apps_app.command("set")
 def apps_set(
     ctx: typer.Context, name: Annotated[str, typer.Argument(metavar="APP")],
@@ -216,6 +243,29 @@ def _sees(user: dict[str, Any], apps: Applications) -> str:
     if apps.sees_all(user["role"]):
         return "every application"
     return ", ".join(user["applications"]) or "no application yet (flowli users grant EMAIL --app APP)"
+
+
+@users_app.command("password")
+def users_password(
+    ctx: typer.Context, email: Annotated[str, typer.Argument(metavar="EMAIL")],
+    password_stdin: Annotated[bool, typer.Option("--password-stdin", help="Read the new password from standard"
+                                                                          " input (one line).")] = False,
+    db: DbOption = None,
+) -> None:
+    """Give a user a new password (a reset): the old one is refused from now on, and their open
+    dashboard sessions end at once."""
+    s = _settings(ctx, None, db)
+    if not password_stdin:
+        raise typer.BadParameter("give the new password on standard input with --password-stdin")
+    password = sys.stdin.readline().rstrip("\n")
+
+    async def go() -> int:
+        async with open_engine(s) as engine:
+            user = await Applications(engine).set_password(email, password)
+        out.print(f"user {user['email']}: new password set; their open sessions ended")
+        return 0
+
+    run(go())
 
 
 @users_app.command("ls")

@@ -149,13 +149,13 @@ class Sessions:
         self.limits.give_back(counted)
         token = secrets.token_urlsafe(32)
         body = {"email": user["email"], "userId": user["id"], "csrf": secrets.token_urlsafe(24),
-                "expires": time.time() + SESSION_TTL.total_seconds()}
+                "expires": time.time() + SESSION_TTL.total_seconds(), "passwordSetAt": user["passwordSetAt"]}
         await self.engine.items.put(SESSION_KIND, "", digest(token), body, self.engine.clock.now())
         return token
 
     async def user(self, token: str | None) -> User | None:
         """The user of a live session, or None (no session, an unknown or expired one, one whose
-        user was disabled or deleted since: it ends at once). The role and the applications are
+        user was disabled or deleted since, or given a new password: it ends at once). The role and the applications are
         the user's as they are now: an admin sees every application, another user those assigned
         to them (none until given one)."""
         if not token:
@@ -165,7 +165,8 @@ class Sessions:
             return None
         b = item.body
         user = await self.apps.user(b["email"])
-        if user is None or user["id"] != b.get("userId"):  # disabled, deleted (or made again: another user)
+        if user is None or user["id"] != b.get("userId") or user["passwordSetAt"] != b.get("passwordSetAt", 0):
+            # disabled, deleted (or made again: another user), or its password changed since
             await self.engine.items.delete(SESSION_KIND, item.id)
             return None
         capabilities = self.apps.capabilities(user["role"])
