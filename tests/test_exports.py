@@ -31,12 +31,12 @@ def test_top_level_names():
 
 PINNED = {
     flowli.domain: [
-        "Actor", "ArgumentsInvalid", "BUILT_IN_ROLES", "Cancelled", "Code", "DECIDE_RUNS", "DatabaseUnavailable", "DuplicateFrameError", "ENTRY_STATUS", "EVERY_CAPABILITY", "Entry", "EntryKind", "ExecutionFailed",
+        "Actor", "ArgumentsInvalid", "BUILT_IN_ROLES", "Cancelled", "Code", "DECIDE_RUNS", "DEFAULT_APPLICATION", "DatabaseUnavailable", "DuplicateFrameError", "ENTRY_STATUS", "EVERY_CAPABILITY", "Entry", "EntryKind", "ExecutionFailed",
         "ExecutionRecord", "ExecutionStateError", "ExecutionTerminalError", "FlowliError", "FrameKind",
         "InvalidDatabaseURL", "LeaseLost", "Message", "NO_RETRY", "NoOpenReviewError", "NonRetryableError",
         "NondeterminismError", "NotJSONCompatibleError", "OPERATE_RUNS", "OperationRefused", "OutputInvalid", "Prerequisite", "Principal", "Provenance", "READ_RUNS", "REDACTED", "Refusal", "RegistrationError", "RetryPolicy",
         "START_RUNS", "STATUS_TONES", "SYSTEM", "Site", "StaleAnswer", "StaleState", "Status", "StepFailed", "TERMINAL", "Task", "TaskKind", "Timer", "Tone", "TypeMetadata", "UnknownExecutionError",
-        "UnknownTaskError", "UnknownWorkflowError", "WRITE_CATALOG", "WorkflowArgumentsError", "actor_for", "canonical", "check_json",
+        "UnknownTaskError", "UnknownWorkflowError", "WRITE_CATALOG", "WorkflowArgumentsError", "actor_for", "belongs", "canonical", "check_json",
         "check_json_since", "checked_eid", "child_eid", "custom_role", "digest", "dumps", "grants", "is_eid", "is_sensitive", "keyed_eid", "lacking", "loads", "mask", "new_eid", "principal_for", "redact",
         "sensitive_keys", "task_id", "type_metadata",
     ],
@@ -48,7 +48,7 @@ PINNED = {
     ],
     flowli.store: [
         "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "HELD", "Intent", "Item", "Items", "JournalFilter", "NewExecution", "NewItem", "NewMessage", "Plan", "Query", "Renewal",
-        "Resume", "StateIndex", "StateQuery", "StatusChange", "Store", "StoredState", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits",
+        "Resume", "StateIndex", "StateQuery", "StatusChange", "Store", "StoredState", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits", "scope_sql",
     ],
     flowli.pipelines: [
         "Access", "AckIn", "Applications", "BootstrapIn", "Conflict", "ContextItem", "DecisionIn", "Forbidden",

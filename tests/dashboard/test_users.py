@@ -10,7 +10,7 @@ import re
 import httpx
 import pytest
 
-from ..served import PASSWORD, Names, clerk, flowli
+from ..served import APP, PASSWORD, Names, clerk, flowli
 from .conftest import Tenants, csrf_of, logged_in, pipeline
 from .test_actions import act, history, page_of, run_path
 
@@ -105,3 +105,30 @@ async def test_apps_ls_lists_each_application_with_its_settings_and_never_a_key(
     assert rows[tenants.billing]["mcpApproval"] in ("none", "required") and isinstance(rows[tenants.billing]["id"], int)
     stuck = flowli(db, "stuck", "--older-than", "100000")  # nothing idle that long: one sentence, no empty table
     assert stuck.returncode == 0 and stuck.stdout.strip() == "no run has been idle for 100000 s or more", stuck.stdout
+
+
+async def test_a_run_started_without_an_application_is_the_default_applications(tenants: Tenants, names: Names):
+    # an embedded user's run (engine.start, flowli start) has no application: it belongs to the
+    # default application, which an admin sees (and a user can be given), and no other user does
+    url, db = tenants.service.url, tenants.service.db
+    started = flowli(db, "--app", APP, "start", "ops.await_message", '"embedded"')
+    assert started.returncode == 0, started.stderr
+    eid = started.stdout.strip()
+    in_billing = flowli(db, "--app", APP, "start", "ops.await_message", '"tenant"', "--application", tenants.billing)
+    assert in_billing.returncode == 0, in_billing.stderr
+    billing_eid = in_billing.stdout.strip()
+    boss = names.email("boss")
+    async with clerk(db) as apps:
+        await apps.create_user(boss, PASSWORD, "admin", [])
+    async with logged_in(url, boss) as admin, logged_in(url, tenants.ann) as ann:
+        listed = run_links((await admin.get("/runs", params={"application": "default"})).text)
+        assert eid in listed and billing_eid not in listed
+        page = await admin.get(f"/runs/{eid}")
+        assert page.status_code == 200 and "ops.await_message" in page.text, page.text[:300]
+        assert (await ann.get(f"/runs/{eid}")).status_code == 404  # not hers
+        assert eid not in run_links((await ann.get("/runs")).text)
+        assert billing_eid in run_links((await ann.get("/runs")).text)  # --application put it in billing
+    granted = flowli(db, "users", "grant", tenants.vic, "--app", "default")  # a user can be given it
+    assert granted.returncode == 0, granted.stderr
+    async with logged_in(url, tenants.vic) as vic:
+        assert eid in run_links((await vic.get("/runs", params={"application": "default"})).text)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from flowli import Context, Principal, Registry
-from flowli.domain import StepFailed, UnknownExecutionError
+from flowli.domain import DEFAULT_APPLICATION, StepFailed, UnknownExecutionError, belongs
 
 from .conftest import wait_status
 
@@ -189,3 +189,22 @@ async def _both(engine) -> bool:
     from flowli.patterns import inbox
 
     return len(await inbox(engine)) == 2
+
+
+async def test_an_execution_started_without_an_application_is_the_default_applications(open_engine):
+    # the embedded user's start: no principal, no application; reads scoped to "default" see it,
+    # reads scoped to another application never do, and the default application's list counts it
+    async with open_engine(app(), worker=False) as engine:
+        bare = await engine.start("parent", 1)
+        acme = await engine.start("parent", 2, by=ACME)
+        assert (await engine.status(bare)).application is None
+        assert (await engine.status(bare, application=DEFAULT_APPLICATION)).eid == bare
+        with pytest.raises(UnknownExecutionError):
+            await engine.status(acme, application=DEFAULT_APPLICATION)
+        with pytest.raises(UnknownExecutionError):
+            await engine.status(bare, application="acme")
+        listed = await engine.list(application=DEFAULT_APPLICATION)
+        assert [s.eid for s in listed] == [bare] and listed.counts["pending"] + listed.counts["running"] == 1
+        assert [r.eid for r in await engine.statuses([bare, acme], application=DEFAULT_APPLICATION)] == [bare]
+        assert [e.eid for e in await engine.journal(bare, application=DEFAULT_APPLICATION)][:1] == [bare]
+        assert belongs(None, DEFAULT_APPLICATION) and not belongs(None, "acme") and belongs("acme", None)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowli.catalog import ApprovalNeeded, Roles, require_approval, roles_of
-from flowli.domain import BUILT_IN_ROLES, EVERY_CAPABILITY, READ_RUNS, Principal, lacking
+from flowli.domain import BUILT_IN_ROLES, DEFAULT_APPLICATION, EVERY_CAPABILITY, READ_RUNS, Principal, lacking
 from flowli.engine import Engine
 
 from ._errors import Conflict, Forbidden, NotFound, ServiceError, Unauthorized
@@ -166,6 +166,8 @@ class Applications:
     async def get(self, name: str) -> dict[str, Any]:
         item = await self.engine.items.find(APPLICATION, name, "")
         if item is None:
+            if name == DEFAULT_APPLICATION:  # the runs started without an application: there always
+                return {"id": 0, "name": name}
             raise NotFound(f"no application {name!r}")
         return {"id": item.id, "name": name}
 
@@ -177,6 +179,8 @@ class Applications:
         wait for a person's approval)."""
         item = await self.engine.items.find(APPLICATION, name, "")
         if item is None:
+            if name == DEFAULT_APPLICATION:
+                return {"mcpApproval": "none"}
             raise NotFound(f"no application {name!r}")
         return {"mcpApproval": item.body.get("mcpApproval", "none")}
 
@@ -192,7 +196,12 @@ class Applications:
         return await self.settings(name)
 
     async def list(self) -> builtins.list[dict[str, Any]]:
-        return [{"id": i.id, "name": i.key} for i in await self.engine.items.list(APPLICATION, "")]
+        """The applications, and last the ``default`` one (of the runs started without an
+        application) when it was never created as one."""
+        listed = [{"id": i.id, "name": i.key} for i in await self.engine.items.list(APPLICATION, "")]
+        if not any(a["name"] == DEFAULT_APPLICATION for a in listed):
+            listed.append({"id": 0, "name": DEFAULT_APPLICATION})
+        return listed
 
     async def create_key(self, application: str, name: str | None = None, role: str = "operator",
                          assistant: bool = False) -> dict[str, Any]:

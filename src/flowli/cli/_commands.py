@@ -140,6 +140,10 @@ def start(
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Run a worker here and wait for the result.")] = False,
     timeout: Annotated[float | None, typer.Option("--timeout", help="With --wait: give up after this many seconds.")] = None,
     string: Annotated[bool, typer.Option("--string", help="Take each argument as a plain string, not JSON.")] = False,
+    application: Annotated[str | None, typer.Option(
+        "--application", metavar="APP",
+        help="The application it belongs to (default: the default application, which a dashboard admin"
+             " sees).")] = None,
     app_: AppOption = None,
     db: DbOption = None,
 ) -> None:
@@ -148,12 +152,12 @@ def start(
         values = [parse_value(a, f"argument {i + 1}", string) for i, a in enumerate(args or [])]
     except CLIError as exc:
         fail(str(exc))
-    run(_start(_settings(ctx, app_, db), workflow, values, by, key, version, queue, wait, timeout))
+    run(_start(_settings(ctx, app_, db), workflow, values, by, key, version, queue, wait, timeout, application))
 
 
 async def _start(
     s: Settings, workflow: str, values: list[Any], by: str | None, key: str | None, version: str | None,
-    queue: str, wait: bool, timeout: float | None,
+    queue: str, wait: bool, timeout: float | None, application: str | None = None,
 ) -> int:
     registry = registry_of(s)
     try:
@@ -162,7 +166,8 @@ async def _start(
         raise with_app_hint(exc, s) from None
     async with open_engine(s, registry) as engine:
         try:
-            eid = await engine.start(workflow, *values, by=by, key=key, version=version, queue=queue)
+            eid = await engine.start(workflow, *values, by=by, key=key, version=version, queue=queue,
+                                     application=application)
         except UnknownWorkflowError as exc:
             raise with_app_hint(exc, s) from None
         print(eid, flush=True)

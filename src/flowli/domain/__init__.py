@@ -75,6 +75,8 @@ from ._status import FrameKind as FrameKind
 from ._status import Status as Status
 from ._status import TaskKind as TaskKind
 from ._status import Tone as Tone
+from ._tenancy import DEFAULT_APPLICATION as DEFAULT_APPLICATION
+from ._tenancy import belongs as belongs
 from ._types import Prerequisite as Prerequisite
 from ._types import TypeMetadata as TypeMetadata
 from ._types import type_metadata as type_metadata
@@ -127,6 +129,8 @@ __all__ = [
     "StaleAnswer",
     "StaleState",
     "Status",
+    "DEFAULT_APPLICATION",
+    "belongs",
     "STATUS_TONES",
     "Tone",
     "StepFailed",

@@ -18,6 +18,7 @@ from flowli.domain import (
     Status,
     TaskKind,
     UnknownTaskError,
+    belongs,
     check_json,
     keyed_eid,
     new_eid,
@@ -264,7 +265,7 @@ class Engine(ReadModels):
         states = await self._store.read_states_of(list(eids))
         if application is None or not states:
             return states
-        mine = {r.eid for r in await self._store.read_executions(list(states)) if r.application == application}
+        mine = {r.eid for r in await self._store.read_executions(list(states)) if belongs(r.application, application)}
         return {eid: s for eid, s in states.items() if eid in mine}
 
     async def wait_suspended(self, eid: str, timeout: float | None = 30.0, *, application: str | None = None) -> ExecutionRecord:
@@ -277,7 +278,7 @@ class Engine(ReadModels):
         """The live records of many executions at once (in no set order); unknown ones, archived
         ones and another application's are left out."""
         records = await self._store.read_executions(list(eids))
-        return [r for r in records if application is None or r.application == application]
+        return [r for r in records if belongs(r.application, application)]
 
     async def result(self, eid: str, timeout: float | None = None, *, application: str | None = None) -> Any:
         """Wait for a terminal status; return the value, or raise the execution's error."""

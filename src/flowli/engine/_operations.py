@@ -29,6 +29,7 @@ from flowli.domain import (
     Task,
     TaskKind,
     UnknownExecutionError,
+    belongs,
     check_json,
     new_eid,
     principal_for,
@@ -74,7 +75,7 @@ def scope_of(by: By, application: str | None) -> str | None:
 
 
 def visible(record: ExecutionRecord | None, application: str | None) -> bool:
-    return record is not None and (application is None or record.application == application)
+    return record is not None and belongs(record.application, application)
 
 
 async def read_record(rt: Runtime, archive: Archive, eid: str, application: str | None) -> ExecutionRecord:

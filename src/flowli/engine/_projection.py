@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from flowli.domain import ENTRY_STATUS, Entry, EntryKind, RegistrationError, Status, dumps
-from flowli.store import Plan, Store
+from flowli.store import Plan, Store, scope_sql
 
 _BATCH = 1000
 BLOCKED = "blocked"
@@ -222,10 +222,13 @@ class Projection:
         st = status if status == BLOCKED else Status(status).value if status is not None else None
         where: list[str] = []
         params: list[Any] = []
-        for column, value in (("workflow", workflow), ("application", application)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
+        if workflow is not None:
+            where.append("workflow = ?")
+            params.append(workflow)
+        if application is not None:
+            scoped, scope_params = scope_sql("application", application)
+            where.append(scoped)
+            params += scope_params
         if since is not None:
             where.append("created_at >= ?")
             params.append(since.timestamp())

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from flowli.domain import ExecutionRecord, Task, Timer
+from flowli.domain import ExecutionRecord, Task, Timer, belongs
 from flowli.log import Evidence
 from flowli.store import StateQuery, Store, StoredState
 
@@ -54,12 +54,12 @@ class ReadModels:
     ) -> builtins.list[Task]:
         """The tasks on queues, not yet acked (with ``include_acked``, also the acked and withdrawn)."""
         tasks = await self._store.read_tasks(queue, eid, include_acked)
-        return [t for t in tasks if application is None or t.application == application]
+        return [t for t in tasks if belongs(t.application, application)]
 
     async def task(self, task_id: str, *, application: str | None = None) -> Task | None:
         """One task by id (acked and withdrawn ones too), or None (also for another application's)."""
         task = await self._store.read_task(task_id)
-        if task is None or (application is not None and task.application != application):
+        if task is None or not belongs(task.application, application):
             return None
         return task
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
-from flowli.domain import TERMINAL, Entry, EntryKind, ExecutionRecord
+from flowli.domain import TERMINAL, Entry, EntryKind, ExecutionRecord, belongs
 
 from ._archive import Archive, entry_from
 from ._operations import read_record
@@ -56,7 +56,7 @@ async def watch(
             entries = await rt.store.read_control_log(after, _PAGE)
             for e in entries:
                 after = e.seq or after
-                if application is None or await _application_of(rt, archive, e, apps) == application:
+                if application is None or belongs(await _application_of(rt, archive, e, apps), application):
                     yield e
             if len(entries) < _PAGE:
                 await _wake(event, _fallback(rt))
@@ -75,7 +75,7 @@ async def read_log(
         entries = await rt.store.read_control_log(after, _PAGE)
         for e in entries:
             after = e.seq or after
-            if await _application_of(rt, archive, e, apps) == application:
+            if belongs(await _application_of(rt, archive, e, apps), application):
                 found.append(e)
                 if len(found) == limit:
                     return found

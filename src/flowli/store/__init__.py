@@ -1,6 +1,7 @@
 """The Store protocol and its backends. Imports domain only: it stores, fences and hands out."""
 
 from ._journal_sql import JournalFilter as JournalFilter
+from ._journal_sql import scope_sql as scope_sql
 from ._protocol import HELD as HELD
 from ._protocol import Acquired as Acquired
 from ._protocol import Acquisition as Acquisition
@@ -67,4 +68,5 @@ __all__ = [
     "WriteResult",
     "connect_wal",
     "fits",
+    "scope_sql",
 ]

@@ -7,11 +7,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from flowli.domain import DEFAULT_APPLICATION
+
 from ._codec import ENTRY_COLUMNS, EXECUTION_COLUMNS, TASK_READ
 
 QUEUE_DEPTHS = ("SELECT queue, COUNT(*), MIN(visible_at) FROM tasks WHERE state = 'ready' AND visible_at <= ?"
                 " GROUP BY queue ORDER BY queue")
 """The tasks ready to dequeue per queue, and the oldest one's instant (the metrics' queue depth)."""
+
+
+def scope_sql(column: str, application: str) -> tuple[str, list[str]]:
+    """The condition of a query scoped to ``application`` on ``column``, with its parameters: the
+    ``default`` application's rows are also those of no application (see ``flowli.domain.belongs``)."""
+    if application == DEFAULT_APPLICATION:
+        return f"({column} = ? OR {column} IS NULL)", [application]
+    return f"{column} = ?", [application]
 
 
 def tasks(queue: str | None, eid: str | None, include_acked: bool) -> tuple[str, list[Any]]:
@@ -36,7 +46,7 @@ def idle(application: str | None) -> str:
     return (f"SELECT {cols} FROM executions e WHERE e.status IN ('pending', 'running', 'suspended')"
             " AND e.updated_at < ?"
             " AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.eid = e.eid AND t.at > ?)"
-            + (" AND e.application = ?" if application is not None else "")
+            + (" AND " + scope_sql("e.application", application)[0] if application is not None else "")
             + " ORDER BY e.updated_at LIMIT ?")
 
 
