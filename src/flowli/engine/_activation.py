@@ -6,6 +6,10 @@ until it returns, raises, or every live frame waits. Then it writes the activati
 transition: ``end`` (completed, failed, cancelled), ``suspend`` (with what it waits for: its
 timers and waits set, and a wake check that closes the race with what would resume it), or
 ``block`` (a nondeterminism: it waits for an operator).
+
+An activation is composed of its replay (``_replay``: the memo and the frames), its writer
+(``_writer``), its steps (``_steps``) and its waits (``_waits``); the workflow calls their
+methods as the Context's.
 """
 
 from __future__ import annotations

@@ -344,9 +344,6 @@ class Waits:
         self.r.memo.outcome[fid] = failed
         raise frame_failed(fid, failed, attempt)
 
-    async def gather(self, *awaitables: Awaitable[Any]) -> list[Any]:
-        return list(await asyncio.gather(*awaitables))
-
     async def first(self, pending: Iterable[Awaitable[Any]]) -> Awaitable[Any]:
         waiting: list[Pending] = []
         for p in pending:
