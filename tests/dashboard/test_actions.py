@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from flowli.client import PipelinesClient, WaitForApproval
+from flowli.client import PipelinesClient, StageError, WaitForApproval
 
 from ..catalog.test_remediation import gated
 from ..http.test_pipelines import Worker, until_stage, until_status
@@ -184,6 +184,9 @@ async def test_approve_from_the_inbox_and_rerun_a_failed_stage_with_its_warning(
             assert (await until_status(client, waiting["id"], "Completed"))["stages"][0]["status"] == "Completed"
             assert f"human:{tenants.ann}" in str(await history(url, key, waiting["id"])), \
                 "the approval does not carry the user's provenance"
+            # the approver's reason is kept (the pipeline's history) and shown (its page)
+            assert "looks right" in str(await history(url, key, waiting["id"]))
+            assert "looks right" in (await page_of(ann, waiting["id"])).text
             assert "No stage waits for approval." in (await ann.get("/inbox")).text
 
             html = (await page_of(ann, failing["id"])).text
@@ -455,3 +458,25 @@ async def test_a_user_with_a_role_the_application_declares_acts_by_its_capabilit
         assert (await aud.get("/runs")).status_code == 200
     view = await api_view(url, key, made["id"])
     assert view["status"] in ("NotStarted", "Running"), view
+
+
+async def test_a_failed_stage_is_skipped_from_the_page_and_its_pipeline_goes_on(tenants: Tenants):
+    url, key = tenants.service.url, tenants.billing_key
+    async with PipelinesClient(url, key) as client, Worker(url, key) as worker:
+        @worker.handler("Strict")
+        async def strict(job: dict[str, Any]) -> Any:
+            if job["stageName"] == "check":
+                raise StageError("VALIDATION_ERROR", "bad data")
+            return "shipped"
+
+        made = await client.create({"name": "skip-me", "stages": [
+            {"stageName": "check", "stageHandlerName": "Strict"}, {"stageName": "ship", "stageHandlerName": "Strict"}]})
+        failed = await until_status(client, made["id"], "Failed")
+        async with logged_in(url, tenants.ann) as ann:
+            html = (await page_of(ann, made["id"])).text
+            assert 'aria-label="Skip check"' in html and 'aria-label="Skip ship"' not in html  # the failed one only
+            r = await act(ann, run_path(html), html, action="skip", stage=str(failed["stages"][0]["id"]))
+            assert r.status_code == 303, r.text
+        done = await until_status(client, made["id"], "Completed")
+        assert [(s["status"], s["output"]) for s in done["stages"]] == [("Skipped", None), ("Completed", "shipped")]
+        assert f"human:{tenants.ann}" in str(await history(url, key, made["id"]))

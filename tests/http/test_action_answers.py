@@ -50,3 +50,29 @@ async def test_a_body_without_its_json_content_type_is_told_so(service: Any, bil
             assert r.json() == {"error": "the body must be JSON, sent with Content-Type: application/json"}
         ok = await http.post("/pipelines", content=body, headers={"Content-Type": "application/json; charset=utf-8"})
         assert ok.status_code == 200, ok.text
+
+
+async def test_a_failed_stage_is_skipped_and_its_failed_pipeline_goes_on(service: Any, billing: Any) -> None:
+    # "mark as completed": a stage that failed for good is skipped, and the pipeline it failed
+    # goes on with the stages after it
+    from flowli.client import PipelinesClient, StageError
+
+    from .test_pipelines import Worker, until_status
+
+    _, key = billing
+    async with PipelinesClient(service.url, key) as client, Worker(service.url, key) as worker:
+        @worker.handler("Strict")
+        async def strict(job: dict[str, Any]) -> str:
+            if job["stageName"] == "check":
+                raise StageError("VALIDATION_ERROR", "bad data")
+            return job["stageName"]
+
+        made = await client.create({"name": "skip-failed", "stages": [
+            {"stageName": n, "stageHandlerName": "Strict"} for n in ("check", "ship")]})
+        failed = await until_status(client, made["id"], "Failed")
+        assert [s["status"] for s in failed["stages"]] == ["Failed", "NotStarted"]
+        skipped = await client.http.post("/pipelines/skipStage", json={"stageId": failed["stages"][0]["id"]})
+        assert skipped.status_code == 200, skipped.text
+        assert skipped.json()["stages"][0]["status"] == "Skipped" and skipped.json()["status"] == "Running"
+        done = await until_status(client, made["id"], "Completed")
+        assert [s["status"] for s in done["stages"]] == ["Skipped", "Completed"]

@@ -143,7 +143,8 @@ def evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
         s["refused"] += [{"append": n} for n in d.get("refused") or []]
     elif kind in ("stage.approved", "stage.rejected"):
         assert stage is not None
-        stage["decision"] = {"approved": kind == "stage.approved", "rejectionReason": d.get("rejectionReason")}
+        stage["decision"] = {"approved": kind == "stage.approved", "rejectionReason": d.get("rejectionReason"),
+                             "reason": d.get("reason")}
         stage["finishedAt"] = d.get("at")
         if kind == "stage.approved":
             stage["status"] = "Completed"
@@ -153,6 +154,8 @@ def evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
         assert stage is not None
         stage["run"] += 1
         stage["status"] = "Skipped"
+        if s["outcome"] == "Failed":  # its failed stage skipped: the pipeline goes on
+            s["outcome"] = None
     elif kind == "stage.rerun":
         for n in d.get("stages") or []:
             st = s["stages"][n]
@@ -415,8 +418,10 @@ def _control(d: _Decision, message: dict[str, Any]) -> None:
     elif stage is None:
         return
     elif op == "decide" and stage["status"] == "WaitingForApproval" and message.get("run", stage["run"]) == stage["run"]:
-        d.emit("stage.approved" if message.get("approved") else "stage.rejected",
-               {"stage": stage["name"], "rejectionReason": message.get("rejectionReason"), "at": d.at})
+        data = {"stage": stage["name"], "rejectionReason": message.get("rejectionReason"), "at": d.at}
+        if message.get("reason"):  # an approval's reason
+            data["reason"] = message["reason"]
+        d.emit("stage.approved" if message.get("approved") else "stage.rejected", data)
     elif op == "skip" and stage["status"] not in DONE:
         d.emit("stage.skipped", {"stage": stage["name"], "at": d.at})
     elif op == "rerun":

@@ -453,22 +453,34 @@ class Pipelines:
         self._stages[item.id] = item
 
     async def skip(self, access: Access, stage_id: Any) -> dict[str, Any]:
+        """Skip a stage that is not done: its dependents run as if it had completed. A stage that
+        failed for good is skipped too ("mark as completed"): its failed pipeline goes on."""
         stage, pitem = await self.stage(access, stage_id)  # another application's: 404, whatever the role
-        _, _, p = await self._live(access, pitem.id, f"skip stage {stage.id} of")
+        access.require(OPERATE_RUNS)
+        record, p = await self._state_now(access, pitem.key)
         if p["stages"][stage.body["name"]]["status"] in ("Completed", "Skipped"):
             raise Conflict(f"stage {stage.id} ({stage.body['name']}) is {p['stages'][stage.body['name']]['status']}"
                            " already")
-        await self._signal(access, pitem.key, {"op": "skip", "stage": stage.body["name"]}, f"skip stage {stage.id}")
+        await self._on_stage(access, pitem, record, p, {"op": "skip", "stage": stage.body["name"]},
+                             f"skip stage {stage.id}")
         return await self._view(access, pitem.id, pitem.key)
 
     async def rerun(self, access: Access, stage_id: Any, rerun_next: bool) -> dict[str, Any]:
         stage, pitem = await self.stage(access, stage_id)  # another application's: 404, whatever the role
         access.require(OPERATE_RUNS)
         record, p = await self._state_now(access, pitem.key)
-        status = pipeline_status(record, p)
         message = {"op": "rerun", "stage": stage.body["name"], "next": bool(rerun_next)}
+        await self._on_stage(access, pitem, record, p, message, f"rerun stage {stage.id}")
+        return await self._view(access, pitem.id, pitem.key)
+
+    async def _on_stage(self, access: Access, pitem: Any, record: Any, p: dict[str, Any], message: dict[str, Any],
+                        what: str) -> None:
+        """Send an operator's action on a stage (``message``) to its pipeline: a failed pipeline
+        is reopened with it (``engine.retry``), a running one takes it as a message, another
+        ended one refuses it (409)."""
+        status = pipeline_status(record, p)
         if status == "Failed" and record.status is not Status.FAILED:
-            # the workflow has failed the pipeline and its execution is ending: let it end
+            # the decider has failed the pipeline and its execution is ending: let it end
             deadline = asyncio.get_running_loop().time() + 10
             while record.status is not Status.FAILED and not record.terminal and \
                     asyncio.get_running_loop().time() < deadline:
@@ -477,15 +489,13 @@ class Pipelines:
         if status == "Failed":
             try:
                 await self.engine.retry(pitem.key, by=access.principal, application=access.application,
-                                        reason=f"rerun of stage {stage.body['name']}",
-                                        signal=(CHANNEL, message))
+                                        reason=f"{message['op']} of stage {message['stage']}", signal=(CHANNEL, message))
             except ExecutionStateError as exc:
-                raise Conflict(f"cannot rerun stage {stage.id}: {exc}") from None
+                raise Conflict(f"cannot {what}: {exc}") from None
         elif status in TERMINAL:
-            raise Conflict(f"cannot rerun stage {stage.id}: pipeline {pitem.id} is {status}")
+            raise Conflict(f"cannot {what}: pipeline {pitem.id} is {status}")
         else:
-            await self._signal(access, pitem.key, message, f"rerun stage {stage.id}")
-        return await self._view(access, pitem.id, pitem.key)
+            await self._signal(access, pitem.key, message, what)
 
     async def decide(self, access: Access, stage_id: Any, approved: Any, reason: Any) -> None:
         stage, pitem = await self.stage(access, stage_id)  # another application's stage is unknown to any role
@@ -496,10 +506,14 @@ class Pipelines:
             raise PipelineInputError("rejectionReason must be a string")
         if not approved and not (reason or "").strip():
             raise PipelineInputError("rejectionReason is required when approved is false")
-        if not approved:  # free text: a sensitive value of the pipeline in it is never journaled
+        if (reason or "").strip():  # free text: a sensitive value of the pipeline in it is never journaled
             secrets = await self.items.list(SECRET, access.application, prefix=f"{pitem.key}/")
             reason = mask(reason or "", [i.body.get("value") for i in secrets])
-        decision = {"approved": approved, "rejectionReason": None if approved else reason}
+        else:
+            reason = None
+        # an approval keeps its reason too (``reason``): the reference's field is a rejection's
+        decision = {"approved": approved, "rejectionReason": None if approved else reason,
+                    "reason": reason if approved else None}
         record, p = await self._state_now(access, pitem.key)
         s = p["stages"][stage.body["name"]]
         name, run = s["name"], s["run"]
@@ -513,7 +527,7 @@ class Pipelines:
             await self._signal(access, pitem.key, {"op": "decide", "stage": name, "run": run, **decision},
                                f"decide stage {stage.id}", decision=True)
             taken = (await self.state(access, pitem.key))[1]["stages"][name]["decision"]
-        if taken is not None and taken != decision:
+        if taken is not None and {**taken, "reason": taken.get("reason")} != decision:
             raise Conflict(f"stage {stage.id} ({name}) was decided already with another decision")
 
 
