@@ -47,3 +47,29 @@ async def test_a_silent_worker_is_offline_and_explain_says_no_live_worker_serves
             await workers.heartbeat(session, {"state": "ready", "inFlight": 0})
             assert [w["state"] for w in await workers.list(access)] == ["ready"]
             assert await unserved() == []
+
+
+async def test_a_pipeline_whose_handler_no_worker_ever_served_is_stuck_and_says_so(open_engine):
+    # no worker of the application ever bootstrapped with this handler: explain says no live
+    # worker serves its queue, and the stuck runs list the pipeline with that reason
+    from flowli.catalog import Catalog
+
+    clock = Clock()
+    registry = Registry()
+    install(registry)
+    async with open_engine(registry, clock=clock, worker=False) as engine:
+        apps = Applications(engine)
+        _, key = await apps.create("billing")
+        access = await apps.authenticate(key)
+        pipelines = Pipelines(engine)
+        async with engine.worker(queues=("pipelines",)):
+            await pipelines.create(access, {"name": "p", "stages": [{"stageName": "load", "stageHandlerName": "Nobody"}]},
+                                   idempotent=False)
+            [record] = (await engine.list(workflow=WORKFLOW, application="billing")).items
+            await engine.wait_suspended(record.eid, application="billing")
+            why = await engine.explain(record.eid, application="billing")
+            assert "no live worker serves queue 'pipelines:billing:Nobody'" in why.summary
+            await clock.advance(timedelta(hours=2))
+            stuck = await Catalog(engine).stuck(3600, application="billing")
+            assert [s["workflow_id"] for s in stuck] == [record.eid]
+            assert "no live worker serves queue 'pipelines:billing:Nobody'" in stuck[0]["waiting_on"]["summary"]

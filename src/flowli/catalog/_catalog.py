@@ -246,6 +246,14 @@ class Catalog:
             return None
         return (await self.engine.decider_state(record.eid, application=record.application))[1]
 
+    def _machinery(self, record: ExecutionRecord) -> bool:
+        """Whether a run is flowli's own machinery (a schedule's firing, a composition's save),
+        not a run a person looks at: a listed decider's (a pipeline, a dag) is one they do."""
+        if not record.workflow.startswith("flowli."):
+            return False
+        decider = self.registry.decider_of(record.workflow, record.version)
+        return decider is None or decider.index is None
+
     async def _state(self, record: ExecutionRecord, journal: list[Any], dstate: Any = None) -> str:
         if runs.decided(record):
             if record.terminal:  # its status says it
@@ -414,7 +422,7 @@ class Catalog:
         # each one's journal then says whether it made progress since (a running step appends
         # without changing its record)
         for record in await self.engine.idle(older, application=app, limit=STUCK_MAX):
-            if record.workflow.startswith("flowli.") and record.workflow != DAG:
+            if self._machinery(record):
                 continue
             try:
                 why = await self.engine.explain(record.eid, application=app)

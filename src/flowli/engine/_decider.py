@@ -209,6 +209,9 @@ class Delegate:
     queue: str
     payload: Any = None
     attempt: int = 1
+    workers: bool = False
+    """Its consumers are workers that say which queues they serve (a worker's bootstrap,
+    ``Consumer.present``): ``explain`` then says when no live one serves ``queue``."""
 
 
 @dataclass(frozen=True)

@@ -490,6 +490,8 @@ def _delegate_task(rt: Runtime, decider: Decider, record: ExecutionRecord, d: De
     fid = delegate_fid(d.key)
     frame = {"fid": fid, "decider": True, "key": d.key, "workflow": decider.name, "version": decider.version,
              "expiries": 0, "max_expiries": 1}
+    if d.workers:
+        frame["workers"] = True  # see Delegate.workers
     return Task(id=task_id(TaskKind.DELEGATE, record.eid, f"{fid}@{d.attempt}"), kind=TaskKind.DELEGATE, queue=d.queue,
                 eid=record.eid, payload=check_json(d.payload, f"the payload of Delegate {d.key!r}"),
                 provenance=rt.provenance(code=Code(decider.name, decider.version, "delegate", d.key), attempt=d.attempt),

@@ -83,8 +83,8 @@ async def explain(rt: Runtime, archive: Archive, eid: str, application: str | No
     timers = {t.fid: t.at for t in await rt.store.read_timers(eid)}
     if suspended is not None and suspended.value == {"reason": "decider"}:
         # a decider's execution describes no wait: what it has open is its tasks and its timers
-        described = [{"fid": t.frame["fid"], "kind": "delegate", "queue": t.queue} for t in tasks
-                     if t.kind is TaskKind.DELEGATE and t.frame is not None] + \
+        described = [{"fid": t.frame["fid"], "kind": "delegate", "queue": t.queue, "workers": t.frame.get("workers")}
+                     for t in tasks if t.kind is TaskKind.DELEGATE and t.frame is not None] + \
                     [{"fid": fid, "kind": "timer"} for fid in sorted(timers)]
     for w in described:
         fid, kind = w.get("fid"), w.get("kind")
@@ -123,8 +123,9 @@ async def explain(rt: Runtime, archive: Archive, eid: str, application: str | No
                 entry["message"] = f"frame {fid} waits for {who} to take its task on queue {queue!r}"
             waits.append(entry)
             # a step's queue is a worker's; a delegation's, a consumer's that said it serves it
-            # (an application's HTTP worker does) and has gone silent since
-            if queue and (kind == "step" or queue in served) and (u := unserved(queue)) is not None:
+            # (an application's HTTP worker does) and has gone silent since, or one whose consumers
+            # are such workers (``Delegate.workers``: a pipeline's stage) when none lives
+            if queue and (kind == "step" or queue in served or w.get("workers")) and (u := unserved(queue)) is not None:
                 waits.append(u)
     if not waits:
         summary = "it waits on nothing that flowli knows of" if record.status is not Status.PENDING else \

@@ -383,7 +383,8 @@ def _dispatch(d: _Decision, stage: dict[str, Any]) -> None:
             "pipelineKeywords": s["spec"].get("keywords") or [], "contextItems": list(s["context"].values()),
             "timeoutSeconds": timeout or None, "base": 0, "application": application,
             "traceId": s["spec"].get("traceId")}
-    d.effects.append(Delegate(str(stage["id"]), queue_of(application, spec["stageHandlerName"]), seed, attempt))
+    d.effects.append(Delegate(str(stage["id"]), queue_of(application, spec["stageHandlerName"]), seed, attempt,
+                              workers=True))
     if timeout:
         d.effects.append(Timer(f"timeout:{stage['id']}:{attempt}", after=timedelta(seconds=timeout)))
 
