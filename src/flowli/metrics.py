@@ -35,13 +35,15 @@ class Metrics(Collector):
         self.engine = engine
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
-        self._read: dict[str, Any] = {"executions": [], "queues": []}
+        self._read: dict[str, Any] = {"executions": [], "queues": [], "workers": []}
 
     async def refresh(self) -> None:
-        """Read what comes from the store: executions per workflow and status, queue depths."""
+        """Read what comes from the store: executions per workflow and status, queue depths, the
+        workers seen within a lease (an application's HTTP worker by its heartbeats)."""
         executions = await self.engine.read_view(
             "executions", "SELECT workflow, status, COUNT(*) FROM view_executions GROUP BY workflow, status")
-        self._read = {"executions": executions, "queues": await self.engine.queue_depths()}
+        self._read = {"executions": executions, "queues": await self.engine.queue_depths(),
+                      "workers": await self.engine.workers()}
 
     async def render(self) -> bytes:
         await self.refresh()
@@ -79,6 +81,15 @@ class Metrics(Collector):
             age.add_metric([queue], oldest)
         yield depth
         yield age
+        live = GaugeMetricFamily("flowli_workers_live", "Live workers (seen within a lease), by queue they serve.",
+                                 labels=["queue"])
+        serving: dict[str, int] = {}
+        for w in self._read["workers"]:
+            for queue in w.get("queues") or ():
+                serving[queue] = serving.get(queue, 0) + 1
+        for queue, n in sorted(serving.items()):
+            live.add_metric([queue], n)
+        yield live
         sizes = self.engine.batch_sizes()
         buckets, seen = [], 0
         for bound in BUCKETS:

@@ -57,6 +57,8 @@ async def test_serve_metrics_count_a_known_workload(tmp_path, monkeypatch):
             assert await finished(api, ok) == "COMPLETED" and await finished(api, bad) == "FAILED"
             made = await api.post("/pipelines", json={"name": "waits", "stages": [
                 {"stageName": "load", "stageHandlerName": "Load"}]})  # no worker serves Load: it waits
+            booted = await api.post("/workers/bootstrap", json={"workerName": "w", "supportedHandlers": ["Ship"]})
+            assert booted.status_code == 200, booted.text  # a live application worker of another handler
             assert made.status_code in (200, 201)
             for _ in range(200):
                 found = samples((await api.get("/metrics")).text)
@@ -75,6 +77,8 @@ async def test_serve_metrics_count_a_known_workload(tmp_path, monkeypatch):
     assert value(found, "flowli_step_failures_total", workflow="aws.s3.create_bucket") == 0
     assert value(found, "flowli_queue_depth", queue="pipelines:billing:Load") == 1
     assert value(found, "flowli_queue_oldest_age_seconds", queue="pipelines:billing:Load") >= 0
+    assert value(found, "flowli_workers_live", queue="pipelines:billing:Ship") == 1
+    assert value(found, "flowli_workers_live", queue="pipelines:billing:Load") == 0  # nobody serves it
     commits = value(found, "flowli_commit_batch_size_count")
     assert commits > 0 and value(found, "flowli_commit_batch_size_bucket", le="+Inf") == commits
     assert value(found, "flowli_commit_batch_size_sum") >= commits
