@@ -10,29 +10,45 @@ from datetime import timedelta
 import pytest
 
 from flowli import Registry
-from flowli.pipelines import WORKFLOW, Applications, Pipelines, Workers, install
+from flowli.catalog import Catalog
+from flowli.domain import ExecutionRecord
+from flowli.engine import Engine
+from flowli.pipelines import WORKFLOW, Access, Applications, Pipelines, Workers, install
 from flowli.testing import Clock
 
 pytestmark = pytest.mark.integration
 
 
-async def test_a_silent_worker_is_offline_and_explain_says_no_live_worker_serves_its_queue(open_engine):
-    clock = Clock()
+def pipelines_app() -> Registry:
     registry = Registry()
     install(registry)
-    async with open_engine(registry, clock=clock, worker=False) as engine:
-        apps = Applications(engine)
-        _, key = await apps.create("billing")
-        access = await apps.authenticate(key)
-        pipelines = Pipelines(engine)
+    return registry
+
+
+async def billing(engine: Engine) -> tuple[Access, Pipelines]:
+    """The application ``billing`` (its admin's access) and the pipelines service."""
+    apps = Applications(engine)
+    _, key = await apps.create("billing")
+    return await apps.authenticate(key), Pipelines(engine)
+
+
+async def waiting_on(engine: Engine, pipelines: Pipelines, access: Access, handler: str) -> ExecutionRecord:
+    """A one-stage pipeline of ``handler``, once it waits for a worker to take its stage."""
+    await pipelines.create(access, {"name": "p", "stages": [{"stageName": "load", "stageHandlerName": handler}]},
+                           idempotent=False)
+    [record] = (await engine.list(workflow=WORKFLOW, application="billing")).items
+    return await engine.wait_suspended(record.eid, application="billing")
+
+
+async def test_a_silent_worker_is_offline_and_explain_says_no_live_worker_serves_its_queue(open_engine):
+    clock = Clock()
+    async with open_engine(pipelines_app(), clock=clock, worker=False) as engine:
+        access, pipelines = await billing(engine)
         workers = Workers(engine, pipelines, lease_ttl=30.0)
         boot = await workers.bootstrap(access, {"workerName": "w1", "supportedHandlers": ["Load"]})
         interval = boot["heartbeat"]["intervalSeconds"]
         async with engine.worker(queues=("pipelines",)):
-            await pipelines.create(access, {"name": "p", "stages": [{"stageName": "load", "stageHandlerName": "Load"}]},
-                                   idempotent=False)
-            [record] = (await engine.list(workflow=WORKFLOW, application="billing")).items
-            await engine.wait_suspended(record.eid, application="billing")
+            record = await waiting_on(engine, pipelines, access, "Load")
 
             async def unserved() -> list[str]:
                 why = await engine.explain(record.eid, application="billing")
@@ -52,21 +68,11 @@ async def test_a_silent_worker_is_offline_and_explain_says_no_live_worker_serves
 async def test_a_pipeline_whose_handler_no_worker_ever_served_is_stuck_and_says_so(open_engine):
     # no worker of the application ever bootstrapped with this handler: explain says no live
     # worker serves its queue, and the stuck runs list the pipeline with that reason
-    from flowli.catalog import Catalog
-
     clock = Clock()
-    registry = Registry()
-    install(registry)
-    async with open_engine(registry, clock=clock, worker=False) as engine:
-        apps = Applications(engine)
-        _, key = await apps.create("billing")
-        access = await apps.authenticate(key)
-        pipelines = Pipelines(engine)
+    async with open_engine(pipelines_app(), clock=clock, worker=False) as engine:
+        access, pipelines = await billing(engine)
         async with engine.worker(queues=("pipelines",)):
-            await pipelines.create(access, {"name": "p", "stages": [{"stageName": "load", "stageHandlerName": "Nobody"}]},
-                                   idempotent=False)
-            [record] = (await engine.list(workflow=WORKFLOW, application="billing")).items
-            await engine.wait_suspended(record.eid, application="billing")
+            record = await waiting_on(engine, pipelines, access, "Nobody")
             why = await engine.explain(record.eid, application="billing")
             assert "no live worker serves queue 'pipelines:billing:Nobody'" in why.summary
             await clock.advance(timedelta(hours=2))

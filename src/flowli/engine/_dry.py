@@ -134,7 +134,7 @@ async def inspect(rt: Runtime, wf: WorkflowDef, record: ExecutionRecord, journal
     ``journal`` as far as it goes: its own view of the run, replayed, never reconstructed. A cancel
     request is not in the journal: the replay goes as far as the journal does, so a cancelled run
     shows what it had done, not the state it started from."""
-    replay = DryReplay(rt, wf, record, journal)
-    replay.replay.cancel_requested = False
-    await replay.check()
-    return replay.exposed
+    dry = DryReplay(rt, wf, record, journal)
+    dry.replay.cancel_requested = False
+    await dry.check()
+    return dry.exposed
