@@ -59,7 +59,7 @@ PINNED = {
         "PolicyTargeting", "PullBatchIn", "PullIn", "ROLES",
         "RULE_RANGES", "RerunIn", "ResultIn", "ResultItemIn", "STAGE_STATUSES", "Schedules", "ServiceError", "Session", "SkipIn",
         "StageIn", "StageOptions", "StagesIn", "TERMINAL_CODES", "Unauthorized", "Unavailable", "WORKFLOW",
-        "Workers", "decide", "declaration", "delays", "documented", "effective_policy", "install", "key_of",
+        "Workers", "decide", "declaration", "delays", "documented", "effective_policy", "handler_of", "install", "key_of",
         "plan", "policy_body", "queue_of", "read", "redact", "redact_items", "scheduled_pipeline", "sentence",
         "stage_list"
     ],

@@ -59,7 +59,7 @@ async def logged_in(url: str, email: str, password: str = PASSWORD) -> AsyncIter
     async with httpx.AsyncClient(base_url=url, follow_redirects=False, timeout=30) as client:
         form = await client.get("/login")
         r = await client.post("/login", data={"csrf": csrf_of(form.text), "email": email, "password": password})
-        assert r.status_code == 303 and r.headers["location"] == "/runs", r.text
+        assert r.status_code == 303 and r.headers["location"] == "/overview", r.text
         yield client
 
 

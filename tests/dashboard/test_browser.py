@@ -64,7 +64,8 @@ async def log_in(page: Any, url: str, email: str) -> None:
     await page.get_by_label("Email").fill(email)
     await page.get_by_label("Password").fill(PASSWORD)
     await page.get_by_role("button", name="Log in").click()
-    await expect(page).to_have_url(f"{url}/runs")
+    await expect(page).to_have_url(f"{url}/overview")  # the first page after login
+    await page.goto(f"{url}/runs")
 
 
 async def test_an_operator_logs_in_filters_the_runs_and_opens_a_timeline(tenants: Tenants, page: Any):

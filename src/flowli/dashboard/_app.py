@@ -28,15 +28,15 @@ from flowli.http import STATUS, from_this_machine
 from flowli.pipelines import Pipelines, Schedules, Workers
 from flowli.services import Services
 
-from . import _live, _ops, _run, _runs
+from . import _live, _ops, _overview, _run, _runs
 from ._auth import LOGIN_CSRF_COOKIE, SESSION_COOKIE, SESSION_TTL, Sessions, TooManyLogins, User, same
 from ._refusals import Refused
 from ._tones import tone
 
 HERE = Path(__file__).parent
 log = logging.getLogger("flowli.dashboard")
-ONLY_OURS = ("/", "/login", "/logout", "/runs", "/inbox", "/stuck")
-OURS_PREFIX = ("/runs/", "/dashboard-static/", "/stuck/", "/inbox/")
+ONLY_OURS = ("/", "/login", "/logout", "/overview", "/runs", "/inbox", "/stuck")
+OURS_PREFIX = ("/overview/", "/runs/", "/dashboard-static/", "/stuck/", "/inbox/")
 SHARED = ("/workers", "/schedules", "/catalog")
 SHARED_PREFIX = ("/pipelines/", "/schedules/")
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self';"
@@ -49,6 +49,8 @@ SECURITY_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-typ
 site, and a form keeps its Origin header (the Host and Origin check needs it)."""
 
 
+HOME = "/overview"
+"""The first page after login (and the page ``/`` opens)."""
 LOCAL_USER = "localhost"
 """Who acts from this machine under ``flowli serve --open`` (the journal says ``human:localhost``)."""
 
@@ -95,7 +97,7 @@ class Dashboard:
             Route("/login", self.login_form, methods=["GET"]),
             Route("/login", self.login, methods=["POST"]),
             Route("/logout", self.logout, methods=["POST"]),
-            *_runs.routes(self), *_live.routes(self), *_run.routes(self), *_ops.routes(self),
+            *_overview.routes(self), *_runs.routes(self), *_live.routes(self), *_run.routes(self), *_ops.routes(self),
             Mount("/dashboard-static", StaticFiles(directory=str(HERE / "static")), name="static"),
         ]
         self.app = Starlette(routes=routes, exception_handlers={Refused: self._refused, Exception: self._crashed})
@@ -185,7 +187,7 @@ class Dashboard:
     # ---- login ----------------------------------------------------------------------------
 
     async def home(self, request: Request) -> Response:
-        return RedirectResponse("/runs", status_code=303)
+        return RedirectResponse(HOME, status_code=303)
 
     async def login_form(self, request: Request, error: str | None = None, status: int = 200) -> Response:
         token = secrets.token_urlsafe(24)
@@ -207,7 +209,7 @@ class Dashboard:
             return refused
         if token is None:
             return await self.login_form(request, "Wrong email or password.", 401)
-        response = RedirectResponse("/runs", status_code=303)
+        response = RedirectResponse(HOME, status_code=303)
         # Secure over HTTPS: the scheme of the request, or the one a proxy on this machine relays
         # in X-Forwarded-Proto (uvicorn trusts FORWARDED_ALLOW_IPS, 127.0.0.1 and ::1 by default)
         response.set_cookie(SESSION_COOKIE, token, httponly=True, samesite="lax",

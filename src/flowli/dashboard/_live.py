@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from sse_starlette.sse import EventSourceResponse
@@ -60,7 +60,7 @@ def routes(d: Dashboard) -> list[Route]:
             # the state as it is now first: the page's was read before its last entry, and an entry
             # written in between (a decider writes a command's every change at once) is not streamed
             yield (await live_state())[1]
-            async for batch in _batches(d.engine.watch(record.eid, after, application=application)):
+            async for batch in batches(d.engine.watch(record.eid, after, application=application)):
                 for e in batch:
                     row = _run.row(e)
                     if shown(row):
@@ -89,7 +89,7 @@ def routes(d: Dashboard) -> list[Route]:
         async def stream() -> AsyncIterator[dict[str, str]]:
             row_tpl = d.templates.get_template("_run_row.html")
             counts_tpl = d.templates.get_template("_counts.html")
-            async for batch in _batches(d.engine.watch(None, after, application=application)):
+            async for batch in batches(d.engine.watch(None, after, application=application)):
                 eids = list(dict.fromkeys(e.eid for e in batch))
                 for record in await d.engine.statuses(eids, application=application):
                     shown = _runs.accepts(f, since, until, record)
@@ -103,7 +103,7 @@ def routes(d: Dashboard) -> list[Route]:
     return [Route("/runs/events", runs_events), Route("/runs/{eid:path}/events", events)]
 
 
-async def _batches(entries: AsyncIterator[Entry]) -> AsyncIterator[list[Entry]]:
+async def batches(entries: AsyncIterator[Entry]) -> AsyncGenerator[list[Entry], None]:
     """The entries of a watch in batches: each what arrived while the last one was handled."""
     queue: asyncio.Queue[Entry] = asyncio.Queue()
 

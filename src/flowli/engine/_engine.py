@@ -374,11 +374,22 @@ class Engine(ReadModels):
         """How many batches of each size this process's store writers committed."""
         return dict(self._store.batch_sizes)
 
-    async def queue_depths(self) -> builtins.list[tuple[str, int, float]]:
+    async def queue_depths(self, *, application: str | None = None) -> builtins.list[tuple[str, int, float]]:
         """Per queue with tasks ready to dequeue now: how many, and the age in seconds of the
-        oldest."""
+        oldest (of ``application``'s tasks only, when it is given)."""
         now = self.clock.now()
-        return [(q, n, max(0.0, now.timestamp() - at)) for q, n, at in await self._store.queue_depths(now)]
+        return [(q, n, max(0.0, now.timestamp() - at))
+                for q, n, at in await self._store.queue_depths(now, application)]
+
+    async def activity(self, since: datetime, width: timedelta, *,
+                       application: str | None = None) -> builtins.list[tuple[str, str | None, int, str, int]]:
+        """The runs started and ended since ``since`` (executions without a parent; of
+        ``application`` when it is given), counted per workflow and name (a decider's index
+        name, such as a pipeline's; None for a workflow's runs), per interval of ``width`` from ``since`` (0, 1, ...) and per what happened:
+        ``started``, ``completed``, ``failed`` or ``cancelled``."""
+        if width <= timedelta(0):
+            raise ValueError(f"width must be positive, got {width}")
+        return await self._store.read_activity(since, width.total_seconds(), application)
 
     async def verify(self, registry: Registry, *, workflow: str | None = None, limit: int = 20) -> Verification:
         """Replay, in memory, every live execution and the newest ``limit`` finished ones of each

@@ -15,6 +15,7 @@ from flowli.access import Unavailable as Unavailable
 from flowli.access import key_of as key_of
 
 from ._decider import WORKFLOW as WORKFLOW
+from ._decider import handler_of as handler_of
 from ._decider import install as install
 from ._decider import queue_of as queue_of
 from ._inputs import MAX_BATCH as MAX_BATCH
@@ -79,5 +80,5 @@ __all__ = ["MAX_BATCH", "MAX_HANDLERS", "MAX_ID", "MAX_NAME", "MAX_RETRIES", "MA
            "Policies", "PolicyIn", "PolicyRules", "PolicyTags", "PolicyTargeting", "PullBatchIn", "PullIn", "RerunIn",
            "ResultIn", "ResultItemIn", "Schedules", "ServiceError", "Session", "SkipIn", "StageIn", "StageOptions",
            "StagesIn", "Unauthorized", "Unavailable", "Workers", "decide", "declaration", "delays", "documented",
-           "effective_policy", "install", "key_of", "plan", "policy_body", "queue_of", "read", "redact", "redact_items",
+           "effective_policy", "handler_of", "install", "key_of", "plan", "policy_body", "queue_of", "read", "redact", "redact_items",
            "scheduled_pipeline", "sentence", "stage_list"]

@@ -66,6 +66,13 @@ def queue_of(application: str | None, handler: str) -> str:
     return f"pipelines:{application or ''}:{handler}"
 
 
+def handler_of(queue: str, application: str | None) -> str | None:
+    """The handler of ``application`` whose jobs wait in ``queue`` (the inverse of
+    :func:`queue_of`), else None."""
+    prefix = queue_of(application, "")
+    return queue[len(prefix):] if queue.startswith(prefix) and len(queue) > len(prefix) else None
+
+
 def new_stage(spec: dict[str, Any]) -> dict[str, Any]:
     return {"spec": spec, "id": spec["id"], "name": spec["stageName"], "status": "NotStarted", "attempts": 0,
             "output": None, "errorCode": None, "errorMessage": None, "run": 0, "retries": 0, "expiries": 0,

@@ -50,6 +50,31 @@ def idle(application: str | None) -> str:
             + " ORDER BY e.updated_at LIMIT ?")
 
 
+def activity(application: str | None, floor: str) -> str:
+    """The runs (executions without a parent) started, and those ended, in a window of time, per
+    workflow and name (a decider's, such as a pipeline's; NULL for a workflow's runs) and per
+    interval of the window: rows of workflow, name, interval, what (``started`` or the status it
+    ended in) and count. ``floor`` is the backend's form of ``floor({})`` for a number not below
+    0. Parameters: since, width, since[, application], since, width, since[, application]."""
+    scope = (" AND " + scope_sql("e.application", application)[0]) if application is not None else ""
+    return (f"SELECT e.workflow, d.name, {floor.format('(e.created_at - ?) / ?')}, 'started', COUNT(*)"
+            " FROM executions e LEFT JOIN decider_states d ON d.eid = e.eid"
+            f" WHERE e.created_at >= ? AND e.parent_eid IS NULL{scope} GROUP BY 1, 2, 3"
+            f" UNION ALL SELECT e.workflow, d.name, {floor.format('(e.updated_at - ?) / ?')}, e.status, COUNT(*)"
+            " FROM executions e LEFT JOIN decider_states d ON d.eid = e.eid"
+            " WHERE e.status IN ('completed', 'failed', 'cancelled') AND e.updated_at >= ?"
+            f" AND e.parent_eid IS NULL{scope} GROUP BY 1, 2, 3, 4")
+
+
+def queue_depths(application: str | None) -> str:
+    """:data:`QUEUE_DEPTHS`, of one application's tasks only when it is given. Parameters: now[,
+    application]."""
+    if application is None:
+        return QUEUE_DEPTHS
+    return ("SELECT queue, COUNT(*), MIN(visible_at) FROM tasks WHERE state = 'ready' AND visible_at <= ?"
+            f" AND {scope_sql('application', application)[0]} GROUP BY queue ORDER BY queue")
+
+
 @dataclass(frozen=True)
 class JournalFilter:
     """The entries of one frame, of one kind, of one attempt (None: any)."""

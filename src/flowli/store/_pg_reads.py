@@ -31,6 +31,7 @@ class PostgresReads(SharedReads):
     """The reads of ``PostgresStore``; it owns the pool and the batch of message reads."""
 
     CONTAINS = "strpos"
+    FLOOR = "floor({})::bigint"
     _pool: asyncpg.Pool | None
     _message_reads: list[tuple[str, int, int, asyncio.Future[list[Message]]]]
     _reading: set[asyncio.Future[None]]

@@ -626,9 +626,17 @@ class Store(Protocol):
         """Executions not ended whose record has not changed since ``before`` and that no timer
         due after ``now`` will wake, oldest first (the candidates of stuck runs)."""
 
-    async def queue_depths(self, now: datetime) -> list[tuple[str, int, float]]:
+    async def queue_depths(self, now: datetime, application: str | None = None) -> list[tuple[str, int, float]]:
         """Per queue with a task ready to dequeue at ``now``: how many are, and the instant (POSIX
-        seconds) since which the oldest of them is (for the metrics)."""
+        seconds) since which the oldest of them is (for the metrics; of one application's tasks
+        when it is given)."""
+
+    async def read_activity(self, since: datetime, width: float,
+                            application: str | None = None) -> list[tuple[str, str | None, int, str, int]]:
+        """The runs (executions without a parent) of ``application`` (every one's when None)
+        started and ended since ``since``, counted per workflow and name (a decider's index
+        name, such as a pipeline's; None for a workflow's runs), per interval of ``width`` seconds from ``since`` (0, 1,
+        ...), and per what happened (``started``, ``completed``, ``failed``, ``cancelled``)."""
 
     batch_sizes: dict[int, int]
     """How many batches of each size this store's writers committed (its group commit)."""

@@ -18,7 +18,7 @@ from flowli.domain import Entry, ExecutionRecord, Message, Status, Task, Timer
 
 from . import _codec as c
 from . import _states_sql as states
-from ._journal_sql import QUEUE_DEPTHS, JournalFilter, idle
+from ._journal_sql import JournalFilter, activity, idle, queue_depths, scope_sql
 from ._journal_sql import page as journal_page
 from ._journal_sql import tasks as task_query
 from ._protocol import StateQuery, StoredState
@@ -52,6 +52,11 @@ _SCOPED_MESSAGES = (f"SELECT {c.MESSAGE_COLUMNS} FROM messages WHERE channel >= 
 _WAITERS = "SELECT eid FROM waiters WHERE channel = ?"
 
 
+def scope_params(application: str | None) -> list[str]:
+    """The parameters of a query scoped to ``application`` (none when it is not)."""
+    return scope_sql("application", application)[1] if application is not None else []
+
+
 def _first(row: Any) -> Any:
     return row[0]
 
@@ -61,6 +66,9 @@ class SharedReads:
 
     CONTAINS = "instr"
     """The backend's substring test (``instr(text, part)``; PostgreSQL: ``strpos``)."""
+    FLOOR = "CAST({} AS INTEGER)"
+    """The backend's ``floor`` of a number not below 0 (SQLite's cast truncates; PostgreSQL's
+    rounds, so it says ``floor``)."""
     LABELLED = False
     """Whether the backend keeps per-label counts (``decider_labels``: the total of a page
     filtered by labels alone without reading its rows)."""
@@ -115,8 +123,15 @@ class SharedReads:
         params = (before.timestamp(), now.timestamp(), *([application] if application is not None else []), limit)
         return await self._rows(idle(application), params, c.execution_record)
 
-    async def queue_depths(self, now: datetime) -> list[tuple[str, int, float]]:
-        return await self._rows(QUEUE_DEPTHS, (now.timestamp(),), lambda r: (str(r[0]), int(r[1]), float(r[2])))
+    async def queue_depths(self, now: datetime, application: str | None = None) -> list[tuple[str, int, float]]:
+        params = (now.timestamp(), *scope_params(application))
+        return await self._rows(queue_depths(application), params, lambda r: (str(r[0]), int(r[1]), float(r[2])))
+
+    async def read_activity(self, since: datetime, width: float,
+                            application: str | None = None) -> list[tuple[str, str | None, int, str, int]]:
+        at, scoped = since.timestamp(), scope_params(application)
+        return await self._rows(activity(application, self.FLOOR), (at, width, at, *scoped, at, width, at, *scoped),
+                                lambda r: (str(r[0]), None if r[1] is None else str(r[1]), int(r[2]), str(r[3]), int(r[4])))
 
     async def read_control_log(self, after: int = 0, limit: int = 1000) -> list[Entry]:
         return await self._rows(_CONTROL_LOG, (after, limit), lambda r: c.entry_record(tuple(r)[:9], r[9]))

@@ -1,7 +1,7 @@
 // flowli dashboard: live pages over server-sent events (no framework).
 // A run's page: "entry" events carry a new timeline row, "state" the run's live section, "end"
 // closes. The runs list: "run" events carry a run's new row (empty: it left the filters),
-// "counts" the counts per status.
+// "counts" the counts per status. The overview: "state" events carry its figures again.
 (function () {
   "use strict";
   if (!window.EventSource) return;
@@ -35,6 +35,15 @@
     feed.addEventListener("counts", function (ev) {
       var counts = document.getElementById("run-counts");
       if (counts) counts.outerHTML = ev.data;
+    });
+  }
+  var figures = document.querySelector("[data-live-events]");
+  if (figures) {
+    var stream = new EventSource(figures.getAttribute("data-live-events"));
+    var id = figures.id;
+    stream.addEventListener("state", function (ev) {
+      var shown = document.getElementById(id);
+      if (shown && !shown.contains(document.activeElement)) shown.outerHTML = ev.data;
     });
   }
 })();
