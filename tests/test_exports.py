@@ -42,8 +42,8 @@ PINNED = {
     ],
     flowli.engine: [
         "AttemptView", "CallNext", "Checked", "Clock", "Consumer", "Context", "Decider", "Difference", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
-        "Explanation", "FrameIds", "FrameView", "MAX_INTERVAL", "MIN_INTERVAL", "Memo", "Middleware", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
-        "StateQuery", "StoredState", "SystemClock", "Transition", "Verification", "WorkflowDef", "divergence", "firing_key", "input_model", "next_fire", "problems",
+        "Explanation", "FRAME_TONES", "FrameIds", "FrameView", "MAX_INTERVAL", "MIN_INTERVAL", "Memo", "Middleware", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
+        "StateQuery", "StoredState", "SystemClock", "Transition", "Verification", "WorkflowDef", "describe_wait", "divergence", "error_summary", "firing_key", "input_model", "next_fire", "problems",
         "reply_channel", "task_traceparent", "trigger", "unvisited",
     ],
     flowli.store: [
@@ -68,7 +68,7 @@ PINNED = {
         "CompositionConflict", "CompositionInvalid", "DAG", "InputsInvalid", "MAX_IDLE_SECONDS",
         "PARKED", "PermissionDenied", "Prerequisite", "ROLES", "RUN_TONES", "RemediationDenied", "RemediationRequired", "Roles",
         "RunStateError", "SAVE", "StepInputInvalid", "UnknownType", "catalog_of", "compile_definition",
-        "content_hash", "decided", "install", "policy", "remediation", "require_approval", "roles_of", "steps_of",
+        "content_hash", "decided", "inputs_of", "install", "policy", "remediation", "require_approval", "roles_of", "steps_of",
         "validate"
     ],
     flowli.dashboard: ["Dashboard", "MAX_NODES", "Node", "TooLarge", "layered", "layout", "svg"],

@@ -214,7 +214,7 @@ async def test_a_viewer_sees_no_action_and_every_page_passes_axe(tenants: Tenant
     async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}) as api:
         assert (await api.get(f"/pipelines/{made['id']}")).json()["status"] in ("NotStarted", "Running")
     await accessible(page)
-    for path, heading in [("/inbox", f"Inbox of {tenants.billing}"), ("/stuck", f"Stuck runs of {tenants.billing}"),
+    for path, heading in [("/overview", f"Overview of {tenants.billing}"), ("/inbox", f"Inbox of {tenants.billing}"), ("/stuck", f"Stuck runs of {tenants.billing}"),
                           ("/workers", f"Workers of {tenants.billing}"), ("/schedules", f"Schedules of {tenants.billing}"),
                           ("/catalog", "Catalog")]:
         await page.goto(f"{url}{path}")
@@ -222,7 +222,8 @@ async def test_a_viewer_sees_no_action_and_every_page_passes_axe(tenants: Tenant
         await accessible(page)
         await page.screenshot(path=str(ARTIFACTS / f"{path.strip('/')}.png"), full_page=True)
     await page.set_viewport_size({"width": 390, "height": 844})  # a phone
-    for path in (f"/pipelines/{made['id']}", "/runs", "/inbox", "/stuck", "/workers", "/schedules", "/catalog"):
+    for path in (f"/pipelines/{made['id']}", "/overview", "/runs", "/inbox", "/stuck", "/workers", "/schedules",
+                 "/catalog"):
         await page.goto(f"{url}{path}")
         width = await page.evaluate("document.documentElement.scrollWidth")
         assert width <= 390 + 1, f"{path} scrolls sideways on a phone: {width}px"

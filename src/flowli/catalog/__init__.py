@@ -33,6 +33,7 @@ from ._rbac import roles_of as roles_of
 from ._runs import PARKED as PARKED
 from ._runs import RUN_TONES as RUN_TONES
 from ._runs import decided as decided
+from ._runs import inputs_of as inputs_of
 from ._runs import remediation as remediation
 from ._runs import steps_of as steps_of
 
@@ -58,6 +59,7 @@ __all__ = [
     "decided",
     "remediation",
     "steps_of",
+    "inputs_of",
     "RunStateError",
     "StepInputInvalid",
     "SAVE",

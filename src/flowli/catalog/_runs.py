@@ -10,6 +10,7 @@ import inspect
 from typing import Any
 
 from flowli.domain import Entry, EntryKind, ExecutionRecord, Status, Tone, redact, sensitive_keys
+from flowli.engine import error_summary
 from flowli.engine.deciders import Event
 
 from ._dag import DAG, REMEDIATION, RESOLUTION, VERSION, dag_args, step_of_key
@@ -279,7 +280,7 @@ def _history(record: ExecutionRecord, journal: list[Entry], include_state_data: 
             if e.kind in (EntryKind.FRAME_COMPLETED, EntryKind.EXECUTION_COMPLETED):
                 row["output"] = e.value
             if e.error is not None:
-                row["error"] = e.error
+                row["error"] = error_summary(e.error)
             if dag:
                 if e.kind is EntryKind.FRAME_COMPLETED and step is not None and "~" not in (_key_of(e.fid) or ""):
                     steps[step] = e.value
@@ -330,7 +331,7 @@ def _decided_history(record: ExecutionRecord, journal: list[Entry], include_stat
             if event == "step.failed":
                 row["error"] = data.get("error")
             elif e.error is not None:
-                row["error"] = e.error
+                row["error"] = error_summary(e.error)
             if step is not None or e.kind in (EntryKind.EXECUTION_SUSPENDED, EntryKind.EXECUTION_COMPLETED):
                 shown: dict[str, Any] = {"steps": dict(folded.get("steps") or {})}
                 if state == PARKED and folded.get("gate"):

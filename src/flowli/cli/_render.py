@@ -17,7 +17,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from flowli.domain import Entry, EntryKind, ExecutionRecord, FrameKind, Provenance, Status, redact
-from flowli.engine import ExecutionSummary
+from flowli.engine import ExecutionSummary, describe_wait
 
 STATUS_STYLE: dict[Status, str] = {
     Status.PENDING: "cyan",
@@ -76,20 +76,6 @@ def error_line(error: dict[str, Any] | None) -> str:
         return ""
     etype, message = error.get("type", "Error"), error.get("message", "")
     return f"{etype}: {message}" if message else str(etype)
-
-
-def describe_wait(eid: str, wait: dict[str, Any]) -> str:
-    kind, fid = wait.get("kind"), wait.get("fid", "?")
-    if kind == "timer":
-        until = wait.get("until")
-        return f"timer {fid} until {clock(datetime.fromisoformat(until))}" if until else f"timer {fid}"
-    if kind == "message":
-        return f"message on {channel_name(eid, wait.get('channel', '?'))!r} ({fid})"
-    if kind == "child":
-        return f"child {wait.get('child')} ({fid})"
-    if kind == "step":
-        return f"step {fid} on another worker"
-    return short(wait)
 
 
 def describe_entry(e: Entry) -> Text:

@@ -30,7 +30,7 @@ from flowli.domain import (
 from flowli.pipelines import WORKFLOW
 from flowli.pipelines import redact as redact_value
 
-from . import _graph
+from . import _graph, _python_run
 from ._refusals import Refused, refusal
 
 if TYPE_CHECKING:
@@ -53,7 +53,8 @@ DONE = {"cancel": "Cancellation requested.", "pause": "Pause requested.", "resum
         "skip": "The stage is skipped.", "approve": "The stage is approved.", "reject": "The stage is rejected.",
         "remediated": "The remediation gate is resolved: the parked step runs again.",
         "denied": "The remediation gate is denied: completed steps are compensated and the run fails.",
-        "signal": "The message is sent: the run resumes with it."}
+        "signal": "The message is sent: the run resumes with it.",
+        "migrate": "The run is migrated: it resumes on the version chosen, which replayed its journal."}
 
 DECISIONS = ("approve", "reject", "remediated", "denied")
 """The actions of a run's page that answer a person's decision (``runs:decide``); the others act
@@ -155,6 +156,8 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
         else None
     status = view["status"] if view is not None else record.status.value
     live = not record.terminal
+    python = await _python_run.sections(d, record, application) \
+        if view is None and dstate is None and record.workflow != DAG else None
     actions = {
         "cancel": live,
         # a message to the run's channel (what its ctx.receive waits for); the engine's own runs
@@ -164,10 +167,12 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
         "resume": view is not None and status == "Paused",
         "retry": view is None and record.status is Status.FAILED,
         "resolve": gate is not None,
+        # another version of its workflow, checked first by the dry replay (engine.migrate)
+        "migrate": bool(python and python["versions"]),
     }
     return {"record": record, "view": view, "graph": graph, "too_large": too_large, "status": status,
             "channels": waited_channels(record.eid, journal),
-            "actions": actions, "gate": gate, "can_act": user.can_act, "can_decide": user.can_decide, "subset": subset,
+            "actions": actions, "gate": gate, "python": python, "can_act": user.can_act, "can_decide": user.can_decide, "subset": subset,
             "drawn": len(nodes)}
 
 
@@ -224,7 +229,7 @@ async def _show(d: Dashboard, request: Request, user: User, application: str, re
     oldest = min((e["seq"] for e in entries if e["seq"] is not None), default=None)
     return d.page(request, "run.html", user, application=application, entries=entries, more=more, matched=matched,
                   filters=filters, kinds=KINDS, evidence=evidence, older=oldest if more else None,
-                  context=_context(record, s["view"]), rerun_warning=RERUN_WARNING, done=done,
+                  context=_context(record, s["view"], s["python"]), rerun_warning=RERUN_WARNING, done=done,
                   last_seq=last_seq, **s)
 
 
@@ -238,9 +243,11 @@ def number(text: str, field: str) -> int | None:
     return int(text)
 
 
-def _context(record: ExecutionRecord, view: dict[str, Any] | None) -> dict[str, Any]:
+def _context(record: ExecutionRecord, view: dict[str, Any] | None, python: dict[str, Any] | None) -> dict[str, Any]:
     if view is not None:
         return {"items": view["pipelineContextItems"], "keywords": view["pipelineKeywords"], "args": None}
+    if python is not None:  # its inputs by name, in a section of their own
+        return {"items": [], "keywords": [], "args": None}
     return {"items": [], "keywords": [], "args": json.dumps(redact_value(record.args), default=str)[:4 * VALUE_CHARS]}
 
 
@@ -309,6 +316,11 @@ async def _act(d: Dashboard, access: Access, record: ExecutionRecord, action: st
         await d.catalog.retry(record.eid, by=by, application=app)
     elif action in ("remediated", "denied") and pid is None:
         await d.catalog.resolve(record.eid, action, by=by, application=app)
+    elif action == "migrate" and pid is None:
+        version = str(form.get("version") or "").strip()
+        if not version:
+            raise Refused(400, "Choose the version to migrate the run to.")
+        await d.engine.migrate(record.eid, version, by=by, application=app)
     elif action == "signal" and pid is None:
         text = str(form.get("payload") or "").strip() or "null"
         try:

@@ -13,6 +13,7 @@ from ._consumer import reply_channel as reply_channel
 from ._context import Context as Context
 from ._decider import Decider as Decider
 from ._engine import Engine as Engine
+from ._errors import error_summary as error_summary
 from ._explain import Explanation as Explanation
 from ._frames import FrameIds as FrameIds
 from ._frames import Memo as Memo
@@ -41,9 +42,11 @@ from ._typing import problems as problems
 from ._verify import Checked as Checked
 from ._verify import Difference as Difference
 from ._verify import Verification as Verification
+from ._views import FRAME_TONES as FRAME_TONES
 from ._views import AttemptView as AttemptView
 from ._views import FrameView as FrameView
 from ._views import RunView as RunView
+from ._views import describe_wait as describe_wait
 
 __all__ = [
     "Decider",
@@ -52,7 +55,10 @@ __all__ = [
     "Difference",
     "Verification",
     "FrameView",
+    "FRAME_TONES",
     "RunView",
+    "describe_wait",
+    "error_summary",
     "CallNext",
     "Clock",
     "Consumer",

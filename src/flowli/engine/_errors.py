@@ -10,6 +10,9 @@ and message. Stored data that names ``os.system`` or any module is never importe
 from __future__ import annotations
 
 import builtins
+import os
+import traceback
+from pathlib import Path
 from typing import Any
 
 from flowli import domain
@@ -17,11 +20,19 @@ from flowli.domain import ExecutionFailed, NotJSONCompatibleError, StepFailed, c
 
 from ._registry import Registry
 
+TRACEBACK_CHARS = 4000
+"""The most of a traceback an error keeps: its end, where the error was raised."""
+_ENGINE = str(Path(__file__).resolve().parent) + os.sep
+
 
 def error_data(exc: BaseException) -> dict[str, Any]:
     """The journal's form of an error: its type, module and message; an exception with a string
-    ``code`` attribute (and a JSON ``details`` dict) records them too."""
+    ``code`` attribute (and a JSON ``details`` dict) records them too, and one that was raised its
+    traceback (the last TRACEBACK_CHARS of it), which an operator reads on the run's page. A
+    replay rebuilds the error from its type and message alone."""
     data: dict[str, Any] = {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc)}
+    if exc.__traceback__ is not None:
+        data["traceback"] = traceback_of(exc)
     code = getattr(exc, "code", None)
     if isinstance(code, str) and code:
         data["code"] = code
@@ -32,6 +43,27 @@ def error_data(exc: BaseException) -> dict[str, Any]:
             except NotJSONCompatibleError:
                 data["details"] = {"unrecorded": "the details were not JSON"}
     return data
+
+
+def traceback_of(exc: BaseException) -> str:
+    """The traceback of ``exc`` as Python prints it, less the engine's own frames before the
+    first of the application's code (the frames that called the step), cut to its last
+    TRACEBACK_CHARS."""
+    shown = traceback.TracebackException.from_exception(exc)
+    stack = list(shown.stack)
+    while len(stack) > 1 and stack[0].filename.startswith(_ENGINE):
+        stack.pop(0)
+    shown.stack = traceback.StackSummary.from_list(stack)
+    text = "".join(shown.format()).rstrip()
+    return text if len(text) <= TRACEBACK_CHARS else "…" + text[-TRACEBACK_CHARS:]
+
+
+def error_summary(error: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An error as an API shows it: what the journal holds, less the traceback (which the run's
+    page and ``flowli show`` read from the journal itself)."""
+    if error is None or "traceback" not in error:
+        return error
+    return {k: v for k, v in error.items() if k != "traceback"}
 
 
 def _flowli_errors() -> dict[tuple[str, str], type[BaseException]]:

@@ -11,14 +11,41 @@ under way). The root frame has the execution's status.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
-from flowli.domain import Entry, EntryKind, ExecutionRecord, FrameKind
+from flowli.domain import Entry, EntryKind, ExecutionRecord, FrameKind, Tone
 
 from ._frames import ROOT
 
 _ENDS = {EntryKind.EXECUTION_COMPLETED, EntryKind.EXECUTION_FAILED, EntryKind.EXECUTION_CANCELLED}
+FRAME_TONES: dict[str, Tone] = {"completed": Tone.OK, "failed": Tone.BAD, "retrying": Tone.WAITING,
+                                "waiting": Tone.WAITING, "running": Tone.BUSY}
+"""The tone of each status of a frame."""
+
+
+def describe_wait(eid: str, wait: dict[str, Any]) -> str:
+    """What a frame of execution ``eid`` waits for, in a phrase (a timer's instant in UTC with its
+    date, a channel of the run by its own name)."""
+    kind, fid = wait.get("kind"), wait.get("fid", "?")
+    if kind == "timer":
+        until = wait.get("until")
+        return f"timer {fid} until {_utc(until)}" if isinstance(until, str) else f"timer {fid}"
+    if kind == "message":
+        channel = str(wait.get("channel", "?"))
+        until = f" until {_utc(wait['until'])}" if isinstance(wait.get("until"), str) else ""
+        return f"message on {channel.removeprefix(f'{eid}.')!r}{until} ({fid})"
+    if kind == "child":
+        return f"child {wait.get('child')} ({fid})"
+    if kind == "step":
+        return f"step {fid} on another worker"
+    if kind == "delegate":
+        return f"an answer from queue {wait.get('queue', '?')!r} ({fid})"
+    return f"{kind or 'something'} ({fid})"
+
+
+def _utc(instant: str) -> str:
+    return datetime.fromisoformat(instant).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @dataclass(frozen=True)
