@@ -98,7 +98,8 @@ def served(db: str, port: int, log: Path, app: str | None = None) -> Iterator[tu
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if failed or "Traceback" in (text := log.read_text()):
+        text = log.read_text()
+        if failed or "Traceback" in text:
             print(f"--- serve's log, {log.name} (its end) ---\n{text[-4000:]}", file=sys.stderr)
 
 
@@ -167,7 +168,7 @@ async def d2(url: str, key: str, eid: str, pid: int, appends: int) -> dict[str, 
             await page.get_by_label("Email").fill(EMAIL)
             await page.get_by_label("Password").fill(PASSWORD)
             await page.get_by_role("button", name="Log in").click()
-            await page.wait_for_url("**/runs")
+            await page.wait_for_url("**/overview")  # the first page after login
             await page.goto(f"{url}/runs/{eid}")
             shown, api_ms, failures, paused = [], [], [], False
             for i in range(appends + 1):  # the first is a warm-up: the stream is open once it shows

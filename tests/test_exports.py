@@ -60,8 +60,8 @@ PINNED = {
         "RULE_RANGES", "RerunIn", "ResultIn", "ResultItemIn", "STAGE_STATUSES", "Schedules", "ServiceError", "Session", "SkipIn",
         "StageIn", "StageOptions", "StagesIn", "TERMINAL_CODES", "Unauthorized", "Unavailable", "WORKFLOW",
         "Workers", "decide", "declaration", "delays", "documented", "effective_policy", "handler_of", "install", "key_of",
-        "plan", "policy_body", "queue_of", "read", "redact", "redact_items", "scheduled_pipeline", "sentence",
-        "stage_list"
+        "plan", "policy_body", "progress", "queue_of", "read", "redact", "redact_items", "scheduled_pipeline", "sentence",
+        "stage_list", "status_word"
     ],
     flowli.catalog: [
         "AUDIT", "ApprovalNeeded", "COMPILED_FORMAT_VERSION", "Catalog", "CatalogError",

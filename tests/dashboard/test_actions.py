@@ -87,7 +87,7 @@ async def test_the_pipeline_page_draws_the_stages_and_hides_sensitive_context(te
                             ({"text": "s3cr3t"}, False), ({"keyword": "customer:other"}, False):
             listed = await ann.get("/runs", params=query)
             assert listed.status_code == 200
-            assert (f"pipeline {made['name']}" in listed.text) is found, query
+            assert (f">pipeline {made['id']}</a>" in listed.text) is found, query
 
 
 async def test_an_operator_pauses_resumes_and_cancels_from_the_page_as_themselves(tenants: Tenants):

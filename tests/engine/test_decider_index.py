@@ -153,7 +153,8 @@ async def connect_engine(db_url: str, tmp_path: Any, clock: Any) -> Any:
 
 async def forget_counts(db_url: str) -> None:
     """Take the database back to the schema before the label counts and tag rows (SQLite 8,
-    PostgreSQL 10): its index rows stay as that release wrote them."""
+    PostgreSQL 10), and before the index of the executions' start: its index rows stay as that
+    release wrote them."""
     if db_url.startswith("sqlite"):
         conn = sqlite3.connect(db_url.removeprefix("sqlite:///"))
         for trigger in ("counted", "relabelled", "retagged", "uncounted"):
@@ -161,6 +162,7 @@ async def forget_counts(db_url: str) -> None:
         conn.execute("DROP TABLE decider_labels")
         conn.execute("DROP TABLE decider_tags")
         conn.execute("ALTER TABLE decider_states DROP COLUMN tag_list")
+        conn.execute("DROP INDEX executions_created")  # of a later release still
         conn.execute("DELETE FROM schema_version WHERE version > 8")
         conn.commit()
         conn.close()
@@ -169,7 +171,7 @@ async def forget_counts(db_url: str) -> None:
     conn = await asyncpg.connect(base, server_settings={"search_path": schema})
     try:
         await conn.execute("DROP TRIGGER decider_states_tags ON decider_states; DROP FUNCTION flowli_decider_tags();"
-                           " DROP TABLE decider_tags; ALTER TABLE decider_states DROP COLUMN tag_list;"
+                           " DROP TABLE decider_tags; ALTER TABLE decider_states DROP COLUMN tag_list; DROP INDEX executions_created;"
                            " DELETE FROM schema_version WHERE version > 10")
     finally:
         await conn.close()

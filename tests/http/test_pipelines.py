@@ -60,7 +60,7 @@ class Worker:
         return self.worker
 
     async def __aexit__(self, *exc: object) -> None:
-        self.worker.stop()
+        self.worker.stop(grace=0)  # a test's handler may wait for ever: cancel it at once
         assert self.task is not None
         await asyncio.wait_for(self.task, 30)
 

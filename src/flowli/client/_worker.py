@@ -11,8 +11,11 @@ import contextlib
 import inspect
 import logging
 import os
+import signal
 import socket
 import ssl
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -98,6 +101,10 @@ class HttpWorker:
         self._transport = transport
         self.session: dict[str, Any] | None = None
         self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
+        """Set by each stop: the drain reads its grace again."""
+        self._grace: float | None = None
+        """The grace of the stop that ends the run (None: the one ``run`` was given)."""
         self._results: Results | None = None
         """The results' sender, when the service offers the batch routes."""
         self.batch = batch
@@ -110,12 +117,52 @@ class HttpWorker:
             return fn
         return register
 
-    def stop(self) -> None:
+    def stop(self, grace: float | None = None) -> None:
+        """Stop taking jobs. The running ones have ``grace`` seconds (default: the ``grace`` of
+        ``run``) to finish and send their results; then they are cancelled, and their leases, no
+        longer renewed, expire, so their stages run again (here after a restart, or on another
+        worker). A second stop (a second Ctrl-C) cancels them at once. Then the worker says
+        ``POST /workers/shutdown`` and ``run`` returns."""
+        if self._stop.is_set():
+            grace = 0.0
+        if grace is not None:
+            self._grace = max(0.0, grace)
         self._stop.set()
+        self._hurry.set()
 
-    async def run(self, concurrency: int = 1) -> None:
+    @contextlib.contextmanager
+    def _signals(self, wanted: bool) -> Iterator[None]:
+        """SIGTERM and SIGINT (Ctrl-C) stop the worker while it runs (:meth:`stop`, so a second one
+        stops it at once), when it runs in the main thread of its process; the handlers it found
+        are put back when it returns."""
+        loop = asyncio.get_running_loop()
+        installed: list[tuple[int, Any]] = []
+        if wanted and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous = signal.getsignal(sig)
+                try:
+                    loop.add_signal_handler(sig, self.stop)
+                except (NotImplementedError, RuntimeError, ValueError):  # no signals on this loop
+                    continue
+                installed.append((sig, previous))
+        try:
+            yield
+        finally:
+            for sig, previous in installed:
+                loop.remove_signal_handler(sig)
+                if previous is not None:
+                    signal.signal(sig, previous)
+
+    async def run(self, concurrency: int = 1, *, grace: float = 30.0, signals: bool = True) -> None:
+        """Take and run jobs, up to ``concurrency`` at once, until :meth:`stop` (SIGTERM or Ctrl-C
+        when ``signals``: see ``_signals``), which leaves the running jobs ``grace`` seconds to
+        finish."""
         if not self.handlers:
             raise ValueError("register a handler first (@worker.handler('Name'))")
+        with self._signals(signals):
+            await self._run(concurrency, grace)
+
+    async def _run(self, concurrency: int, grace: float) -> None:
         timeout = httpx.Timeout(self.wait_seconds + 30)
         tls = ssl.create_default_context(cafile=certifi.where())  # one for every client: each would load it
 
@@ -158,6 +205,10 @@ class HttpWorker:
                 for lane in lanes:
                     if lane.done() and lane.exception() is not None:
                         raise lane.exception()  # type: ignore[misc]
+                for lane in lanes:  # no new job from here on
+                    lane.cancel()
+                await asyncio.gather(*lanes, return_exceptions=True)
+                await self._drain(http, working, grace)
             finally:
                 for t in [stop, beat, *lanes, *working, *helpers]:
                     t.cancel()
@@ -166,13 +217,35 @@ class HttpWorker:
                 with contextlib.suppress(httpx.HTTPError):
                     await http.post("/workers/shutdown")
 
+    async def _drain(self, http: httpx.AsyncClient, working: set[asyncio.Task[None]], grace: float) -> None:
+        """Leave the running jobs the stop's grace to finish (the service shows the worker
+        ``draining`` meanwhile); the ones still running after it are handed back."""
+        if not working:
+            return
+        with contextlib.suppress(httpx.HTTPError, ClientError):
+            _check(await http.post("/workers/heartbeat", json={"state": "draining", "inFlight": len(working)}))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while working:
+            self._hurry.clear()
+            left = started + (self._grace if self._grace is not None else grace) - loop.time()
+            if left <= 0:
+                break
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait([*working, hurry], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            hurry.cancel()
+        if working:
+            log.warning("stopping: %d job(s) still running are handed back (their leases expire and they run "
+                        "again)", len(working))
+
     async def _heartbeat(self, http: httpx.AsyncClient, interval: float) -> None:
         """Tell the service every ``interval`` seconds that this worker lives (a worker silent for a
         few intervals is shown offline), with the jobs it runs."""
         while True:
             await asyncio.sleep(max(interval, 0.1))
             try:
-                _check(await http.post("/workers/heartbeat", json={"state": "ready", "inFlight": len(self._working)}))
+                state = "draining" if self._stop.is_set() else "ready"
+                _check(await http.post("/workers/heartbeat", json={"state": state, "inFlight": len(self._working)}))
             except (httpx.HTTPError, ClientError) as exc:  # the next one may get through
                 log.warning("heartbeat failed: %s", exc)
 

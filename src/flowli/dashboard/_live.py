@@ -91,10 +91,13 @@ def routes(d: Dashboard) -> list[Route]:
             counts_tpl = d.templates.get_template("_counts.html")
             async for batch in batches(d.engine.watch(None, after, application=application)):
                 eids = list(dict.fromkeys(e.eid for e in batch))
-                for record in await d.engine.statuses(eids, application=application):
-                    shown = _runs.accepts(f, since, until, record)
+                records = await d.engine.statuses(eids, application=application)
+                kept = [r for r in records if _runs.accepts(f, since, until, r)]
+                rows = {r["eid"]: r for r in await _runs.rows_of(d, application, kept)}
+                for record in records:
+                    row = rows.get(record.eid)
                     yield {"event": "run", "data": json.dumps(
-                        {"eid": record.eid, "html": row_tpl.render(r=_runs.row_of(record)) if shown else ""})}
+                        {"eid": record.eid, "html": row_tpl.render(r=row) if row is not None else ""})}
                 page = await d.engine.list(None, workflow, 1, application=application, since=since, until=until)
                 yield {"event": "counts", "data": counts_tpl.render(counts=page.counts)}
 

@@ -69,7 +69,9 @@ from ._spec import declaration as declaration
 from ._spec import stage_list as stage_list
 from ._statuses import PIPELINE_STATUSES as PIPELINE_STATUSES
 from ._statuses import STAGE_STATUSES as STAGE_STATUSES
+from ._view import progress as progress
 from ._view import redact_items as redact_items
+from ._view import status_word as status_word
 from ._workers import Session as Session
 from ._workers import Workers as Workers
 
@@ -80,5 +82,5 @@ __all__ = ["MAX_BATCH", "MAX_HANDLERS", "MAX_ID", "MAX_NAME", "MAX_RETRIES", "MA
            "Policies", "PolicyIn", "PolicyRules", "PolicyTags", "PolicyTargeting", "PullBatchIn", "PullIn", "RerunIn",
            "ResultIn", "ResultItemIn", "Schedules", "ServiceError", "Session", "SkipIn", "StageIn", "StageOptions",
            "StagesIn", "Unauthorized", "Unavailable", "Workers", "decide", "declaration", "delays", "documented",
-           "effective_policy", "handler_of", "install", "key_of", "plan", "policy_body", "queue_of", "read", "redact", "redact_items",
-           "scheduled_pipeline", "sentence", "stage_list"]
+           "effective_policy", "handler_of", "install", "key_of", "plan", "policy_body", "progress", "queue_of", "read", "redact", "redact_items",
+           "scheduled_pipeline", "sentence", "stage_list", "status_word"]

@@ -4,7 +4,7 @@ list filter, the OpenAPI document and the dashboard take their words from these 
 
 from __future__ import annotations
 
-from flowli.domain import Tone
+from flowli.domain import Status, Tone
 
 PIPELINE_STATUSES: dict[str, Tone] = {
     "NotStarted": Tone.IDLE, "Running": Tone.BUSY, "Paused": Tone.WAITING,
@@ -21,3 +21,12 @@ STAGE_STATUSES: dict[str, Tone] = {
     "Cancelled": Tone.BAD,
 }
 """Every status a stage can show, with its tone."""
+
+DONE_STAGES = ("Completed", "Skipped")
+"""The statuses of a stage that count as done in a pipeline's progress ("3 of 5 stages")."""
+
+ENDED_AS: dict[Status, str] = {Status.COMPLETED: "Completed", Status.FAILED: "Failed", Status.CANCELLED: "Cancelled"}
+"""The one mapping between the engine's words and a pipeline's: a pipeline whose execution ended
+shows how it ended; one whose execution has not (``pending``, ``running``, ``suspended``: it
+waits for its next command) shows its state's status (NotStarted, Running, Paused). Every page,
+list and answer of a pipeline reads its status through ``status_word``."""

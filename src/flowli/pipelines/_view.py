@@ -13,8 +13,7 @@ from flowli.domain import ExecutionRecord, Status, Task, is_sensitive
 from flowli.engine.deciders import Event
 
 from ._decider import INITIAL, evolve, status_of
-
-_EXECUTION_STATUS = {Status.COMPLETED: "Completed", Status.FAILED: "Failed", Status.CANCELLED: "Cancelled"}
+from ._statuses import DONE_STAGES, ENDED_AS
 
 
 def iso(at: datetime | None) -> str | None:
@@ -32,9 +31,21 @@ def redact_items(items: list[dict[str, Any]], keys: Collection[str] = ()) -> lis
 def pipeline_status(record: ExecutionRecord, p: dict[str, Any] | None) -> str:
     """The pipeline's status: its execution's end (an operator's terminate ends it without its
     decider), else its state's."""
-    if record.status in _EXECUTION_STATUS:
-        return _EXECUTION_STATUS[record.status]
+    return status_word(record.status, p)
+
+
+def status_word(status: Status, p: dict[str, Any] | None) -> str:
+    """The status of a pipeline whose execution has ``status`` and whose state is ``p``, in the
+    pipeline's words: the execution's end when it ended (``ENDED_AS``), else the state's."""
+    if status in ENDED_AS:
+        return ENDED_AS[status]
     return "NotStarted" if p is None else status_of(p)
+
+
+def progress(p: dict[str, Any] | None) -> tuple[int, int]:
+    """How many of a pipeline's stages are done (Completed or Skipped), and how many it has."""
+    stages = list((p or {}).get("stages", {}).values())
+    return sum(1 for s in stages if s["status"] in DONE_STAGES), len(stages)
 
 
 def _open_task(s: dict[str, Any], tasks: dict[tuple[str, int], Task]) -> Task | None:

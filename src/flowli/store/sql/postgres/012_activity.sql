@@ -1,3 +1,3 @@
 -- flowli schema for PostgreSQL, version 12: the runs started in a window of time (the dashboard's
 -- overview counts them by name and by interval without reading the executions before it).
-CREATE INDEX executions_created ON executions (created_at);
+CREATE INDEX IF NOT EXISTS executions_created ON executions (created_at);
