@@ -16,7 +16,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from flowli.client import PipelinesClient, StageError
+
 from ..served import application, serving
+from .test_pipelines import Worker, until_status
 
 pytestmark = pytest.mark.e2e
 
@@ -83,6 +86,37 @@ async def test_serve_metrics_count_a_known_workload(tmp_path, monkeypatch):
     assert commits > 0 and value(found, "flowli_commit_batch_size_bucket", le="+Inf") == commits
     assert value(found, "flowli_commit_batch_size_sum") >= commits
     assert value(found, "flowli_sweeps_total") > 0
+
+
+async def test_serve_metrics_time_stages_by_application_pipeline_and_handler(tmp_path, monkeypatch):
+    """Each stage's wait in its queue and its run until its result, as histograms labelled with the
+    application, the pipeline's name and the handler; the results by outcome."""
+    monkeypatch.setenv("FLOWLI_TEST_EFFECTS", str(tmp_path / "effects"))
+    async with serving("sqlite", tmp_path, "--app", APP) as svc:
+        _, key, _ = await application(svc.db, "billing")
+        async with httpx.AsyncClient(base_url=svc.url, headers={"X-API-Key": key}, timeout=30) as api:
+            made = [(await api.post("/pipelines", json={"name": "invoice", "stages": [
+                {"stageName": "charge", "stageHandlerName": "Charge", "input": text}]})).json() for text in ("ok", "bad")]
+            async with Worker(svc.url, key) as worker:
+                @worker.handler("Charge")
+                async def charge(job: dict[str, Any]) -> Any:
+                    await asyncio.sleep(0.3)
+                    if job["input"] == "bad":
+                        raise StageError("DECLINED", "declined", retryable=False)
+                    return "charged"
+
+                async with PipelinesClient(svc.url, key) as client:
+                    await until_status(client, made[0]["id"], "Completed")
+                    await until_status(client, made[1]["id"], "Failed")
+            found = samples((await api.get("/metrics")).text)
+    labels = {"application": "billing", "pipeline": "invoice", "handler": "Charge"}
+    assert value(found, "flowli_stage_schedule_to_start_seconds_count", **labels) == 2
+    assert value(found, "flowli_stage_schedule_to_start_seconds_bucket", le="+Inf", **labels) == 2
+    assert value(found, "flowli_stage_duration_seconds_count", **labels) == 2
+    assert value(found, "flowli_stage_duration_seconds_sum", **labels) >= 0.6  # two attempts of 0.3 s at least
+    assert value(found, "flowli_stage_duration_seconds_bucket", le="0.25", **labels) == 0
+    assert value(found, "flowli_stage_results_total", outcome="succeeded", **labels) == 1
+    assert value(found, "flowli_stage_results_total", outcome="failed", **labels) == 1
 
 
 def free_port() -> int:

@@ -109,6 +109,7 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
         return await workers.session(session_token(request.headers))
 
     metrics = Metrics(engine)
+    metrics.registry.register(workers.timings)  # the stage metrics of this process, beside the engine's
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_text(request: Request) -> Response:

@@ -384,7 +384,8 @@ def _dispatch(d: _Decision, stage: dict[str, Any]) -> None:
     deps = spec["dependsOn"]
     timeout = (spec.get("options") or {}).get("timeOut")
     application = s["spec"].get("application")
-    seed = {"pipelineId": s["spec"]["pipelineId"], "stageId": stage["id"], "stageName": stage["name"],
+    seed = {"pipelineId": s["spec"]["pipelineId"], "pipelineName": s["spec"].get("name"), "stageId": stage["id"],
+            "stageName": stage["name"],
             "stageHandlerName": spec["stageHandlerName"], "input": spec.get("input"),
             "prevStageOutput": s["stages"][deps[-1]]["output"] if deps else None,
             "pipelineKeywords": s["spec"].get("keywords") or [], "contextItems": list(s["context"].values()),

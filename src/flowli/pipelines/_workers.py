@@ -45,6 +45,7 @@ from ._inputs import (
 )
 from ._service import REFUSED_RESULT, SECRET, Pipelines, declared_specs
 from ._spec import labels, stage_list
+from ._timings import StageTimings
 from ._view import REDACTED, iso, spec_attempt
 
 WORKER = "worker"
@@ -107,6 +108,8 @@ class Workers:
         """Set when the service stops: long polls end at once (``flowli serve``)."""
         self._sessions: dict[str, tuple[Session, float]] = {}
         """Sessions read in the last SESSION_CACHE_SECONDS: a worker's every call needs its own."""
+        self.timings = StageTimings()
+        """The stage metrics of this process (``flowli serve`` serves them at ``/metrics``)."""
 
     @property
     def items(self) -> Any:
@@ -254,7 +257,9 @@ class Workers:
                 await consumer.nack(task)
             return []
         jobs: list[Any] = []
+        now = self.engine.clock.now()
         for task in tasks:
+            self.timings.taken(task, (now - task.provenance.at).total_seconds())
             if not (task.frame or {}).get("decider"):
                 # an attempt of a pipeline of an older release that the upgrade had not converted
                 # yet: converted now (this attempt withdrawn, dispatched again as the decider's next one)
@@ -380,6 +385,7 @@ class Workers:
             return await self._refuse(session, task.eid or "", body, stage.id, f"the pipeline is {exc.status}")
         except DatabaseUnavailable as exc:
             raise Unavailable(f"the result was not confirmed ({exc}): send it again") from None
+        self.timings.answered(task, "succeeded" if ok else "failed")
         return 202, {"accepted": True}
 
     async def _appended(self, session: Session, task: Task,
