@@ -429,6 +429,7 @@ def _worker_stderr(cwd: Path, url: str, **env: str) -> str:
         assert proc.stdout is not None
         banner = proc.stdout.readline()
         assert "flowli worker:" in banner, banner
+        assert "flowli.dag" not in banner and "composition.save" not in banner  # the application's own only
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
         return err

@@ -1,7 +1,7 @@
 """The runs list speaks each audience's words, against the shared ``flowli serve``: a pipeline's
 row shows its number, its name, its stages done of all and its status as its own page and the
 API show it (``Running``, never the execution's ``suspended``); a Python run's row its workflow
-and version; every row its duration. The live list sends rows in the same words."""
+and version; every row its duration. The stuck page shows them in the same words."""
 
 from __future__ import annotations
 
@@ -61,3 +61,13 @@ async def test_a_pipeline_row_shows_its_number_name_progress_and_status_in_its_o
         assert row[0] == python_eid and row[1] == "ops.await_message v1"
         page = (await vic.get(f"/pipelines/{waiting['id']}", headers={"Accept": "text/html"})).text
         assert 'id="run-status" class="status tone-busy">Running<' in page
+        # the stuck page too: the pipeline waits for a handler nobody serves, the Python run for a message
+        deadline = time.monotonic() + 20
+        while "tone-waiting\">suspended<" not in (stuck := (await vic.get("/stuck", params={"older_than": "0"})).text):
+            assert time.monotonic() < deadline, "the Python run never waited"  # started a moment ago
+            await asyncio.sleep(0.05)
+        row = re.search(rf'<a href="/runs/{by_id[waiting["id"]]}">.*?</tr>', stuck, re.S)
+        assert row and f"pipeline {waiting['id']} · two-step" in row.group(0)
+        assert '<span class="status tone-busy">Running</span>' in row.group(0)
+        row = re.search(rf'<a href="/runs/{python_eid}">.*?</tr>', stuck, re.S)
+        assert row and '<span class="status tone-waiting">suspended</span>' in row.group(0)

@@ -73,6 +73,7 @@ async def _worker(s: Settings, concurrency: int, queues: list[str], grace: float
     if not s.app:
         raise CLIError("flowli worker needs --app module:registry (or FLOWLI_APP): a worker runs the workflows of a registry")
     registry = load_registry(s.app)
+    own = registry.names()  # the application's workflows, which the banner names (not the machinery's)
     install_catalog(registry)  # the dag runner and composition.save: a worker runs compositions too
     setup_logging()
     async with contextlib.AsyncExitStack() as stack:
@@ -103,7 +104,7 @@ async def _worker(s: Settings, concurrency: int, queues: list[str], grace: float
                 loop.add_signal_handler(sig, on_signal)
                 installed.append(sig)
         out.print(
-            f"flowli worker: {', '.join(registry.names()) or 'no workflows'} from {s.app} on {s.url}; "
+            f"flowli worker: {', '.join(own) or 'no workflows'} from {s.app} on {s.url}; "
             f"queues {', '.join(queues)}; concurrency {concurrency}; lease {lease_ttl:g} s. Ctrl-C or SIGTERM"
             f" stops it (the steps under way get {grace:g} s; a second signal stops it at once).",
             soft_wrap=True,

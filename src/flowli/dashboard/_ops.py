@@ -19,7 +19,7 @@ from flowli.catalog import PARKED, CatalogError
 from flowli.domain import DECIDE_RUNS, OPERATE_RUNS, FlowliError, checked_eid
 from flowli.patterns import answer_review, inbox
 
-from . import _graph
+from . import _graph, _runs
 from ._refusals import Refused, refusal
 
 if TYPE_CHECKING:
@@ -121,8 +121,12 @@ def routes(d: Dashboard) -> list[Route]:
                 if type(exc) is not CatalogError:
                     raise
                 raise Refused(400, f"older_than: {exc}") from None
+        # each run in its audience's words, as the runs list shows it (a pipeline's status is its own)
+        records = await d.engine.statuses([r["workflow_id"] for r in runs], application=application) \
+            if application is not None and runs else []
+        shown = {r["eid"]: r for r in await _runs.rows_of(d, application, records)} if records else {}
         return d.page(request, "stuck.html", user, application=application, runs=runs, older_than=older,
-                      done=request.query_params.get("done") == "terminated")
+                      shown=shown, done=request.query_params.get("done") == "terminated")
 
     async def terminate(request: Request) -> Response:
         form, access = await _acting(d, request)
