@@ -122,9 +122,10 @@ def routes(d: Dashboard) -> list[Route]:
                     raise
                 raise Refused(400, f"older_than: {exc}") from None
         # each run in its audience's words, as the runs list shows it (a pipeline's status is its own)
-        records = await d.engine.statuses([r["workflow_id"] for r in runs], application=application) \
-            if application is not None and runs else []
-        shown = {r["eid"]: r for r in await _runs.rows_of(d, application, records)} if records else {}
+        shown: dict[str, dict[str, Any]] = {}
+        if application is not None and runs:
+            records = await d.engine.statuses([r["workflow_id"] for r in runs], application=application)
+            shown = {r["eid"]: r for r in await _runs.rows_of(d, application, records)}
         return d.page(request, "stuck.html", user, application=application, runs=runs, older_than=older,
                       shown=shown, done=request.query_params.get("done") == "terminated")
 
