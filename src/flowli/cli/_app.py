@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Any, AsyncIterator, Callable, Coroutine, NoReturn
+from typing import Annotated, Any, AsyncIterator, Callable, Coroutine, Iterator, NoReturn
 from urllib.parse import unquote, urlparse
 
 import typer
@@ -113,6 +113,27 @@ def _fast_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
     except ImportError:  # not on every platform: the standard loop then
         return None
     return uvloop.new_event_loop
+
+
+EXTRAS = {"fastapi": "server", "fastapi_offline": "server", "starlette": "server", "uvicorn": "server",
+          "jinja2": "server", "multipart": "server", "python_multipart": "server", "sse_starlette": "server",
+          "httptools": "server", "mcp": "mcp", "httpx": "client", "httpcore": "client", "certifi": "client",
+          "sniffio": "client"}
+"""The packages of each optional extra of flowli (``pyproject.toml``): a command that imports one
+that is missing says which extra to install."""
+
+
+@contextlib.contextmanager
+def needs(command: str, extra: str) -> Iterator[None]:
+    """The imports of ``command``, which needs ``extra`` (``server``, ``mcp``, ``client``): one
+    that is not installed ends the command with the ``pip install`` that adds it."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").split(".")[0]
+        if top not in EXTRAS:
+            raise
+        fail(f"{command} needs flowli's {extra} extra ({top} is not installed): pip install 'flowli[{extra}]'")
 
 
 def fail(message: str, code: int = EXIT_REFUSED) -> NoReturn:

@@ -9,7 +9,7 @@ import typer
 
 from flowli.catalog import install
 
-from ._app import AppOption, CLIError, DbOption, _settings, app, open_engine, registry_of, run
+from ._app import AppOption, CLIError, DbOption, _settings, app, needs, open_engine, registry_of, run
 
 
 @app.command()
@@ -25,7 +25,8 @@ def mcp(
     """Serve the MCP tools, prompt and resources over stdio (the official SDK). With --api-key the
     assistant acts as that key; without, as the local admin. An engine worker runs the runs it
     starts, unless --no-worker."""
-    from flowli.mcp import build, fixed, from_key, local_admin, principal_of_key
+    with needs("flowli mcp", "mcp"):
+        from flowli.mcp import build, fixed, from_key, local_admin, principal_of_key
     from flowli.services import Services
 
     s = _settings(ctx, app_, db)

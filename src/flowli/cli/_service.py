@@ -14,7 +14,7 @@ from rich.table import Table
 from flowli.access import Applications
 from flowli.pipelines import install
 
-from ._app import AppOption, DbOption, _settings, app, open_engine, out, parse_value, registry_of, run
+from ._app import AppOption, DbOption, _settings, app, needs, open_engine, out, parse_value, registry_of, run
 
 apps_app = typer.Typer(help="Applications: each owns its pipelines, API keys, schedules and workers.",
                        no_args_is_help=True)
@@ -48,9 +48,10 @@ def serve(
     """Run the HTTP service (pipelines, the worker protocol) and, in the same process, the
     engine's worker and sweeper, with the dashboard at ``/``. Prints ``listening on
     http://HOST:PORT`` once it accepts connections."""
-    from flowli.dashboard import Dashboard
-    from flowli.http import AllowedHosts
-    from flowli.http import serve as serve_http
+    with needs("flowli serve", "server"):
+        from flowli.dashboard import Dashboard
+        from flowli.http import AllowedHosts
+        from flowli.http import serve as serve_http
 
     s = _settings(ctx, app_, db)
     if open_ and host not in ("127.0.0.1", "localhost", "::1"):
@@ -443,9 +444,10 @@ def check(
     import time
     import uuid
 
-    import httpx
+    with needs("flowli check", "client"):
+        import httpx
 
-    from flowli.client import ClientError, HttpWorker, PipelinesClient
+        from flowli.client import ClientError, HttpWorker, PipelinesClient
 
     if not api_key:
         raise typer.BadParameter("give an application's key with --api-key (or FLOWLI_API_KEY)")
