@@ -24,7 +24,7 @@ from starlette.routing import Route
 from flowli.domain import Entry
 from flowli.pipelines import WORKFLOW
 
-from . import _run, _runs
+from . import _rows, _run, _runs
 from ._refusals import Refused
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def routes(d: Dashboard) -> list[Route]:
                 eids = list(dict.fromkeys(e.eid for e in batch))
                 records = await d.engine.statuses(eids, application=application)
                 kept = [r for r in records if _runs.accepts(f, since, until, r)]
-                rows = {r["eid"]: r for r in await _runs.rows_of(d, application, kept)}
+                rows = {r["eid"]: r for r in await _rows.rows_of(d, application, kept)}
                 for record in records:
                     row = rows.get(record.eid)
                     yield {"event": "run", "data": json.dumps(

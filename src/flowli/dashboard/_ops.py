@@ -19,7 +19,7 @@ from flowli.catalog import PARKED, CatalogError
 from flowli.domain import DECIDE_RUNS, OPERATE_RUNS, FlowliError, checked_eid
 from flowli.patterns import answer_review, inbox
 
-from . import _graph, _runs
+from . import _graph, _rows
 from ._refusals import Refused, refusal
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ def routes(d: Dashboard) -> list[Route]:
         shown: dict[str, dict[str, Any]] = {}
         if application is not None and runs:
             records = await d.engine.statuses([r["workflow_id"] for r in runs], application=application)
-            shown = {r["eid"]: r for r in await _runs.rows_of(d, application, records)}
+            shown = {r["eid"]: r for r in await _rows.rows_of(d, application, records)}
         return d.page(request, "stuck.html", user, application=application, runs=runs, older_than=older,
                       shown=shown, done=request.query_params.get("done") == "terminated")
 

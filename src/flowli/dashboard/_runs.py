@@ -16,10 +16,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from flowli.domain import TERMINAL, ExecutionRecord, Status
-from flowli.pipelines import WORKFLOW, progress, status_word
+from flowli.domain import ExecutionRecord, Status
+from flowli.pipelines import WORKFLOW
 
 from ._refusals import Refused
+from ._rows import declaration, shown, summary
 
 if TYPE_CHECKING:
     from ._app import Dashboard
@@ -30,7 +31,6 @@ SCAN = 200
 SCAN_MAX = 5000
 """The most candidates one page of a matched filter reads; the page says where it stopped."""
 STATUSES = tuple(s.value for s in Status)
-ENDED = tuple(s.value for s in TERMINAL)
 
 
 def routes(d: Dashboard) -> list[Route]:
@@ -97,7 +97,7 @@ async def _page(d: Dashboard, application: str, f: dict[str, str], since: dateti
     except ValueError as exc:
         raise Refused(400, str(exc)) from None
     if not matched:
-        return {"items": await _shown(d, application, [_summary(s, None) for s in first]), "next": first.next,
+        return {"items": await shown(d, application, [summary(s, None) for s in first]), "next": first.next,
                 "counts": first.counts, "scanned": None}
     items: list[dict[str, Any]] = []
     page, scanned, last = first, 0, cursor
@@ -110,7 +110,7 @@ async def _page(d: Dashboard, application: str, f: dict[str, str], since: dateti
             last = s.cursor
             record = records.get(s.eid)
             if record is not None and _matches(record, pipeline_name, f["keyword"], f["text"]):
-                items.append(_summary(s, record))
+                items.append(summary(s, record))
                 if len(items) == PAGE_SIZE:
                     break
         if len(items) == PAGE_SIZE or page.next is None or scanned >= SCAN_MAX:
@@ -119,18 +119,12 @@ async def _page(d: Dashboard, application: str, f: dict[str, str], since: dateti
                                    since=since, until=until)
     consumed = not page.items or last == page.items[-1].cursor
     more = page.next is not None or not consumed
-    return {"items": await _shown(d, application, items), "next": last if more else None, "counts": first.counts,
+    return {"items": await shown(d, application, items), "next": last if more else None, "counts": first.counts,
             "scanned": scanned if scanned >= SCAN_MAX else None}
 
 
-def _declaration(record: ExecutionRecord) -> dict[str, Any] | None:
-    if record.workflow == WORKFLOW and record.args and isinstance(record.args[0], dict):
-        return record.args[0]
-    return None
-
-
 def _matches(record: ExecutionRecord, name: str | None, keyword: str, text: str) -> bool:
-    spec = _declaration(record)
+    spec = declaration(record)
     if name is not None and (spec is None or spec.get("name") != name):
         return False
     if keyword:
@@ -149,42 +143,3 @@ def _matches(record: ExecutionRecord, name: str | None, keyword: str, text: str)
             return False
     return True
 
-
-async def rows_of(d: Dashboard, application: str, records: list[ExecutionRecord]) -> list[dict[str, Any]]:
-    """Runs as the list shows them, from their records."""
-    return await _shown(d, application, [_summary(r, r) for r in records])
-
-
-def _summary(s: Any, record: ExecutionRecord | None) -> dict[str, Any]:
-    spec = _declaration(record) if record is not None else None
-    return {"eid": s.eid, "workflow": s.workflow, "version": s.version, "status": s.status.value,
-            "created_at": s.created_at, "updated_at": s.updated_at,
-            "ended": s.status.value in ENDED, "pipeline": spec.get("name") if spec else None,
-            "pipeline_id": spec.get("pipelineId") if spec else None, "progress": None}
-
-
-async def _shown(d: Dashboard, application: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows with each pipeline in its own words, read from the decider's states of the page in
-    one read: its name and number, its status (``status_word``: the one mapping from the engine's
-    words), its progress (stages done of all); every row with its duration."""
-    pipelines = [r["eid"] for r in rows if r["workflow"] == WORKFLOW]
-    states = await d.engine.decider_states(pipelines, application=application) if pipelines else {}
-    now = d.engine.clock.now()
-    for r in rows:
-        end = r["updated_at"] if r["ended"] else now
-        r["took"] = _took((end - r["created_at"]).total_seconds(), r["ended"])
-        if r["workflow"] != WORKFLOW:
-            continue
-        state = (states.get(r["eid"]) or (0, None))[1]
-        spec = (state or {}).get("spec") or {}
-        r["pipeline"] = spec.get("name", r["pipeline"])
-        r["pipeline_id"] = spec.get("pipelineId", r["pipeline_id"])
-        r["status"] = status_word(Status(r["status"]), state)
-        r["progress"] = progress(state)
-    return rows
-
-
-def _took(seconds: float, ended: bool) -> str:
-    text = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
-        f"{seconds / 3600:.1f} h"
-    return text if ended else f"{text} so far"
