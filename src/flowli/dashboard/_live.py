@@ -42,6 +42,7 @@ def routes(d: Dashboard) -> list[Route]:
         after = _run.number((q.get("after") or "").strip(), "after") or 0
         want = {k: q.get(k) or "" for k in ("frame", "kind", "attempt")}
         subset = (q.get("stages") or "").strip()
+        stage_page = _run.number((q.get("stage_page") or "").strip(), "stage_page") or 0
 
         def shown(row: dict[str, Any]) -> bool:
             return ((not want["frame"] or row["fid"] == want["frame"]) and (not want["kind"] or row["kind"] == want["kind"])
@@ -49,7 +50,7 @@ def routes(d: Dashboard) -> list[Route]:
 
         async def live_state() -> tuple[Any, dict[str, str]]:
             now = await d.engine.status(record.eid, application=application)
-            s = await _run.state(d, user, application, now, subset)
+            s = await _run.state(d, user, application, now, subset, stage_page)
             return now, {"event": "state", "data": live_tpl.render(user=user, application=application,
                                                                      rerun_warning=_run.RERUN_WARNING, **s)}
 

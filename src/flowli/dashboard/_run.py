@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 REFUSED = "result.refused"
 """The timeline's word for a late result the service refused (kept beside the journal)."""
 KINDS = (*(k.value for k in EntryKind), REFUSED)
+STAGES_SHOWN = 100
+"""The stages a pipeline's page lists at once (a page of them: a pipeline of 5,000 stages is 50)."""
 ENTRIES_SHOWN = 200
 """The timeline shows this many entries a page, the newest first."""
 VALUE_CHARS = 400
@@ -120,7 +122,7 @@ def _pipeline_id(record: ExecutionRecord) -> int | None:
 
 
 async def state(d: Dashboard, user: User, application: str, record: ExecutionRecord,
-                subset: str = "") -> dict[str, Any]:
+                subset: str = "", stage_page: int = 0) -> dict[str, Any]:
     """What the live parts of the page show: the facts, the graph (of the nodes whose name holds
     ``subset``, when given) and the stages (a pipeline's), and the actions the run allows now."""
     access = await d.access(user, application)
@@ -172,8 +174,22 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
     }
     return {"record": record, "view": view, "graph": graph, "too_large": too_large, "status": status,
             "channels": waited_channels(record.eid, journal),
+            **_stage_page(view, subset, stage_page),
             "actions": actions, "gate": gate, "python": python, "can_act": user.can_act, "can_decide": user.can_decide, "subset": subset,
             "drawn": len(nodes)}
+
+
+def _stage_page(view: dict[str, Any] | None, subset: str, page: int) -> dict[str, Any]:
+    """The page of a pipeline's stages table: STAGES_SHOWN stages (of those whose name holds
+    ``subset``), page ``page`` of them (the last one when past it)."""
+    if view is None:
+        return {"stages": [], "stage_page": 0, "stage_pages": 0, "stages_listed": 0}
+    listed = [x for x in view["stages"] if subset.lower() in x["name"].lower()] if subset else view["stages"]
+    pages = max(1, -(-len(listed) // STAGES_SHOWN))
+    page = min(page, pages - 1)
+    shown = listed[page * STAGES_SHOWN:(page + 1) * STAGES_SHOWN]
+    return {"stages": shown, "stage_page": page, "stage_pages": pages, "stages_listed": len(listed),
+            "stage_first": page * STAGES_SHOWN + 1, "stage_last": page * STAGES_SHOWN + len(shown)}
 
 
 def waited_channels(eid: str, journal: list[Any]) -> list[str]:
@@ -195,8 +211,9 @@ def _label(status: str, attempt: int) -> str:
 
 
 async def _show(d: Dashboard, request: Request, user: User, application: str, record: ExecutionRecord) -> Response:
-    s = await state(d, user, application, record, (request.query_params.get("stages") or "").strip())
     q = request.query_params
+    s = await state(d, user, application, record, (q.get("stages") or "").strip(),
+                    number((q.get("stage_page") or "").strip(), "stage_page") or 0)
     filters = {k: (q.get(k) or "").strip() for k in ("frame", "kind", "attempt", "before")}
     attempt, before = number(filters["attempt"], "attempt"), number(filters["before"], "before")
     if filters["kind"] and filters["kind"] not in KINDS:
