@@ -490,3 +490,16 @@ def test_migrate_checks_the_version_and_warns_when_no_live_worker_runs_it(flowli
     assert moved.returncode == 0, moved.stderr
     assert "now runs version 3" in moved.stdout
     assert "warning: no live worker registers waiter version 3" in moved.stderr
+
+
+def test_start_checks_its_arguments_against_the_workflows_signature(flowli, cwd):
+    """As the catalog checks its inputs: an argument that does not fit its parameter's annotation
+    is refused before anything is stored, naming the parameter; one that the annotation reads
+    (a JSON string of digits for an ``int``) starts the run with the value it becomes."""
+    refused = flowli("start", "double", '"abc"', "--app", APP)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "double(n: int): n: Input should be a valid integer" in refused.stderr, refused.stderr
+    assert not (cwd / "flowli.db").exists()  # refused before a database was opened
+    started = flowli("start", "double", '"21"', "--app", APP, "--wait", "--timeout", "30")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.splitlines()[-1] == "42"  # the run got 21, an int

@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.text import Text
 
 from flowli.catalog import Catalog
 from flowli.catalog import install as install_catalog
 from flowli.domain import Cancelled, UnknownExecutionError, UnknownWorkflowError
+from flowli.engine import WorkflowDef, input_model, problems
 
 from ._app import (
     EXIT_EXECUTION_FAILED,
@@ -162,9 +164,10 @@ async def _start(
 ) -> int:
     registry = registry_of(s)
     try:
-        registry.get(workflow, version)  # refuse an unknown workflow before a database file appears
+        wf = registry.get(workflow, version)  # refuse an unknown workflow before a database file appears
     except UnknownWorkflowError as exc:
         raise with_app_hint(exc, s) from None
+    values = checked_arguments(wf, values)
     async with open_engine(s, registry) as engine:
         try:
             eid = await engine.start(workflow, *values, by=by, key=key, version=version, queue=queue,
@@ -185,6 +188,20 @@ async def _start(
                 fail(f"execution {eid} {record.status.value}: {exc}", EXIT_EXECUTION_FAILED)
         print(json.dumps(value, ensure_ascii=False), flush=True)
     return 0
+
+
+def checked_arguments(wf: WorkflowDef, values: list[Any]) -> list[Any]:
+    """The arguments of a start from the command line, checked against the workflow's signature
+    as the catalog checks its inputs (a parameter's annotation is its type: ``"5"`` for an ``int``
+    becomes 5, ``"abc"`` is refused); CLIError names each argument that does not fit."""
+    wf.bind(values)  # how many: WorkflowArgumentsError names the signature
+    names = [p.name for p in list(wf.signature.parameters.values())[1:]][:len(values)]
+    try:
+        given = input_model(wf.name, wf.fn).model_validate(dict(zip(names, values, strict=True)))
+    except ValidationError as exc:
+        raise CLIError(f"{wf.name}({wf.parameters}): " + "; ".join(problems(exc))) from None
+    dumped = given.model_dump(mode="json")
+    return [dumped[name] for name in names]
 
 
 @app.command("ls")
