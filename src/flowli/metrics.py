@@ -1,5 +1,6 @@
 """Prometheus metrics of one engine: executions started, completed and failed by workflow (from
-the executions view, so every process reports the same totals), step attempts and failures by
+the executions view, so every process reports the same totals), the executions of each decider
+by application, name and status (a pipeline's, from their index), step attempts and failures by
 workflow and lease recoveries (this process's counters), the depth of each queue and the age of
 its oldest ready task, the sizes of the store's group commits, and the sweeper's timer lag.
 
@@ -35,7 +36,7 @@ class Metrics(Collector):
         self.engine = engine
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
-        self._read: dict[str, Any] = {"executions": [], "queues": [], "workers": []}
+        self._read: dict[str, Any] = {"executions": [], "queues": [], "workers": [], "deciders": []}
 
     async def refresh(self) -> None:
         """Read what comes from the store: executions per workflow and status, queue depths, the
@@ -43,7 +44,7 @@ class Metrics(Collector):
         executions = await self.engine.read_view(
             "executions", "SELECT workflow, status, COUNT(*) FROM view_executions GROUP BY workflow, status")
         self._read = {"executions": executions, "queues": await self.engine.queue_depths(),
-                      "workers": await self.engine.workers()}
+                      "workers": await self.engine.workers(), "deciders": await self.engine.decider_counts()}
 
     async def render(self) -> bytes:
         await self.refresh()
@@ -90,6 +91,12 @@ class Metrics(Collector):
         for queue, n in sorted(serving.items()):
             live.add_metric([queue], n)
         yield live
+        decided = GaugeMetricFamily("flowli_decider_executions",
+                                    "Executions of each decider by application, name and status (a pipeline's name"
+                                    " and status), from their index.", labels=["decider", "application", "name", "status"])
+        for decider, application, name, label, n in sorted(self._read["deciders"], key=lambda r: tuple(map(str, r))):
+            decided.add_metric([decider, application or "", name or "", label or ""], n)
+        yield decided
         sizes = self.engine.batch_sizes()
         buckets, seen = [], 0
         for bound in BUCKETS:

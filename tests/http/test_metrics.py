@@ -34,8 +34,8 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-def value(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
-    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+def value(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], metric: str, **labels: str) -> float:
+    return found.get((metric, tuple(sorted(labels.items()))), 0.0)
 
 
 async def finished(api: httpx.AsyncClient, eid: str) -> str:
@@ -117,6 +117,10 @@ async def test_serve_metrics_time_stages_by_application_pipeline_and_handler(tmp
     assert value(found, "flowli_stage_duration_seconds_bucket", le="0.25", **labels) == 0
     assert value(found, "flowli_stage_results_total", outcome="succeeded", **labels) == 1
     assert value(found, "flowli_stage_results_total", outcome="failed", **labels) == 1
+    # the pipelines themselves, by application, name and status (every process reads the same)
+    pipelines = {"decider": "flowli.pipeline", "application": "billing", "name": "invoice"}
+    assert value(found, "flowli_decider_executions", status="Completed", **pipelines) == 1
+    assert value(found, "flowli_decider_executions", status="Failed", **pipelines) == 1
 
 
 def free_port() -> int:

@@ -381,6 +381,12 @@ class Engine(ReadModels):
         return [(q, n, max(0.0, now.timestamp() - at))
                 for q, n, at in await self._store.queue_depths(now, application)]
 
+    async def decider_counts(self) -> builtins.list[tuple[str, str | None, str | None, str | None, int]]:
+        """How many executions each decider has, by application and by the name and label of
+        their index (a pipeline's name and status), from the index rows: rows of decider,
+        application, name, label, count."""
+        return await self._store.read_decider_counts()
+
     async def activity(self, since: datetime, width: timedelta, *,
                        application: str | None = None) -> builtins.list[tuple[str, str | None, int, str, int]]:
         """The runs started and ended since ``since`` (executions without a parent; of

@@ -631,6 +631,10 @@ class Store(Protocol):
         seconds) since which the oldest of them is (for the metrics; of one application's tasks
         when it is given)."""
 
+    async def read_decider_counts(self) -> list[tuple[str, str | None, str | None, str | None, int]]:
+        """How many executions each decider has, per application, index name and label (a
+        pipeline's name and status): rows of decider, application, name, label, count."""
+
     async def read_activity(self, since: datetime, width: float,
                             application: str | None = None) -> list[tuple[str, str | None, int, str, int]]:
         """The runs (executions without a parent) of ``application`` (every one's when None)

@@ -50,6 +50,8 @@ _FINISHED_BEFORE = (
 _SCOPED_MESSAGES = (f"SELECT {c.MESSAGE_COLUMNS} FROM messages WHERE channel >= ? AND channel < ?"
                     " ORDER BY channel, seq")
 _WAITERS = "SELECT eid FROM waiters WHERE channel = ?"
+_DECIDER_COUNTS = ("SELECT decider, application, name, label, COUNT(*) FROM decider_states WHERE decider IS NOT NULL"
+                   " GROUP BY decider, application, name, label")
 
 
 def scope_params(application: str | None) -> list[str]:
@@ -126,6 +128,9 @@ class SharedReads:
     async def queue_depths(self, now: datetime, application: str | None = None) -> list[tuple[str, int, float]]:
         params = (now.timestamp(), *scope_params(application))
         return await self._rows(queue_depths(application), params, lambda r: (str(r[0]), int(r[1]), float(r[2])))
+
+    async def read_decider_counts(self) -> list[tuple[str, str | None, str | None, str | None, int]]:
+        return await self._rows(_DECIDER_COUNTS, (), lambda r: (str(r[0]), r[1], r[2], r[3], int(r[4])))
 
     async def read_activity(self, since: datetime, width: float,
                             application: str | None = None) -> list[tuple[str, str | None, int, str, int]]:
