@@ -100,6 +100,23 @@ def test_every_route_declares_an_answer_schema(service: Service):
                 assert {"400", "401", "404", "413"} <= set(op["responses"]), (method, path)
 
 
+def test_every_route_says_what_it_does_and_which_credential_it_takes(service: Service):
+    doc = httpx.get(f"{service.url}/openapi.json").json()
+    schemes = doc["components"]["securitySchemes"]
+    assert (schemes["workerSession"]["in"], schemes["workerSession"]["name"]) == ("header", "X-Worker-Session")
+    assert (schemes["apiKey"]["in"], schemes["apiKey"]["name"]) == ("header", "X-API-Key")
+    assert schemes["bearer"] == {**schemes["bearer"], "type": "http", "scheme": "bearer"}
+    for path, methods in doc["paths"].items():
+        for method, op in methods.items():
+            assert len(op.get("description") or "") > 10, (method, path)
+            if path == "/healthz":
+                continue
+            credential = "workerSession" if path.startswith(("/jobs/", "/stages/{stage_id}/lease", "/stages/results",
+                                                             "/stages/{stage_id}/result")) \
+                or path in ("/workers/heartbeat", "/workers/shutdown") else "apiKey"
+            assert op["security"] == [{credential: []}, {"bearer": []}], (method, path, op.get("security"))
+
+
 async def test_no_route_answers_5xx_or_outside_its_schema(service: Service, names: Names, tmp_path: Path):
     _, key, _ = await service.application(names("fuzzed"))
     async with httpx.AsyncClient(base_url=service.url, headers={"X-API-Key": key}, timeout=30) as http:
