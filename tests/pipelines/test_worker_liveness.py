@@ -58,7 +58,7 @@ async def test_a_silent_worker_is_offline_and_explain_says_no_live_worker_serves
             assert await unserved() == []
             await clock.advance(timedelta(seconds=3 * interval + 1))  # no heartbeat for three intervals
             assert [w["state"] for w in await workers.list(access)] == ["offline"]
-            assert await unserved() == ["no live worker serves queue 'pipelines:billing:Load'"]
+            assert await unserved() == ["no live worker serves handler 'Load'"]  # the pipeline's words
             session = await workers.session(boot["workerSessionToken"])
             await workers.heartbeat(session, {"state": "ready", "inFlight": 0})
             assert [w["state"] for w in await workers.list(access)] == ["ready"]
@@ -74,8 +74,11 @@ async def test_a_pipeline_whose_handler_no_worker_ever_served_is_stuck_and_says_
         async with engine.worker(queues=("pipelines",)):
             record = await waiting_on(engine, pipelines, access, "Nobody")
             why = await engine.explain(record.eid, application="billing")
-            assert "no live worker serves queue 'pipelines:billing:Nobody'" in why.summary
+            # in the pipeline's words: its stage and its handler, not the engine's frame and queue
+            assert "stage 'load' (attempt 1) waits for a worker to take its job" in why.summary, why.summary
+            assert "no live worker serves handler 'Nobody'" in why.summary
+            assert [w["queue"] for w in why.waits if w["kind"] == "queue"] == ["pipelines:billing:Nobody"]
             await clock.advance(timedelta(hours=2))
             stuck = await Catalog(engine).stuck(3600, application="billing")
             assert [s["workflow_id"] for s in stuck] == [record.eid]
-            assert "no live worker serves queue 'pipelines:billing:Nobody'" in stuck[0]["waiting_on"]["summary"]
+            assert "no live worker serves handler 'Nobody'" in stuck[0]["waiting_on"]["summary"]

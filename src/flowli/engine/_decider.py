@@ -212,6 +212,12 @@ class Delegate:
     workers: bool = False
     """Its consumers are workers that say which queues they serve (a worker's bootstrap,
     ``Consumer.present``): ``explain`` then says when no live one serves ``queue``."""
+    label: str | None = None
+    """The work in its consumers' words (a pipeline's ``stage 'validate'``): ``explain`` says what
+    waits with it instead of the frame and the queue."""
+    served_by: str | None = None
+    """What serves ``queue`` in its consumers' words (a pipeline's ``handler 'ValidateInvoiceHandler'``):
+    ``explain`` says that no live worker serves it instead of naming the queue."""
 
 
 @dataclass(frozen=True)

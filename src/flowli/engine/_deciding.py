@@ -492,6 +492,10 @@ def _delegate_task(rt: Runtime, decider: Decider, record: ExecutionRecord, d: De
              "expiries": 0, "max_expiries": 1}
     if d.workers:
         frame["workers"] = True  # see Delegate.workers
+    if d.label:
+        frame["label"] = d.label  # see Delegate.label
+    if d.served_by:
+        frame["served_by"] = d.served_by  # see Delegate.served_by
     return Task(id=task_id(TaskKind.DELEGATE, record.eid, f"{fid}@{d.attempt}"), kind=TaskKind.DELEGATE, queue=d.queue,
                 eid=record.eid, payload=check_json(d.payload, f"the payload of Delegate {d.key!r}"),
                 provenance=rt.provenance(code=Code(decider.name, decider.version, "delegate", d.key), attempt=d.attempt),

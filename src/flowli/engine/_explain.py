@@ -49,10 +49,10 @@ async def explain(rt: Runtime, archive: Archive, eid: str, application: str | No
         for q in w["queues"] or ():
             served[q] = served.get(q, False) or w["seen_at"] > live_after
 
-    def unserved(queue: str) -> dict[str, Any] | None:
+    def unserved(queue: str, served_by: str | None = None) -> dict[str, Any] | None:
         if served.get(queue):
             return None
-        return {"kind": "queue", "queue": queue, "message": f"no live worker serves queue {queue!r}"}
+        return {"kind": "queue", "queue": queue, "message": f"no live worker serves {served_by or f'queue {queue!r}'}"}
 
     waits: list[dict[str, Any]] = []
     if record.blocked is not None:
@@ -83,7 +83,8 @@ async def explain(rt: Runtime, archive: Archive, eid: str, application: str | No
     timers = {t.fid: t.at for t in await rt.store.read_timers(eid)}
     if suspended is not None and suspended.value == {"reason": "decider"}:
         # a decider's execution describes no wait: what it has open is its tasks and its timers
-        described = [{"fid": t.frame["fid"], "kind": "delegate", "queue": t.queue, "workers": t.frame.get("workers")}
+        described = [{"fid": t.frame["fid"], "kind": "delegate", "queue": t.queue, "workers": t.frame.get("workers"),
+                      "label": t.frame.get("label"), "served_by": t.frame.get("served_by")}
                      for t in tasks if t.kind is TaskKind.DELEGATE and t.frame is not None] + \
                     [{"fid": fid, "kind": "timer"} for fid in sorted(timers)]
     for w in described:
@@ -114,10 +115,14 @@ async def explain(rt: Runtime, archive: Archive, eid: str, application: str | No
             queue = w.get("queue") or (task.queue if task else None)
             entry = {"kind": kind, "fid": fid, "queue": queue, "task": task.id if task else None,
                      "attempt": task.attempt if task else None}
+            label = w.get("label")  # the work in its consumers' words (a pipeline's stage), when it says so
             if task is not None and task.lease_owner is not None:
                 entry["held_by"] = task.lease_owner
                 entry["lease_expires_at"] = task.visible_at.isoformat()
-                entry["message"] = f"frame {fid} waits for {task.lease_owner} to answer its task on queue {queue!r}"
+                entry["message"] = f"{label} runs on {task.lease_owner}" if label else \
+                    f"frame {fid} waits for {task.lease_owner} to answer its task on queue {queue!r}"
+            elif label:
+                entry["message"] = f"{label} waits for a worker to take its job"
             else:
                 who = "a consumer" if kind == "delegate" else "a worker"
                 entry["message"] = f"frame {fid} waits for {who} to take its task on queue {queue!r}"
@@ -125,7 +130,8 @@ async def explain(rt: Runtime, archive: Archive, eid: str, application: str | No
             # a step's queue is a worker's; a delegation's, a consumer's that said it serves it
             # (an application's HTTP worker does) and has gone silent since, or one whose consumers
             # are such workers (``Delegate.workers``: a pipeline's stage) when none lives
-            if queue and (kind == "step" or queue in served or w.get("workers")) and (u := unserved(queue)) is not None:
+            if queue and (kind == "step" or queue in served or w.get("workers")) and \
+                    (u := unserved(queue, w.get("served_by"))) is not None:
                 waits.append(u)
     if not waits:
         summary = "it waits on nothing that flowli knows of" if record.status is not Status.PENDING else \

@@ -392,7 +392,8 @@ def _dispatch(d: _Decision, stage: dict[str, Any]) -> None:
             "timeoutSeconds": timeout or None, "base": 0, "application": application,
             "traceId": s["spec"].get("traceId")}
     d.effects.append(Delegate(str(stage["id"]), queue_of(application, spec["stageHandlerName"]), seed, attempt,
-                              workers=True))
+                              workers=True, label=f"stage {stage['name']!r} (attempt {attempt})",
+                              served_by=f"handler {spec['stageHandlerName']!r}"))
     if timeout:
         d.effects.append(Timer(f"timeout:{stage['id']}:{attempt}", after=timedelta(seconds=timeout)))
 
