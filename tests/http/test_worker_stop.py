@@ -6,10 +6,12 @@ lease expires) and exits 0; neither prints a traceback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,9 +26,21 @@ pytestmark = pytest.mark.e2e
 WORKER = Path(__file__).with_name("graceful_main.py")
 
 
-def start(url: str, key: str, handler: str, marker: Path, seconds: float, grace: float) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(WORKER), url, key, handler, str(marker), str(seconds), str(grace)],
+@contextlib.contextmanager
+def worker_process(url: str, key: str, handler: str, marker: Path, seconds: float,
+                   grace: float) -> Iterator[subprocess.Popen[str]]:
+    """The worker of ``graceful_main.py`` in a process of its own, killed after the block if it still runs."""
+    proc = subprocess.Popen([sys.executable, str(WORKER), url, key, handler, str(marker), str(seconds), str(grace)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def one_stage(name: str, handler: str) -> dict[str, object]:
+    return {"name": name, "stages": [{"stageName": "s", "stageHandlerName": handler}]}
 
 
 async def started(marker: Path) -> None:
@@ -47,14 +61,13 @@ async def ended(process: subprocess.Popen[str], within: float) -> tuple[int, str
 async def test_sigterm_finishes_the_running_job_takes_no_other_and_shuts_down(service, billing, tmp_path):
     _, key = billing
     marker = tmp_path / "started"
-    worker = start(service.url, key, "Finish", marker, seconds=1.5, grace=30)
-    try:
+    with worker_process(service.url, key, "Finish", marker, seconds=1.5, grace=30) as worker:
         async with PipelinesClient(service.url, key) as client:
-            running = await client.create({"name": "running", "stages": [{"stageName": "s", "stageHandlerName": "Finish"}]})
+            running = await client.create(one_stage("running", "Finish"))
             await started(marker)
             worker.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.5)  # the worker has stopped polling
-            later = await client.create({"name": "later", "stages": [{"stageName": "s", "stageHandlerName": "Finish"}]})
+            later = await client.create(one_stage("later", "Finish"))
             code, err = await ended(worker, 20)
             assert code == 0 and "Traceback" not in err, err
             done = await until_status(client, running["id"], "Completed")
@@ -63,24 +76,17 @@ async def test_sigterm_finishes_the_running_job_takes_no_other_and_shuts_down(se
         async with httpx.AsyncClient(base_url=service.url, headers={"X-API-Key": key}) as api:
             mine = [w for w in (await api.get("/workers")).json() if w["workerName"] == f"graceful-{worker.pid}"]
             assert [w["state"] for w in mine] == ["stopped"]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
 
 
 async def test_ctrl_c_past_the_grace_hands_the_job_back_without_a_traceback(service, billing, tmp_path):
     _, key = billing
     marker = tmp_path / "started"
-    worker = start(service.url, key, "Endless", marker, seconds=600, grace=0.5)
-    try:
+    with worker_process(service.url, key, "Endless", marker, seconds=600, grace=0.5) as worker:
         async with PipelinesClient(service.url, key) as client:
-            made = await client.create({"name": "long", "stages": [{"stageName": "s", "stageHandlerName": "Endless"}]})
+            made = await client.create(one_stage("long", "Endless"))
             await started(marker)
             worker.send_signal(signal.SIGINT)
             code, err = await ended(worker, 15)
             assert code == 0 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
             assert "handed back" in err
             assert (await client.get(made["id"]))["stages"][0]["status"] == "Running"  # until its lease expires
-    finally:
-        if worker.poll() is None:
-            worker.kill()
