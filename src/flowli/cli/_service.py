@@ -14,7 +14,8 @@ from rich.table import Table
 from flowli.access import Applications
 from flowli.pipelines import install
 
-from ._app import AppOption, DbOption, _settings, app, needs, open_engine, out, parse_value, registry_of, run
+from ._app import AppOption, DbOption, _settings, app, fail, needs, open_engine, out, parse_value, registry_of, run
+from ._processes import supervise
 
 apps_app = typer.Typer(help="Applications: each owns its pipelines, API keys, schedules and workers.",
                        no_args_is_help=True)
@@ -42,6 +43,10 @@ def serve(
         "--allowed-host", metavar="NAME",
         help="A name (NAME or NAME:PORT) the service answers to besides the loopback names and --host (repeat):"
              " a request whose Host header is another name is refused with 421.")] = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, metavar="N",
+                                         help="Serve with N processes, one engine each, on one PostgreSQL database"
+                                              " (refused on SQLite).")] = 1,
+    fd: Annotated[int | None, typer.Option("--fd", hidden=True, help="Serve this inherited socket (--workers).")] = None,
     app_: AppOption = None,
     db: DbOption = None,
 ) -> None:
@@ -61,6 +66,23 @@ def serve(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
+    if workers > 1:
+        if s.url.startswith("sqlite"):
+            fail(f"flowli serve --workers {workers} runs {workers} processes on one database, which needs PostgreSQL:"
+                 " a SQLite file is written by one process (serve it with one)")
+        if open_:
+            raise typer.BadParameter("--open is for one process on this machine: leave out --workers")
+
+        async def migrated() -> int:
+            async with open_engine(s):  # the schema, once, before the processes open it together
+                return 0
+
+        run(migrated())
+        child = ["--db", s.url, *(["--app", s.app] if s.app else []), "serve", "--host", host,
+                 "--lease-ttl", str(lease_ttl), *(["--no-worker"] if no_worker else []),
+                 *[f"--allowed-host={h}" for h in allowed_hosts or ()]]
+        raise typer.Exit(supervise(workers, host, port, child))
+
     def announce(line: str) -> None:
         print(line, flush=True)
         if open_ and (sys.platform != "linux" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
@@ -77,7 +99,7 @@ def serve(
         async with open_engine(s, registry) as engine:
             await serve_http(engine, host, port, lease_ttl=lease_ttl, worker=not no_worker, announce=announce,
                              pages=lambda routes, services: Dashboard(routes, engine, services, local=open_),
-                             allowed_hosts=allowed_hosts or ())
+                             allowed_hosts=allowed_hosts or (), fd=fd)
         return 0
 
     run(go(), fast_loop=True)

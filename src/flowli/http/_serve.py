@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -20,10 +21,11 @@ from ._app import Pages, create_app
 
 async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, lease_ttl: float = 30.0,
                 worker: bool = True, concurrency: int = 256, announce: Any = None,
-                pages: Pages | None = None, allowed_hosts: Iterable[str] = ()) -> None:
+                pages: Pages | None = None, allowed_hosts: Iterable[str] = (), fd: int | None = None) -> None:
     """Serve the HTTP service; ``pages`` (the dashboard) answer in front of its routes, behind the
     same checks of the Host and Origin (the loopback names, ``host`` unless a wildcard,
-    ``allowed_hosts``) and the same body limit."""
+    ``allowed_hosts``) and the same body limit. ``fd``: serve that listening socket (inherited
+    from ``flowli serve --workers``, which bound ``host:port``) instead of binding one."""
     service = create_app(engine, lease_ttl=lease_ttl, host=host, allowed_hosts=allowed_hosts, pages=pages)
     logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK's session start and stop lines
     config = uvicorn.Config(service, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
@@ -45,7 +47,9 @@ async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, le
         if worker:
             await stack.enter_async_context(engine.worker(concurrency=concurrency, queues=queues))
         await stack.enter_async_context(service.mcp.session_manager.run())  # the /mcp sessions
-        task = asyncio.create_task(server.serve())
+        # an inherited socket (its family and address read from it), or one bound here
+        sockets = [socket.socket(fileno=fd)] if fd is not None else None
+        task = asyncio.create_task(server.serve(sockets=sockets))
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if server.started:
