@@ -1,4 +1,4 @@
-"""Workloads W1–W4 of BENCH.md, on the database of a URL (fresh for each run, see :mod:`bench.targets`).
+"""Workloads W1–W4 and W7 of BENCH.md and of the issues, on the database of a URL (fresh for each run, see :mod:`bench.targets`).
 
 Each ``run_*`` function opens its own engine on ``url`` (``flowli.connect``, or ``opener`` when
 given: :mod:`bench.drivers` passes one that builds the store on another driver), runs the worker
@@ -67,6 +67,26 @@ async def sleep_then_step(ctx: flowli.Context, seconds: float, i: int) -> int:
     """W4: a durable sleep, then one step."""
     await ctx.sleep(timedelta(seconds=seconds))
     return (await ctx.step(step, i))["i"]
+
+
+_ROUNDS: dict[str, asyncio.Queue[int]] = {}
+"""W7: the rounds each ping-pong workflow has reached (its step tells the client, in this process)."""
+
+
+async def reached(key: str, k: int) -> int:
+    """W7's step: tell the client that the workflow ``key`` waits for round ``k``'s message."""
+    _ROUNDS[key].put_nowait(k)
+    return k
+
+
+@registry.workflow("bench.ping_pong", version="1")
+async def ping_pong(ctx: flowli.Context, key: str, rounds: int) -> int:
+    """W7: ``rounds`` rounds of a step, then a receive the client answers with a signal."""
+    total = 0
+    for k in range(rounds):
+        await ctx.step(reached, key, k)
+        total += int(await ctx.receive("go"))
+    return total
 
 
 # ---- the runs ------------------------------------------------------------------------------
@@ -184,9 +204,45 @@ async def run_w4(url: str, n: int = 200, *, opener: Opener | None = None, sleep_
                  start_s=round(started - t0, 4), concurrency=concurrency)
 
 
+async def run_w7(url: str, n: int = 2000, *, opener: Opener | None = None, window: int = 100,
+                 concurrency: int = 4) -> dict[str, Any]:
+    """W7: one workflow does ``n`` rounds of ``receive``, each answered by a ``signal`` once the
+    workflow reached it (its step says so) and suspended there. The figure is the time per round of the last
+    ``window`` rounds over that of the first ``window``: a workflow that replays its journal on
+    every resume grows with it."""
+    engine = await _open(url, opener)
+    key = f"w7-{time.monotonic_ns()}"
+    _ROUNDS[key] = asyncio.Queue()
+    took: list[float] = []
+    try:
+        async with engine, engine.worker(concurrency=concurrency):
+            t0 = time.perf_counter()
+            eid = await engine.start(ping_pong, key, n)
+            for k in range(n):
+                began = time.perf_counter()
+                got = await asyncio.wait_for(_ROUNDS[key].get(), RESULT_TIMEOUT)
+                if got != k:
+                    raise BenchError(f"round {got} came where {k} was expected")
+                # the message of a person comes after the workflow suspended (no worker holds it)
+                while (await engine.status(eid)).status is not Status.SUSPENDED:
+                    await asyncio.sleep(0.0005)
+                await engine.signal(eid, "go", 1)
+                took.append(time.perf_counter() - began)
+            value = await engine.result(eid, timeout=RESULT_TIMEOUT)
+            wall = time.perf_counter() - t0
+            await _check_completed(engine, [eid], [value], [n])
+    finally:
+        _ROUNDS.pop(key, None)
+    first = sum(took[1:window + 1]) / len(took[1:window + 1]) * 1000  # round 0 waits for the start
+    last = sum(took[-window:]) / len(took[-window:]) * 1000
+    return _line(url, "W7", n, wall, round(last / first, 2), "x", first_ms=round(first, 3), last_ms=round(last, 3),
+                 window=window)
+
+
 WORKLOADS: dict[str, Workload] = {
     "W1": Workload("W1", "sequential: n workflows x 10 steps", 200, "steps/s", run_w1),
     "W2": Workload("W2", "fan-out: one workflow gathers n steps", 500, "steps/s", run_w2),
     "W3": Workload("W3", "latency: n one-step workflows, one at a time", 100, "ms", run_w3),
     "W4": Workload("W4", "sleep: n workflows sleep 1 s then one step", 200, "s", run_w4),
+    "W7": Workload("W7", "ping-pong: one workflow, n rounds of receive answered by signal", 2000, "x", run_w7),
 }

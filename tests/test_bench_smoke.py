@@ -33,6 +33,7 @@ SMALL = [
     ("W2", 20, {}, "bench.fan_out", "steps/s", 1),
     ("W3", 5, {}, "bench.one_step", "workflows/s", 5),
     ("W4", 5, {"sleep_s": 0.1}, "bench.sleep", "s", 5),
+    ("W7", 12, {"window": 4}, "bench.ping_pong", "x", 1),
 ]
 
 
@@ -66,6 +67,9 @@ async def run_small(url: str, backend: str, wid: str, n: int, options: dict[str,
         assert 0 < line["p50_ms"] <= line["p99_ms"] <= line["max_ms"]
     if wid == "W4":
         assert line["rate"] is None and line["sleep_s"] == 0.1
+    if wid == "W7":
+        assert line["first_ms"] > 0 and line["last_ms"] > 0
+        assert abs(line["rate"] - line["last_ms"] / line["first_ms"]) <= 0.06  # the growth, to 0.1
 
 
 @pytest.mark.integration
