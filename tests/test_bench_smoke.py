@@ -107,8 +107,9 @@ async def test_w5_runs_on_two_worker_processes() -> None:
         assert cpu["workers"] > 0 and cpu["client"] >= 0, cpu
         assert set(cpu) <= {"client", "workers", "postgresql", "other"}, cpu
         # a share of all cores; the processes' times are read one by one around the timed part,
-        # so on a loaded machine the figure can pass 1 a little (never twice over)
-        assert 0 < line["machine_busy"] <= 1.25, line["machine_busy"]
+        # so on a loaded machine the figure can pass 1 (1.3 seen in a CI run of this sub-second
+        # workload), never twice over
+        assert 0 < line["machine_busy"] < 2, line["machine_busy"]
 
 
 @pytest.mark.e2e
