@@ -389,3 +389,17 @@ def test_the_dashboard_benchmark_runs_end_to_end_once_small(tmp_path):
     assert {x["workload"] for x in summaries} == {"D1", "D2"}
     assert all(x["failures"] == 0 and x["p50_ms"] > 0 for x in summaries), summaries
     assert any(x["page"] == "runs" and x["stored"] == 20 for x in summaries), summaries
+
+
+@pytest.mark.e2e
+async def test_the_clients_micro_benchmark_measures_each_candidate(service: Any, names: Any) -> None:
+    """bench.clients against the shared ``flowli serve``: every request answered 200, a CPU figure
+    per request for httpx and the streams client (and aiohttp where the bench extra installed it)."""
+    from bench import clients
+
+    _, key, _ = await service.application(names("clients"))
+    lines = await clients.measure(service.url, key, 20, 2)
+    by = {line["client"]: line for line in lines}
+    assert {"httpx", "streams"} <= set(by)
+    for line in lines:
+        assert line["requests"] == 20 and line["cpu_us_per_request"] > 0 and line["rate"] > 0, line
