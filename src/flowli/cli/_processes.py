@@ -22,7 +22,7 @@ STOP_WITHIN = 30.0
 """Seconds the processes have to stop after SIGTERM before they are killed."""
 
 
-def supervise(n: int, host: str, port: int, child_args: Sequence[str], announce: bool = True) -> int:
+def supervise(n: int, host: str, port: int, child_args: Sequence[str]) -> int:
     """Serve ``host:port`` with ``n`` processes of ``flowli <child_args> --fd FD``; returns the exit
     code (0 after a stop asked for, else that of the first process that ended on its own)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -44,7 +44,7 @@ def supervise(n: int, host: str, port: int, child_args: Sequence[str], announce:
             if not line.startswith("listening on "):
                 stopping.set()
                 break
-        if not stopping.is_set() and announce:
+        if not stopping.is_set():
             print(f"listening on http://{host}:{bound}", flush=True)
             print(f"{n} processes: {', '.join(str(p.pid) for p in procs)}", file=sys.stderr, flush=True)
         relays = [threading.Thread(target=_relay, args=(p,), daemon=True) for p in procs]

@@ -15,7 +15,7 @@ ENDED = (("completed", "ok"), ("failed", "bad"), ("cancelled", "idle"))
 """How a run ended, bottom to top of a stacked bar, with the tone each is drawn in."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Interval:
     """One interval of a chart: its label (when it starts), how many runs started in it and how
     many ended in it, by how they ended."""

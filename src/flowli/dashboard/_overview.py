@@ -24,6 +24,7 @@ from starlette.routing import Route
 from flowli.pipelines import WORKFLOW, handler_of
 
 from . import _charts
+from ._durations import took
 from ._live import PING, batches
 from ._refusals import Refused
 
@@ -99,7 +100,7 @@ async def figures(d: Dashboard, user: User, application: str, window: str) -> di
         for f in (everything, by_name.setdefault((workflow, name), empty())):
             i = f.intervals[k]
             if what == "started":
-                f.intervals[k] = _charts.Interval(i.label, i.started + count, i.ended)
+                i.started += count
             else:
                 i.ended[what] = i.ended.get(what, 0) + count
     names = sorted(by_name.items(), key=lambda kv: (-kv[1].total("started"), kv[0][1] or kv[0][0], kv[0][0]))
@@ -114,7 +115,7 @@ async def figures(d: Dashboard, user: User, application: str, window: str) -> di
     for queue, depth, age in await d.engine.queue_depths(application=application):
         handler = handler_of(queue, application)
         queues.append({"what": "handler" if handler is not None else "queue", "name": handler or queue,
-                       "depth": depth, "age": _age(age), "served": serving.get(queue, 0)})
+                       "depth": depth, "age": took(age), "served": serving.get(queue, 0)})
     title = f"Runs of {application} over the last {window}, per {_words(width)}"
     return {
         "window": window, "windows": list(WINDOWS), "since": since, "now": now, "totals": everything,
@@ -137,14 +138,6 @@ def _named(application: str, workflow: str, name: str | None, f: Figures, width:
 def _words(width: timedelta) -> str:
     minutes = int(width.total_seconds() // 60)
     return f"{minutes} minutes" if minutes < 60 else "hour" if minutes == 60 else f"{minutes // 60} hours"
-
-
-def _age(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def routes(d: Dashboard) -> list[Route]:

@@ -11,9 +11,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from flowli.catalog import inputs_of
-from flowli.domain import ExecutionRecord, Status, UnknownWorkflowError
+from flowli.domain import Entry, ExecutionRecord, Status, UnknownWorkflowError
 from flowli.engine import FrameView, RunView, describe_wait
 from flowli.pipelines import redact as redact_value
+
+from ._durations import took
 
 if TYPE_CHECKING:
     from ._app import Dashboard
@@ -31,12 +33,7 @@ def shown(value: Any, chars: int = VALUE_CHARS) -> str:
 
 
 def _duration(start: datetime | None, end: datetime | None, now: datetime) -> str:
-    if start is None:
-        return ""
-    seconds = ((end or now) - start).total_seconds()
-    text = f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s" if seconds < 120 else \
-        f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-    return text if end is not None else f"{text} so far"
+    return "" if start is None else took(((end or now) - start).total_seconds(), end is not None)
 
 
 def error_of(error: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -61,9 +58,9 @@ def _frame(eid: str, f: FrameView, now: datetime) -> dict[str, Any]:
     }
 
 
-async def sections(d: Dashboard, record: ExecutionRecord, application: str) -> dict[str, Any]:
-    """The sections of a Python run's page (see the module's note)."""
-    view: RunView = await d.engine.run_view(record.eid, application=application)
+def sections(d: Dashboard, record: ExecutionRecord, journal: list[Entry]) -> dict[str, Any]:
+    """The sections of a Python run's page (see the module's note), from its record and journal."""
+    view = RunView.of(record, journal)
     now = d.engine.clock.now()
     frames = [_frame(record.eid, f, now) for f in view.frames]
     try:

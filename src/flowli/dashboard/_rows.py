@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from flowli.domain import TERMINAL, ExecutionRecord, Status
 from flowli.pipelines import WORKFLOW, progress, status_word
 
+from ._durations import took
+
 if TYPE_CHECKING:
     from ._app import Dashboard
 
@@ -25,7 +27,7 @@ def declaration(record: ExecutionRecord) -> dict[str, Any] | None:
 
 async def rows_of(d: Dashboard, application: str, records: list[ExecutionRecord]) -> list[dict[str, Any]]:
     """Runs as the list shows them, from their records."""
-    return await shown(d, application, [summary(r, r) for r in records])
+    return await in_words(d, application, [summary(r, r) for r in records])
 
 
 def summary(s: Any, record: ExecutionRecord | None) -> dict[str, Any]:
@@ -36,7 +38,7 @@ def summary(s: Any, record: ExecutionRecord | None) -> dict[str, Any]:
             "pipeline_id": spec.get("pipelineId") if spec else None, "progress": None}
 
 
-async def shown(d: Dashboard, application: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+async def in_words(d: Dashboard, application: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows with each pipeline in its own words, read from the decider's states of the page in
     one read: its name and number, its status (``status_word``: the one mapping from the engine's
     words), its progress (stages done of all); every row with its duration."""
@@ -45,7 +47,7 @@ async def shown(d: Dashboard, application: str, rows: list[dict[str, Any]]) -> l
     now = d.engine.clock.now()
     for r in rows:
         end = r["updated_at"] if r["ended"] else now
-        r["took"] = _took((end - r["created_at"]).total_seconds(), r["ended"])
+        r["took"] = took((end - r["created_at"]).total_seconds(), r["ended"])
         if r["workflow"] != WORKFLOW:
             continue
         state = (states.get(r["eid"]) or (0, None))[1]
@@ -55,9 +57,3 @@ async def shown(d: Dashboard, application: str, rows: list[dict[str, Any]]) -> l
         r["status"] = status_word(Status(r["status"]), state)
         r["progress"] = progress(state)
     return rows
-
-
-def _took(seconds: float, ended: bool) -> str:
-    text = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
-        f"{seconds / 3600:.1f} h"
-    return text if ended else f"{text} so far"

@@ -127,14 +127,14 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
     ``subset``, when given) and the stages (a pipeline's), and the actions the run allows now."""
     access = await d.access(user, application)
     pid = _pipeline_id(record)
-    # the whole journal only where a view is built from it: a pipeline's stages, a dag's steps, a
-    # remediation gate (a suspended run); the timeline reads its page on its own. A dag run of the
-    # decider is read from its stored state instead.
+    # the whole journal, once, for what is built from it: a pipeline's stages, a dag's steps, a
+    # remediation gate, a Python run's frames; the timeline reads its page on its own. A decider's
+    # run is read from its stored state instead.
     journal: list[Any] = []
     dstate: Any = None
     if decided(record):
         dstate = (await d.engine.decider_state(record.eid, application=application))[1]
-    elif pid is not None or record.workflow == DAG or record.status is Status.SUSPENDED:
+    else:
         journal = await d.engine.journal(record.eid, application=application)
     view = await d.pipelines.get(access, pid, journal=journal) if pid is not None else None
     nodes: list[_graph.Node] = []
@@ -158,8 +158,8 @@ async def state(d: Dashboard, user: User, application: str, record: ExecutionRec
         else None
     status = view["status"] if view is not None else record.status.value
     live = not record.terminal
-    python = await _python_run.sections(d, record, application) \
-        if view is None and dstate is None and record.workflow != DAG else None
+    python = _python_run.sections(d, record, journal) if view is None and dstate is None and record.workflow != DAG \
+        else None
     actions = {
         "cancel": live,
         # a message to the run's channel (what its ctx.receive waits for); the engine's own runs

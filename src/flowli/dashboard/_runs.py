@@ -20,7 +20,7 @@ from flowli.domain import ExecutionRecord, Status
 from flowli.pipelines import WORKFLOW
 
 from ._refusals import Refused
-from ._rows import declaration, shown, summary
+from ._rows import declaration, in_words, summary
 
 if TYPE_CHECKING:
     from ._app import Dashboard
@@ -97,7 +97,7 @@ async def _page(d: Dashboard, application: str, f: dict[str, str], since: dateti
     except ValueError as exc:
         raise Refused(400, str(exc)) from None
     if not matched:
-        return {"items": await shown(d, application, [summary(s, None) for s in first]), "next": first.next,
+        return {"items": await in_words(d, application, [summary(s, None) for s in first]), "next": first.next,
                 "counts": first.counts, "scanned": None}
     items: list[dict[str, Any]] = []
     page, scanned, last = first, 0, cursor
@@ -119,7 +119,7 @@ async def _page(d: Dashboard, application: str, f: dict[str, str], since: dateti
                                    since=since, until=until)
     consumed = not page.items or last == page.items[-1].cursor
     more = page.next is not None or not consumed
-    return {"items": await shown(d, application, items), "next": last if more else None, "counts": first.counts,
+    return {"items": await in_words(d, application, items), "next": last if more else None, "counts": first.counts,
             "scanned": scanned if scanned >= SCAN_MAX else None}
 
 

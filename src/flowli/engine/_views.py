@@ -106,6 +106,11 @@ class RunView:
     def frames(self) -> tuple[FrameView, ...]:
         return self.root.frames
 
+    @classmethod
+    def of(cls, record: ExecutionRecord, journal: list[Entry]) -> RunView:
+        """The view of a run whose record and journal the caller read already (no I/O)."""
+        return run_view(record, journal)
+
     def frame(self, fid: str) -> FrameView:
         for f in self.root.frames:
             if f.fid == fid:
