@@ -404,7 +404,22 @@ def test_a_blocked_run_is_listed_warned_about_and_shown_with_its_arguments(flowl
     (cwd / "n.txt").write_text("1")
     eid = flowli("start", "changes", "--app", APP).stdout.strip()
     wait_for_show(flowli, eid, "execution.suspended")
-    (cwd / "n.txt").write_text("5")  # the code now passes another argument
+    # a redeploy: the worker goes, and the code that a new worker runs passes another argument
+    worker.kill()
+    worker.communicate()
+    (cwd / "n.txt").write_text("5")
+    redeployed = subprocess.Popen(
+        [sys.executable, "-m", "flowli.cli", "worker", "--app", APP, "--concurrency", "8"],
+        cwd=cwd, env=cli_env(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        _listed_blocked(flowli, eid)
+    finally:
+        redeployed.kill()
+        redeployed.communicate()
+
+
+def _listed_blocked(flowli: Callable[..., subprocess.CompletedProcess[str]], eid: str) -> None:
     sent = flowli("signal", eid, "go", "true")
     assert sent.returncode == 0, sent.stderr
     deadline = time.monotonic() + 30

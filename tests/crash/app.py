@@ -90,3 +90,23 @@ async def delegated(ctx: flowli.Context, subject: str) -> object:
     """One DELEGATE frame (``root/delegate:work``) on the queue ``crash-consumers``: a consumer
     process answers it, or dies holding it."""
     return await ctx.delegate("crash-consumers", {"subject": subject}, key="work")
+
+
+STARTS = "starts.txt"
+
+
+@registry.workflow("crash.rounds", version="1")
+async def rounds(ctx: flowli.Context, work_dir: str, n: int, hold_at: int) -> list[str]:
+    """``n`` rounds of a step (``root/effect:r{k}``, or ``root/hold:r{k}`` at round ``hold_at``)
+    then a receive on ``go``. Each time the function starts from its first line (its first run,
+    or a replay) it appends ``"{eid} {pid}"`` to ``starts.txt``: an activation kept in the
+    workflow cache continues without starting again."""
+    append_line(Path(work_dir) / STARTS, f"{ctx.eid} {os.getpid()}")
+    values = []
+    for k in range(n):
+        if k == hold_at:
+            values.append(await ctx.step(hold, ctx.eid, f"r{k}", work_dir, 30.0, key=f"r{k}"))
+        else:
+            values.append(await ctx.step(effect, ctx.eid, f"r{k}", work_dir, 0.0, key=f"r{k}"))
+        await ctx.receive("go")
+    return values

@@ -172,7 +172,8 @@ async def test_step_failed_is_raised_again_on_every_replay(open_engine):
         await ctx.receive("go")
         return f"{seen[-1]}"
 
-    async with open_engine(registry) as engine:
+    # the workflow cache off: the resume replays (a kept activation would continue instead)
+    async with open_engine(registry, workflow_cache=0) as engine:
         eid = await engine.start("sf")
         await wait_status(engine, eid, "suspended")
         await engine.signal(eid, "go", None)

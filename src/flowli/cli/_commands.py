@@ -62,16 +62,19 @@ def worker(
                                                   " move on after it.")] = 30.0,
     metrics_port: Annotated[int | None, typer.Option("--metrics-port", metavar="PORT",
                                                      help="Serve Prometheus metrics on 127.0.0.1:PORT.")] = None,
+    workflow_cache: Annotated[int, typer.Option("--workflow-cache", min=0, metavar="RUNS",
+                                                help="Waiting runs kept in memory, continued without a replay"
+                                                     " when they resume (0: replay every time).")] = 512,
     app_: AppOption = None,
     db: DbOption = None,
 ) -> None:
     """Run a worker in the foreground until Ctrl-C or SIGTERM (a second one stops it at once)."""
-    run(_worker(_settings(ctx, app_, db), concurrency, queue or ["default"], grace, lease_ttl, metrics_port),
-        fast_loop=True)
+    run(_worker(_settings(ctx, app_, db), concurrency, queue or ["default"], grace, lease_ttl, metrics_port,
+                workflow_cache), fast_loop=True)
 
 
 async def _worker(s: Settings, concurrency: int, queues: list[str], grace: float = 30.0, lease_ttl: float = 30.0,
-                  metrics_port: int | None = None) -> int:
+                  metrics_port: int | None = None, workflow_cache: int = 512) -> int:
     if not s.app:
         raise CLIError("flowli worker needs --app module:registry (or FLOWLI_APP): a worker runs the workflows of a registry")
     registry = load_registry(s.app)
@@ -79,7 +82,8 @@ async def _worker(s: Settings, concurrency: int, queues: list[str], grace: float
     install_catalog(registry)  # the dag runner and composition.save: a worker runs compositions too
     setup_logging()
     async with contextlib.AsyncExitStack() as stack:
-        engine = await stack.enter_async_context(open_engine(s, registry, lease_ttl=timedelta(seconds=lease_ttl)))
+        engine = await stack.enter_async_context(open_engine(s, registry, lease_ttl=timedelta(seconds=lease_ttl),
+                                                             workflow_cache=workflow_cache))
         if metrics_port is not None:
             from flowli.metrics import serve as serve_metrics
 

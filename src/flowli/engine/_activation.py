@@ -67,6 +67,9 @@ class Activation(Context):
     """The Context implementation: one run of the workflow function under one lease, composed
     of its replay (the memo and the frames), its writer, its steps and its waits."""
 
+    wf_task: asyncio.Task[Any] | None = None
+    """The workflow function's coroutine, once it runs (kept with the activation in the workflow cache)."""
+
     told: tuple[Task, Any] | None = None
     """The RESUME that this activation's end wrote leased to this process for its decider parent,
     and its record as it ended: the worker applies it at once (``_deciding.tell_parent``)."""
@@ -200,13 +203,20 @@ class Activation(Context):
             return status
 
     async def _run(self) -> Status:
+        if self.wf_task is not None:  # kept in the workflow cache: it continues where it waits
+            try:
+                return await self._drive(self.wf_task)
+            except asyncio.CancelledError:
+                await self._close(self.wf_task)
+                raise
         if self.record.blocked is not None and self.replay.cancel_requested:
             return await self._end(Status.CANCELLED, error={"type": "Cancelled", "message": "cancelled while blocked"})
         try:
             args = self.typed_arguments()
         except ArgumentsInvalid as bad:  # started outside the catalog with arguments that do not fit
             return await self._end(Status.FAILED, error=error_data(bad) | {"problems": bad.problems})
-        wf_task: asyncio.Task[Any] = asyncio.create_task(self.wf.fn(self, *args))
+        wf_task = self.wf_task = asyncio.create_task(self.wf.fn(self, *args))
+        wf_task.add_done_callback(lambda _: self.replay.changed.set())
         try:
             return await self._drive(wf_task)
         except asyncio.CancelledError:
@@ -215,7 +225,6 @@ class Activation(Context):
             raise
 
     async def _drive(self, wf_task: asyncio.Task[Any]) -> Status:
-        wf_task.add_done_callback(lambda _: self.replay.changed.set())
         while True:
             # clear before checking: a change during the checks (which yield) sets it again
             self.replay.changed.clear()
@@ -225,10 +234,15 @@ class Activation(Context):
                 await self._close(wf_task)
                 raise LeaseLost(self.eid, self.epoch)
             if self.replay.quiescent() and await self._settled(wf_task):
-                await self._close(wf_task)
                 if self.replay.nondeterminism is None:
                     self.replay.check_all_visited()
-                return await (self._block() if self.replay.nondeterminism is not None else self._suspend())
+                if self.replay.nondeterminism is not None:
+                    await self._close(wf_task)
+                    return await self._block()
+                if self.rt.cache.size:
+                    return await self._suspend_kept(wf_task)
+                await self._close(wf_task)
+                return await self._suspend()
             stuck = self.replay.stuck_at_a_gate()
             if stuck is not None and await self._settled(wf_task, self.replay.stuck_at_a_gate):
                 new, ahead = stuck
@@ -299,6 +313,63 @@ class Activation(Context):
         self.replay.closing = True
         await cancel_and_wait([*self.replay.frame_tasks, *([] if finished else [wf_task])])
 
+    # ---- the workflow cache (see ``_cache``) ------------------------------------------------
+
+    async def _suspend_kept(self, wf_task: asyncio.Task[Any]) -> Status:
+        """Suspend with the coroutine and its waiting frames left as they are, and keep the
+        activation in the workflow cache once the suspension is written."""
+        self.replay.closing = True  # nothing of it writes until it continues (its frames all wait)
+        try:
+            status = await self._suspend()
+        except BaseException:
+            await self._close(wf_task)
+            raise
+        # no await between the write and the keep: a resume dequeued meanwhile finds it kept
+        self.replay.changed.clear()
+        self.rt.cache.keep(self.eid, self, self.replay.horizon)
+        return status
+
+    def weight(self) -> int:
+        """The journal entries that its memo holds (what the workflow cache bounds its memory by)."""
+        memo = self.replay.memo
+        return len(memo.started) + len(memo.outcome) + sum(len(f) for f in memo.failures.values())
+
+    def discard(self) -> None:
+        """Stop the kept coroutine and its frames (they write nothing: the replay is closing)."""
+        self.replay.closing = True
+        for task in [*self.replay.frame_tasks, *([self.wf_task] if self.wf_task is not None else [])]:
+            task.cancel()
+
+    def resume(self, record: ExecutionRecord, epoch: int, tail: list[Entry]) -> bool:
+        """Continue this kept activation under lease ``epoch``: ``tail`` holds the journal's
+        entries after the last seq it saw. It continues when nothing ran while it was kept and
+        each entry of the tail is its own write or the outcome of a frame it waits on, appended by
+        another party (a consumer's answer, a step run elsewhere, an expiry); otherwise the
+        answer is False and the caller replays the execution (a migrate, a cancel, a retry, a
+        block, another process's activation all show so)."""
+        replay, wf_task = self.replay, self.wf_task
+        if wf_task is None or wf_task.done() or replay.changed.is_set() or replay.nondeterminism is not None:
+            return False
+        if (record.workflow, record.version) != (self.wf.name, self.wf.version) or record.blocked is not None \
+                or record.cancel_requested is not None:
+            return False
+        outcomes = []
+        for e in tail:
+            if e.seq in self.writer.written:
+                continue
+            wait = replay.waits.get(e.fid or "")
+            if e.kind not in (EntryKind.FRAME_COMPLETED, EntryKind.FRAME_FAILED) or wait is None \
+                    or wait.kind not in ("step", "delegate") or e.provenance.site.epoch is not None:
+                return False
+            outcomes.append(e)
+        horizon = max([replay.horizon, *self.writer.written, *(e.seq or 0 for e in tail)])
+        for e in outcomes:
+            replay.memo.add(e)
+        self.record, self.epoch = record, epoch
+        self.writer.resume(record, epoch, horizon)
+        replay.wake(horizon, epoch)
+        return True
+
     # ---- ends -----------------------------------------------------------------------------
 
     async def _suspend(self) -> Status:
@@ -327,6 +398,7 @@ class Activation(Context):
         if not channels and not children and journal_after is None:
             write.intent = Intent.FENCED  # a suspension on timers alone
         await self.writer.write(write, kind="suspend", final=True, payload={"waits": entry.value["waits"]})
+        self.replay.memo.arm(entry.value["waits"])
         return Status.SUSPENDED
 
     def _armed(self, armed: bool) -> list[str]:

@@ -267,7 +267,7 @@ async def settle(
     worker = rt.slots.reserve(None)
     if worker is not None:
         write = dataclasses.replace(write, acquire=Acquisition(task.eid, resume.id, rt.owner, now + rt.options.lease_ttl,
-                                                     tuple(worker.queues)))
+                                                     tuple(worker.queues), rt.cache.horizon(task.eid)))
     kind, payload = _settled(task, value, failure, decision)
     try:
         result = await commit(rt, Transition(kind, write, task.eid, code.workflow, principal,
@@ -287,7 +287,7 @@ async def settle(
     if worker is not None:
         acquired = result.acquired
         if acquired is not None and acquired.record is not None:
-            worker.adopt(acquired.record, acquired.journal, key=resume.id)
+            worker.adopt(acquired.record, acquired.journal, key=resume.id, after=acquired.after)
         else:
             worker.unreserve()
     return result.message_seqs[0] if result.message_seqs else None

@@ -146,6 +146,7 @@ class Engine(ReadModels):
             return
         self._closed = True
         await cancel_and_wait(self._workers)
+        self._rt.cache.clear()
         await self._rt.announcer.drain()
         await self._store.close()
 

@@ -73,35 +73,46 @@ class Memo:
         self.last_seq = 0
         self.resumed = len(journal) > 1 or any(e.kind is not EntryKind.EXECUTION_STARTED for e in journal)
         """Whether an activation ran before (the journal holds more than its execution.started)."""
-        armed: Any = None  # the waits of the last suspension: its timers and waiters are still set
+        self.armed_timers = False
+        """Whether the execution's last suspension set timers (its next write clears them)."""
+        self.armed_waiters = False
+        """Whether the execution's last suspension set waiters on channels."""
         for e in journal:
-            self.last_seq = max(self.last_seq, e.seq or 0)
-            if e.kind is EntryKind.EXECUTION_SUSPENDED:
-                armed = (e.value or {}).get("waits") if isinstance(e.value, dict) else None
-            elif e.kind is EntryKind.EXECUTION_RESUMED and isinstance(e.value, dict) and "epoch" in e.value:
-                self.seen[e.value["epoch"]] = e.value.get("seen", (e.seq or 1) - 1)
-            elif e.kind is EntryKind.EXECUTION_RETRIED:
-                self._reopen((e.value or {}).get("fid"))
-            if e.fid is None:
-                continue
-            if e.kind is EntryKind.FRAME_STARTED:
-                if e.fid not in self.started:
-                    self.started[e.fid] = e
-                    self.order.append(e.fid)
-                self.attempts_started.add((e.fid, e.attempt or 1))
-            elif e.kind is EntryKind.FRAME_COMPLETED:
-                self.outcome.setdefault(e.fid, e)
-                if isinstance(e.value, dict) and e.provenance.code.frame_kind == FrameKind.RECEIVE.value:
-                    ch, seq = e.value["channel"], e.value["seq"]
-                    self.cursors[ch] = max(self.cursors.get(ch, 0), seq)
-            elif e.kind is EntryKind.FRAME_FAILED:
-                if e.fid in self.outcome:
-                    continue
-                self.failures[e.fid].append(e)
-                if isinstance(e.value, dict) and e.value.get("final"):
-                    self.outcome[e.fid] = e
-        self.armed_timers = bool(armed) and any("until" in w for w in armed)
-        self.armed_waiters = bool(armed) and any("channel" in w for w in armed)
+            self.add(e)
+
+    def add(self, e: Entry) -> None:
+        """What entry ``e``, the next of the journal, says of its frames."""
+        self.last_seq = max(self.last_seq, e.seq or 0)
+        if e.kind is EntryKind.EXECUTION_SUSPENDED:
+            self.arm((e.value or {}).get("waits") if isinstance(e.value, dict) else None)
+        elif e.kind is EntryKind.EXECUTION_RESUMED and isinstance(e.value, dict) and "epoch" in e.value:
+            self.seen[e.value["epoch"]] = e.value.get("seen", (e.seq or 1) - 1)
+        elif e.kind is EntryKind.EXECUTION_RETRIED:
+            self._reopen((e.value or {}).get("fid"))
+        if e.fid is None:
+            return
+        if e.kind is EntryKind.FRAME_STARTED:
+            if e.fid not in self.started:
+                self.started[e.fid] = e
+                self.order.append(e.fid)
+            self.attempts_started.add((e.fid, e.attempt or 1))
+        elif e.kind is EntryKind.FRAME_COMPLETED:
+            self.outcome.setdefault(e.fid, e)
+            if isinstance(e.value, dict) and e.provenance.code.frame_kind == FrameKind.RECEIVE.value:
+                ch, seq = e.value["channel"], e.value["seq"]
+                self.cursors[ch] = max(self.cursors.get(ch, 0), seq)
+        elif e.kind is EntryKind.FRAME_FAILED:
+            if e.fid in self.outcome:
+                return
+            self.failures[e.fid].append(e)
+            if isinstance(e.value, dict) and e.value.get("final"):
+                self.outcome[e.fid] = e
+
+    def arm(self, waits: Any) -> None:
+        """The waits of the execution's last suspension (their ``describe()``): its timers and
+        waiters stay set until a write clears them."""
+        self.armed_timers = bool(waits) and any("until" in w for w in waits)
+        self.armed_waiters = bool(waits) and any("channel" in w for w in waits)
 
     def _reopen(self, fid: Any) -> None:
         """A retry of the execution: the final failure of ``fid`` counts no more, and its next

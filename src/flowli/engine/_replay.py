@@ -54,8 +54,11 @@ class Replay:
         """New frames held until the replay meets the journal's frames (see ``gate``): each with the
         first recorded frame that it would run ahead of."""
         self.next_gate: tuple[str, str] | None = None
-        self.outcome_seqs: dict[str, int] = {}
-        """The journal seq of each outcome this activation wrote (``Context.first`` orders by it)."""
+        self.outcome_places: dict[str, tuple[float, int]] = {}
+        """Where each outcome this activation wrote stands among the outcomes the workflow could
+        see (``Context.first`` orders by it; see ``outcome_order``)."""
+        self.wakers: dict[str, asyncio.Future[None]] = {}
+        """The waiting frames' futures: ``wake`` resolves them when a cached activation continues."""
 
     def mark_lost(self) -> None:
         self.lost = True
@@ -165,15 +168,30 @@ class Replay:
             fut.set_result(value)
         return fut
 
-    async def wait(self, wait: Wait) -> Any:
-        """The frame waits: the activation suspends once every live frame waits."""
+    async def wait(self, wait: Wait) -> None:
+        """The frame waits: the activation suspends once every live frame waits. A later
+        activation replays the frame and finds what it waited for; or, when this activation was
+        kept in the workflow cache and continues (``wake``), the wait returns and the frame looks
+        again at what it waits for."""
         self.waits[wait.fid] = wait
         self.live -= 1
         self.changed.set()
+        woken = self.wakers[wait.fid] = asyncio.get_running_loop().create_future()
         try:
-            await asyncio.get_running_loop().create_future()  # resolved by a later activation
+            await woken
         finally:
             self.live += 1
+
+    def wake(self, horizon: int, epoch: int) -> None:
+        """A cached activation continues under lease ``epoch`` with the journal up to seq
+        ``horizon``: every waiting frame looks again at what it waits for."""
+        self.memo.seen[epoch] = self.horizon = self.memo.last_seq = horizon
+        self.closing = self.lost = self.stopping = False
+        self.waits = {}
+        wakers, self.wakers = self.wakers, {}
+        for woken in wakers.values():
+            if not woken.done():
+                woken.set_result(None)
 
     def outcome_value(self, fid: str, outcome: Entry) -> asyncio.Future[Any]:
         if outcome.kind is EntryKind.FRAME_FAILED:
@@ -195,7 +213,4 @@ class Replay:
             if epoch is None:
                 return (outcome.seq, outcome.seq)
             return (self.memo.seen.get(epoch, 1) + 0.5, outcome.seq)
-        seq = self.outcome_seqs.get(fid)
-        if seq is None:
-            return None
-        return (self.horizon + 0.5, seq)
+        return self.outcome_places.get(fid)

@@ -14,6 +14,7 @@ from flowli.log import Bucket
 from flowli.store import Store
 
 from ._announcer import Announcer
+from ._cache import WorkflowCache
 from ._clock import Clock
 from ._handoff import Polls
 from ._interceptors import Interceptors
@@ -58,6 +59,13 @@ class Options:
     delegate_expiries: int = 3
     """How many times the leases of a DELEGATE frame's attempts may expire (a consumer that died or
     stalled) before the frame fails with LEASE_EXPIRED: a poison task cannot loop forever."""
+    workflow_cache: int = 512
+    """How many suspended executions this process keeps as live coroutines (the workflow cache,
+    see ``_cache``): the next activation of one continues it instead of replaying its journal.
+    0 turns the cache off."""
+    workflow_cache_memory: int = 256 * 2**20
+    """The bytes that the kept executions may hold, estimated from their journals; past it, the
+    least recently kept ones go (and replay when they resume)."""
     bucket: str = "flowli-bucket"
     """The directory of evidence (attempt logs, attachments); ``flowli.connect`` puts it beside a
     SQLite file."""
@@ -108,6 +116,8 @@ class Runtime:
         (see ``_handoff``)."""
         self.turns = Turns()
         """The commands of this process for each decider execution (see ``_turns``)."""
+        self.cache = WorkflowCache(options.workflow_cache, options.workflow_cache_memory)
+        """The suspended activations kept to continue without a replay (see ``_cache``)."""
         self.slots = Slots()
         """The free slots of this process's workers (the Engine enters each while it runs): a start,
         an answer or a child started here runs in one at once, without the queue."""

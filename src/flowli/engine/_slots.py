@@ -28,8 +28,9 @@ class Slot(Protocol):
     def unreserve(self) -> None:
         """Give back a slot promised to an execution whose write was not made."""
 
-    def adopt(self, record: ExecutionRecord, journal: list[Entry], key: str | None = None) -> None:
-        """Run the execution, leased to this process, in the slot promised to it."""
+    def adopt(self, record: ExecutionRecord, journal: list[Entry], key: str | None = None, after: int = 0) -> None:
+        """Run the execution, leased to this process, in the slot promised to it (``journal``: its
+        entries after seq ``after``, see ``Acquired.after``)."""
 
 
 class Slots:

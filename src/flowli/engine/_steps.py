@@ -139,7 +139,7 @@ class Steps:
             retry_at = datetime.fromisoformat(failures[-1].value["retry_at"])
             if deadline is not None:
                 retry_at = min(retry_at, deadline)
-            if retry_at > self.w.rt.clock.now():
+            while retry_at > self.w.rt.clock.now():
                 await self.r.wait(Wait(fid, "timer", at=retry_at))
         return self.r.memo.next_attempt(fid)
 
@@ -216,7 +216,20 @@ class Steps:
         ref = f"{fn.__module__}:{fn.__qualname__}"
         if "<locals>" in ref:
             raise ValueError(f"step {fid} runs on queue {queue!r}, so {ref} must be a module-level function")
-        attempt = await self.retry_gate(fid)
+        issued = 0
+        while True:
+            outcome = self.r.memo.outcome.get(fid)
+            if outcome is not None:  # an answer that a cached activation's continuation brought
+                return await self.r.outcome_value(fid, outcome)
+            attempt = await self.retry_gate(fid)
+            if attempt != issued:
+                await self._issue(fid, name, ref, args, kwargs, dig, policy, queue, attempt)
+                issued = attempt
+            await self.r.wait(Wait(fid, "step"))
+
+    async def _issue(self, fid: str, name: str, ref: str, args: list[Any], kwargs: dict[str, Any], dig: str,
+                     policy: RetryPolicy, queue: str, attempt: int) -> None:
+        """Enqueue attempt ``attempt`` of a step on ``queue`` (its frame.started, the first time)."""
         write = Write()
         if (fid, attempt) not in self.r.memo.attempts_started:
             shown = {"args": args, "kwargs": kwargs} if kwargs else {"args": args}
@@ -234,7 +247,6 @@ class Steps:
         ))
         await self.w.write(write)
         self.r.memo.attempts_started.add((fid, attempt))
-        await self.r.wait(Wait(fid, "step"))
 
     # -- internal steps: now, random, uuid
 

@@ -159,12 +159,14 @@ class Waits:
             if deadline is not None:
                 value["deadline"] = deadline.isoformat()
             new_start = self.w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.RECEIVE, attempt=1, dig=dig, value=value)
-        async with self.channel_locks[channel]:
-            after = self.r.memo.cursors.get(channel, 0)
-            messages = await store_call(self.w.rt.store.read_messages(channel, after, limit=1))
+        while True:
+            async with self.channel_locks[channel]:
+                after = self.r.memo.cursors.get(channel, 0)
+                messages = await store_call(self.w.rt.store.read_messages(channel, after, limit=1))
+                if messages:
+                    self.r.memo.cursors[channel] = messages[0].seq
             if messages:
-                self.r.memo.cursors[channel] = messages[0].seq
-        if not messages:
+                break
             if deadline is not None and deadline <= self.w.rt.clock.now():
                 failed = self.w.entry(EntryKind.FRAME_FAILED, fid, FrameKind.RECEIVE, attempt=1, value={"final": True},
                                      error=timed_out(fid, f"receive on {channel}", str(timeout or deadline)))
@@ -175,6 +177,7 @@ class Waits:
                 self.w.pending.append(new_start)
                 self.r.memo.started[fid] = new_start
             await self.r.wait(Wait(fid, "message", at=deadline, channel=channel, after=after))
+            new_start = None  # the suspension wrote it (a cached activation continues)
         started = new_start
         m = messages[0]
         value = {"channel": channel, "seq": m.seq, "payload": m.payload, "by": str(m.provenance.actor)}
@@ -209,8 +212,9 @@ class Waits:
                 write.entries.append(started)
             else:
                 until = datetime.fromisoformat(started.value["until"])
-            if until > self.w.rt.clock.now():
+            while until > self.w.rt.clock.now():
                 self.w.pending.extend(write.entries)
+                write.entries = []  # the suspension writes them (a cached activation continues)
                 await self.r.wait(Wait(fid, "timer", at=until))
             completed = self.w.entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.SLEEP, attempt=1, value=None)
             write.entries.append(completed)
@@ -245,9 +249,9 @@ class Waits:
             await self.w.write(Write(entries=[started], executions=[new]))
             self.r.memo.started[fid] = started
         record = await store_call(self.w.rt.store.read_execution(ceid))
-        if record is None or not record.terminal:
+        while record is None or not record.terminal:
             await self.r.wait(Wait(fid, "child", child=ceid))
-        assert record is not None
+            record = await store_call(self.w.rt.store.read_execution(ceid))
         if record.status is Status.COMPLETED:
             entry = self.w.entry(EntryKind.FRAME_COMPLETED, fid, FrameKind.CHILD, name=wf.name, attempt=1, value=record.result)
             await self.w.write(plain(Write(entries=[entry])))
@@ -288,52 +292,63 @@ class Waits:
         """Each attempt is one DELEGATE task; a consumer answers or fails it (``Consumer``), the
         sweeper ends one whose lease expired; a failure or an expiry makes the next attempt."""
         deadline = _deadline(self.r.memo.started.get(fid), timeout, self.w.rt.clock.now())
-        attempt = await self.steps.retry_gate(fid, deadline)
-        tid = task_id(TaskKind.DELEGATE, self.w.eid, f"{fid}@{attempt}")
-        enqueued = (fid, attempt) in self.r.memo.attempts_started
-        if deadline is not None and deadline <= self.w.rt.clock.now():
-            return await self._delegate_timed_out(fid, queue, attempt, tid if enqueued else None, timeout or deadline)
-        if not enqueued:
-            failures = self.r.memo.failures[fid][self.r.memo.base.get(fid, 0):]
-            expiries = sum(1 for f in failures if (f.value or {}).get("expired"))
-            value: dict[str, Any] = {"queue": queue, "task": tid}
-            if deadline is not None:
-                value["deadline"] = deadline.isoformat()
-            started = self.w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.DELEGATE, name="delegate", attempt=attempt,
-                                  dig=dig, value=value)
-            frame = {"fid": fid, "tries": len(failures) - expiries + 1, "retry": policy_json(policy),
-                     "expiries": expiries, "max_expiries": self.w.rt.options.delegate_expiries,
-                     "workflow": self.w.wf.name, "version": self.w.wf.version}
-            if self.w.span is not None:  # its consumer's spans join the execution's trace
-                frame["trace"] = traceparent(self.w.trace)
-            task = Task(id=tid, kind=TaskKind.DELEGATE, queue=queue, eid=self.w.eid, payload=payload,
-                        provenance=self.w.rt.provenance(epoch=self.w.epoch, attempt=attempt), visible_at=self.w.rt.clock.now(),
-                        application=self.w.record.application, attempt=attempt, frame=frame)
-            # a consumer of this process that long-polls the queue gets the task leased, at once
-            handoff = self.w.rt.polls.match(task, self.w.rt.clock.now())
-            if handoff is not None:
-                poll, task = handoff
-            try:
-                await self.w.write(Write(entries=[started], tasks=[task]))
-            except BaseException:
-                if handoff is not None and not poll.handed.done():
-                    poll.handed.set_result(None)  # the poll goes on waiting
-                raise
-            if handoff is not None:
-                if poll.handed.done():  # the poll went away meanwhile
-                    self.w.rt.polls.nack(task, poll.owner)
-                else:
-                    poll.handed.set_result(task)
-            self.r.memo.attempts_started.add((fid, attempt))
-            self.r.memo.started.setdefault(fid, started)
-        await self.r.wait(Wait(fid, "delegate", at=deadline, queue=queue))
+        while True:
+            outcome = self.r.memo.outcome.get(fid)
+            if outcome is not None:  # an answer that a cached activation's continuation brought
+                return await self.r.outcome_value(fid, outcome)
+            attempt = await self.steps.retry_gate(fid, deadline)
+            tid = task_id(TaskKind.DELEGATE, self.w.eid, f"{fid}@{attempt}")
+            enqueued = (fid, attempt) in self.r.memo.attempts_started
+            if deadline is not None and deadline <= self.w.rt.clock.now():
+                await self._delegate_timed_out(fid, queue, attempt, tid if enqueued else None, timeout or deadline)
+                continue  # the attempt ended meanwhile: its outcome came with the continuation
+            if not enqueued:
+                await self._issue(fid, queue, payload, dig, policy, attempt, tid, deadline)
+            await self.r.wait(Wait(fid, "delegate", at=deadline, queue=queue))
+
+    async def _issue(self, fid: str, queue: str, payload: Any, dig: str, policy: RetryPolicy, attempt: int, tid: str,
+                     deadline: datetime | None) -> None:
+        """Enqueue attempt ``attempt`` of a delegate frame: its frame.started and its DELEGATE task."""
+        failures = self.r.memo.failures[fid][self.r.memo.base.get(fid, 0):]
+        expiries = sum(1 for f in failures if (f.value or {}).get("expired"))
+        value: dict[str, Any] = {"queue": queue, "task": tid}
+        if deadline is not None:
+            value["deadline"] = deadline.isoformat()
+        started = self.w.entry(EntryKind.FRAME_STARTED, fid, FrameKind.DELEGATE, name="delegate", attempt=attempt,
+                              dig=dig, value=value)
+        frame = {"fid": fid, "tries": len(failures) - expiries + 1, "retry": policy_json(policy),
+                 "expiries": expiries, "max_expiries": self.w.rt.options.delegate_expiries,
+                 "workflow": self.w.wf.name, "version": self.w.wf.version}
+        if self.w.span is not None:  # its consumer's spans join the execution's trace
+            frame["trace"] = traceparent(self.w.trace)
+        task = Task(id=tid, kind=TaskKind.DELEGATE, queue=queue, eid=self.w.eid, payload=payload,
+                    provenance=self.w.rt.provenance(epoch=self.w.epoch, attempt=attempt), visible_at=self.w.rt.clock.now(),
+                    application=self.w.record.application, attempt=attempt, frame=frame)
+        # a consumer of this process that long-polls the queue gets the task leased, at once
+        handoff = self.w.rt.polls.match(task, self.w.rt.clock.now())
+        if handoff is not None:
+            poll, task = handoff
+        try:
+            await self.w.write(Write(entries=[started], tasks=[task]))
+        except BaseException:
+            if handoff is not None and not poll.handed.done():
+                poll.handed.set_result(None)  # the poll goes on waiting
+            raise
+        if handoff is not None:
+            if poll.handed.done():  # the poll went away meanwhile
+                self.w.rt.polls.nack(task, poll.owner)
+            else:
+                poll.handed.set_result(task)
+        self.r.memo.attempts_started.add((fid, attempt))
+        self.r.memo.started.setdefault(fid, started)
 
     async def _delegate_timed_out(
         self, fid: str, queue: str, attempt: int, tid: str | None, timeout: object
-    ) -> Any:
+    ) -> None:
         """The deadline passed first: the open attempt ends (its task withdrawn, so that a late
         answer is stale) and the frame fails with TimeoutError. If the attempt ended meanwhile (an
-        answer, a failure, an expiry), its outcome is in the journal: wait for the RESUME it sent."""
+        answer, a failure, an expiry), its outcome is in the journal: wait for the RESUME it sent
+        (a cached activation's continuation returns with it)."""
         failed = self.w.entry(EntryKind.FRAME_FAILED, fid, FrameKind.DELEGATE, name="delegate", attempt=attempt,
                              value={"final": True}, error=timed_out(fid, f"delegate on queue {queue}", str(timeout)))
         write = Write(entries=[failed], hold=TaskHold(tid, end="withdrawn") if tid else None)
@@ -341,6 +356,7 @@ class Waits:
             await self.w.write(write)
         except StaleAnswer:
             await self.r.wait(Wait(fid, "delegate", queue=queue))
+            return
         self.r.memo.outcome[fid] = failed
         raise frame_failed(fid, failed, attempt)
 

@@ -138,14 +138,14 @@ class Worker:
         self.reserved -= 1
         self._slot.set()
 
-    def adopt(self, record: ExecutionRecord, journal: list[Entry], key: str | None = None) -> None:
+    def adopt(self, record: ExecutionRecord, journal: list[Entry], key: str | None = None, after: int = 0) -> None:
         """Run an execution leased to this process as it was created (epoch 1) or resumed (the
         write acquired its lease, see ``Acquisition``; ``key`` its RESUME task), in a reserved slot."""
         self.reserved -= 1
         key = key or task_id(TaskKind.START, record.eid)
         # a worker that stopped while the start was written hands the execution back (a RESUME
         # on its queue) instead of running it unsupervised
-        work = self._run(record, record.lease_epoch, journal) if self.accepting else \
+        work = self._run(record, record.lease_epoch, journal, after) if self.accepting else \
             asyncio.shield(self._hand_back(record, record.lease_epoch, None))
         self.running[key] = asyncio.create_task(self._handle(key, work), name=f"flowli-task-{key}")
 
@@ -225,7 +225,9 @@ class Worker:
         async def acquire() -> None:
             try:
                 wanted = [(t.eid or "", t.id) for t in tasks]
-                got = await rt.store.acquire_many(wanted, rt.owner, rt.options.lease_ttl, rt.clock.now())
+                # an execution kept in the workflow cache needs only the journal after what it holds
+                after = {eid: rt.cache.horizon(eid) for eid, _ in wanted if eid in rt.cache}
+                got = await rt.store.acquire_many(wanted, rt.owner, rt.options.lease_ttl, rt.clock.now(), after)
             except BaseException as exc:
                 for fut in answers.values():
                     if not fut.done():
@@ -251,20 +253,32 @@ class Worker:
         acquired = await store_call(answer)
         if acquired.epoch is None or acquired.record is None:
             return  # terminal, unknown, or owned by a live worker whose suspension will check its waits
-        await self._run(acquired.record, acquired.epoch, acquired.journal)
+        await self._run(acquired.record, acquired.epoch, acquired.journal, acquired.after)
 
-    async def _run(self, record: ExecutionRecord, epoch: int, journal: list[Entry]) -> None:
-        """Run one activation of an execution whose lease (``epoch``) this worker holds."""
+    async def _run(self, record: ExecutionRecord, epoch: int, journal: list[Entry], after: int = 0) -> None:
+        """Run one activation of an execution whose lease (``epoch``) this worker holds: the one
+        kept in the workflow cache continues when it can (``journal`` then holds the entries after
+        seq ``after``), else a new one replays the journal."""
         rt = self.rt
-        try:
-            wf = rt.registry.get(record.workflow, record.version)
-        except UnknownWorkflowError as exc:
-            # this process lacks the code: give the execution back to a worker that has it
-            log.error("no workflow %s version %s in this worker; execution %s handed back",
-                      record.workflow, record.version, record.eid)
-            await self._hand_back(record, epoch, exc, delay=5.0)
-            return
-        activation = Activation(rt, wf, record, epoch, journal)
+        activation = self._kept(record, epoch, journal, after)
+        if activation is None:
+            try:
+                wf = rt.registry.get(record.workflow, record.version)
+            except UnknownWorkflowError as exc:
+                # this process lacks the code: give the execution back to a worker that has it
+                log.error("no workflow %s version %s in this worker; execution %s handed back",
+                          record.workflow, record.version, record.eid)
+                await self._hand_back(record, epoch, exc, delay=5.0)
+                return
+            if after:  # the cache held the rest of the journal, and its activation cannot continue
+                try:
+                    journal = await store_call(rt.store.read_journal(record.eid))
+                except StoreFailure as failure:
+                    log.warning("activation of %s: %s; handing it back", record.eid, failure)
+                    with contextlib.suppress(Exception):
+                        await self._hand_back(record, epoch, failure.cause if isinstance(failure.cause, Exception) else None)
+                    return
+            activation = Activation(rt, wf, record, epoch, journal)
         self.held[record.eid] = activation
         try:
             await activation.run()
@@ -297,6 +311,20 @@ class Worker:
                 del self.held[record.eid]
         if activation.told is not None:  # its end, to its decider parent at once
             await tell_parent(rt, *activation.told)
+
+    def _kept(self, record: ExecutionRecord, epoch: int, tail: list[Entry], after: int) -> Activation | None:
+        """The activation kept for the execution in the workflow cache, continued under ``epoch``
+        (None: none, or one that cannot continue, now discarded)."""
+        kept = self.rt.cache.take(record.eid)
+        if kept is None:
+            return None
+        assert isinstance(kept, Activation)
+        if after and after == kept.replay.horizon and kept.resume(record, epoch, tail):
+            self.rt.cache.hits += 1
+            return kept
+        self.rt.cache.misses += 1
+        kept.discard()
+        return None
 
     async def _hand_back(self, record: Any, epoch: int, exc: Exception | None, delay: float = 1.0,
                          reason: str | None = None) -> None:

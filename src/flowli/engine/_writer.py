@@ -34,22 +34,34 @@ class Writer:
         self.epoch = epoch
         self.replay = replay
         self.fence = Fence(record.eid, rt.owner, epoch)
-        self.journal = journal
         self.started = journal[0].value if journal and journal[0].kind is EntryKind.EXECUTION_STARTED else None
         """The value of the execution's started entry (its arguments, its trace), if the journal has it."""
+        self.retries = sum(1 for e in journal if e.kind is EntryKind.EXECUTION_RETRIED)
         self.span: Any = None
         """The span of this activation (tracing on), else None."""
         self.pending: list[Entry] = []
         """Entries that go with the next write (an execution.resumed, the frame.started of a wait)."""
+        self.written: set[int] = set()
+        """The seqs of the entries written since the journal this activation started from (or
+        last continued from, see ``resume``)."""
         if replay.memo.resumed:
-            # "seen": the journal this activation starts from (``Context.first`` orders by it)
-            self.pending.append(self.entry(EntryKind.EXECUTION_RESUMED, ROOT, FrameKind.ROOT,
-                                           value={"epoch": epoch, "seen": replay.memo.last_seq}))
+            self._resumed(replay.memo.last_seq)
+
+    def _resumed(self, seen: int) -> None:
+        # "seen": the journal this activation starts from (``Context.first`` orders by it)
+        self.pending.append(self.entry(EntryKind.EXECUTION_RESUMED, ROOT, FrameKind.ROOT,
+                                       value={"epoch": self.epoch, "seen": seen}))
+
+    def resume(self, record: ExecutionRecord, epoch: int, seen: int) -> None:
+        """A cached activation continues under lease ``epoch`` from the journal up to seq ``seen``."""
+        self.record, self.epoch, self.fence = record, epoch, Fence(record.eid, self.rt.owner, epoch)
+        self.written = set()
+        self.span = None
+        self._resumed(seen)
 
     @functools.cached_property
     def _contexts(self) -> tuple[Any, Any]:
-        retries = sum(1 for e in self.journal if e.kind is EntryKind.EXECUTION_RETRIED)
-        return execution_context(self.eid, self.started, retries)
+        return execution_context(self.eid, self.started, self.retries)
 
     @property
     def trace(self) -> Any:
@@ -110,7 +122,8 @@ class Writer:
             replay.mark_lost()
             raise
         if result.entry_seqs:
+            self.written.update(result.entry_seqs)
             for entry, seq in zip(write.entries, result.entry_seqs):
                 if entry.fid is not None and entry.kind in _OUTCOMES:
-                    replay.outcome_seqs[entry.fid] = seq
+                    replay.outcome_places[entry.fid] = (replay.horizon + 0.5, seq)
         return result

@@ -332,9 +332,9 @@ def acquire_lease(t: Acquisition, now: float) -> Plan:
     if row is None:
         return None
     yield ("exec", "UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ? AND state = 'ready'", (t.resume,))
-    rows = yield ("all", f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = ? ORDER BY seq", (t.eid,))
+    rows = yield ("all", f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = ? AND seq > ? ORDER BY seq", (t.eid, t.after))
     record = c.execution_record(row)
-    return Acquired(record, record.lease_epoch, [c.entry_record(r) for r in rows])
+    return Acquired(record, record.lease_epoch, [c.entry_record(r) for r in rows], t.after)
 
 
 def hold_task(w: Write, now: float) -> Plan:

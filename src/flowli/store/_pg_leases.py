@@ -7,7 +7,7 @@ read under it; renewals take one row lock at a time, so they never deadlock with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -51,7 +51,8 @@ ACQUIRE_MANY = (
 )
 
 
-READ_JOURNALS = f"SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = ANY($1::text[]) ORDER BY eid, seq"
+READ_JOURNALS = (f"SELECT {c.ENTRY_COLUMNS} FROM journal j JOIN unnest($1::text[], $2::bigint[]) AS w(wanted, after)"
+                 " ON j.eid = w.wanted AND j.seq > w.after ORDER BY j.eid, j.seq")
 DEQUEUE = (
     "UPDATE tasks SET lease_owner = $1, visible_at = $2, deliveries = deliveries + 1"
     " WHERE id IN (SELECT id FROM tasks WHERE state = 'ready' AND queue = ANY($3::text[])"
@@ -95,7 +96,8 @@ class PostgresLeases(PostgresReads):
         return Acquired(record, record.lease_epoch, [c.entry_record(r) for r in rows])
 
     async def acquire_many(
-        self, wanted: Sequence[tuple[str, str]], owner: str, ttl: timedelta, now: datetime
+        self, wanted: Sequence[tuple[str, str]], owner: str, ttl: timedelta, now: datetime,
+        after: Mapping[str, int] | None = None,
     ) -> list[Acquired]:
         assert self._pool is not None
         eids = sorted({eid for eid, _ in wanted})
@@ -114,12 +116,15 @@ class PostgresLeases(PostgresReads):
         if records:
             # the journals, read under the leases just taken (a statement of its own: it sees what
             # the previous holders committed before they let go)
-            for row in await self._pool.fetch(READ_JOURNALS, list(records)):
+            after = after or {}
+            eids_read = list(records)
+            for row in await self._pool.fetch(READ_JOURNALS, eids_read, [after.get(e, 0) for e in eids_read]):
                 journals[row[0]].append(c.entry_record(row))
         out = []
         for eid, _ in wanted:
             record = records.pop(eid, None)
-            out.append(Acquired(None, None, []) if record is None else Acquired(record, record.lease_epoch, journals[eid]))
+            out.append(Acquired(None, None, []) if record is None else
+                       Acquired(record, record.lease_epoch, journals[eid], after.get(eid, 0)))
         return out
 
     async def renew(

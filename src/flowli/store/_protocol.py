@@ -16,7 +16,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Generator, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Generator, Mapping, Protocol, Sequence, TypeVar
 
 from flowli.domain import Entry, ExecutionRecord, Message, Status, Task, TaskKind, Timer
 
@@ -44,6 +44,8 @@ class Acquisition:
     owner: str
     until: datetime
     queues: tuple[str, ...]
+    after: int = 0
+    """Read the journal after this seq only (this process holds the rest: see ``Acquired.after``)."""
 
 
 @dataclass(frozen=True)
@@ -445,6 +447,9 @@ class Acquired:
     record: ExecutionRecord | None
     epoch: int | None
     journal: list[Entry]
+    after: int = 0
+    """The journal holds the entries after this seq only: the acquirer asked for no more (it keeps
+    the execution's activation in its workflow cache, which has read the rest)."""
 
 
 Query = tuple[str, str, tuple[Any, ...]]
@@ -550,11 +555,13 @@ class Store(Protocol):
         in the same transaction, whether acquired or not."""
 
     async def acquire_many(
-        self, wanted: Sequence[tuple[str, str]], owner: str, ttl: timedelta, now: datetime
+        self, wanted: Sequence[tuple[str, str]], owner: str, ttl: timedelta, now: datetime,
+        after: Mapping[str, int] | None = None,
     ) -> list[Acquired]:
         """``acquire`` of several executions at once: ``wanted`` holds (eid, task id to ack) pairs;
         the answer has one Acquired per pair, in order. An execution not acquired (and a repeat
-        of an eid already in ``wanted``) answers Acquired(None, None, [])."""
+        of an eid already in ``wanted``) answers Acquired(None, None, []). ``after``: per eid, read
+        its journal after that seq only (``Acquired.after``)."""
 
     async def renew(
         self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime

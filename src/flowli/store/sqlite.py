@@ -15,7 +15,7 @@ import threading
 import weakref
 from datetime import datetime, timedelta
 from importlib import resources
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 from urllib.parse import unquote, urlparse
 
 from flowli.domain import (
@@ -103,9 +103,10 @@ _ACQUIRE = (
 )
 
 
-def _acquire(conn: sqlite3.Connection, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None) -> Acquired:
+def _acquire(conn: sqlite3.Connection, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None,
+             after: int = 0) -> Acquired:
     """Ack ``ack``, then take the lease of ``eid`` if it is free: the record at its new epoch and
-    the journal, or Acquired(None, None, [])."""
+    the journal after seq ``after``, or Acquired(None, None, [])."""
     if ack is not None:
         conn.execute("UPDATE tasks SET state = 'acked', lease_owner = NULL WHERE id = ?", (ack,))
     row = conn.execute(_ACQUIRE + c.EXECUTION_COLUMNS,
@@ -113,7 +114,7 @@ def _acquire(conn: sqlite3.Connection, eid: str, owner: str, ttl: timedelta, now
     if row is None:
         return Acquired(None, None, [])
     record = c.execution_record(row)
-    return Acquired(record, record.lease_epoch, _journal(conn, eid))
+    return Acquired(record, record.lease_epoch, _journal(conn, eid, after), after)
 
 
 def _task(conn: sqlite3.Connection, task_id: str) -> Task | None:
@@ -306,9 +307,12 @@ class SQLiteStore(SharedReads):
         return await self._w(run)
 
     async def acquire_many(
-        self, wanted: Sequence[tuple[str, str]], owner: str, ttl: timedelta, now: datetime
+        self, wanted: Sequence[tuple[str, str]], owner: str, ttl: timedelta, now: datetime,
+        after: Mapping[str, int] | None = None,
     ) -> list[Acquired]:
-        return await self._w(lambda conn: [_acquire(conn, eid, owner, ttl, now, ack) for eid, ack in wanted])
+        after = after or {}
+        return await self._w(lambda conn: [_acquire(conn, eid, owner, ttl, now, ack, after.get(eid, 0))
+                                           for eid, ack in wanted])
 
     async def renew(
         self, owner: str, leases: Sequence[tuple[str, int]], ttl: timedelta, now: datetime
