@@ -518,3 +518,23 @@ def test_start_checks_its_arguments_against_the_workflows_signature(flowli, cwd)
     started = flowli("start", "double", '"21"', "--app", APP, "--wait", "--timeout", "30")
     assert started.returncode == 0, started.stderr
     assert started.stdout.splitlines()[-1] == "42"  # the run got 21, an int
+
+
+def test_a_worker_can_replay_every_time_and_refuses_a_negative_cache(flowli, cwd):
+    """``--workflow-cache 0``: the worker keeps no run between its activations (each resume
+    replays; the function of ``changes`` starts again, and a changed argument blocks the run)."""
+    refused = flowli("worker", "--app", APP, "--workflow-cache", "-1")
+    assert refused.returncode == 2 and "--workflow-cache" in refused.stderr
+    (cwd / "n.txt").write_text("1")
+    eid = flowli("start", "changes", "--app", APP).stdout.strip()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flowli.cli", "worker", "--app", APP, "--workflow-cache", "0"],
+        cwd=cwd, env=cli_env(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for_show(flowli, eid, "execution.suspended")
+        (cwd / "n.txt").write_text("5")  # the same process, no cache: the resume replays the new code
+        _listed_blocked(flowli, eid)
+    finally:
+        proc.kill()
+        proc.communicate()

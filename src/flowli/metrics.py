@@ -105,6 +105,15 @@ class Metrics(Collector):
         buckets.append(("+Inf", sum(sizes.values())))
         yield HistogramMetricFamily("flowli_commit_batch_size", "Writes per group commit of the store.",
                                     buckets=buckets, sum_value=sum(size * n for size, n in sizes.items()))
+        cache = self.engine.workflow_cache
+        yield GaugeMetricFamily("flowli_workflow_cache_runs",
+                                "Suspended runs this process keeps to continue without a replay.", value=cache.runs)
+        yield GaugeMetricFamily("flowli_workflow_cache_bytes", "Memory the kept runs hold, estimated.",
+                                value=cache.bytes)
+        for name, value, what in (("hits", cache.hits, "Activations that continued a kept run"),
+                                  ("misses", cache.misses, "Kept runs that could not continue and replayed"),
+                                  ("evictions", cache.evictions, "Kept runs let go to stay within the bounds")):
+            yield CounterMetricFamily(f"flowli_workflow_cache_{name}", f"{what}.", value=value)
         yield CounterMetricFamily("flowli_lease_recoveries", "Executions whose expired lease the sweeper recovered.",
                                   value=stats.recoveries)
         yield CounterMetricFamily("flowli_sweeps", "Passes of this process's sweeper.", value=stats.sweeps)

@@ -16,6 +16,7 @@ import pytest
 import flowli
 from flowli import Context, Registry
 from flowli.domain import EntryKind, NondeterminismError, Status
+from flowli.metrics import Metrics
 
 from .conftest import FAST, wait_status
 
@@ -73,7 +74,13 @@ async def test_a_resumed_run_continues_where_it_waits_and_journals_what_a_replay
         await play(engine, eid, range(5))
         assert await engine.result(eid, timeout=15) == [0, 1, 2, 3, 4]
         journal = await engine.journal(eid)
+        figures = engine.workflow_cache
+        scraped = (await Metrics(engine).render()).decode()
     assert starts == [eid] * starts_expected
+    continued = 6 - starts_expected  # the five resumes, less those that replayed
+    assert (figures.hits, figures.misses, figures.runs) == (continued, 0, 0)  # an ended run is not kept
+    assert f"flowli_workflow_cache_hits_total {float(continued)}" in scraped
+    assert "flowli_workflow_cache_runs 0.0" in scraped
     assert outcomes(journal) == {**{f"root/noop#{k}": 1 for k in range(5)}, **{f"root/receive#{k}": 1 for k in range(5)}}
     # each activation, continued or replayed, says which journal it saw: its lease's epoch, in order
     resumed = [e.value for e in journal if e.kind is EntryKind.EXECUTION_RESUMED]
@@ -142,6 +149,7 @@ async def test_a_journal_another_engine_moved_on_is_replayed_not_continued(open_
             await play(a, eid, range(2, 3))  # a holds a run that b moved on: it replays
             assert await a.result(eid, timeout=15) == [0, 1, 2]
         journal = await a.journal(eid)
+        assert (a.workflow_cache.hits, a.workflow_cache.misses) == (1, 1)
     assert starts_a == [eid, eid]
     assert starts_b == [eid]
     assert outcomes(journal) == {**{f"root/noop#{k}": 1 for k in range(3)}, **{f"root/receive#{k}": 1 for k in range(3)}}
@@ -189,7 +197,9 @@ async def test_the_least_recently_kept_run_is_evicted_and_replays(open_engine) -
         await engine.signal(second, "go", 8)
         assert await engine.result(first, timeout=15) == [7]
         assert await engine.result(second, timeout=15) == [8]
+        figures = engine.workflow_cache
     assert Counter(starts) == {first: 2, second: 1}
+    assert (figures.hits, figures.evictions) == (1, 1)
 
 
 async def test_a_run_heavier_than_the_cache_memory_is_not_kept(open_engine) -> None:

@@ -332,7 +332,7 @@ class Activation(Context):
     def weight(self) -> int:
         """The journal entries that its memo holds (what the workflow cache bounds its memory by)."""
         memo = self.replay.memo
-        return len(memo.started) + len(memo.outcome) + sum(len(f) for f in memo.failures.values())
+        return len(memo.started) + len(memo.outcome)
 
     def discard(self) -> None:
         """Stop the kept coroutine and its frames (they write nothing: the replay is closing)."""

@@ -38,6 +38,7 @@ from . import _operations as ops
 from . import _schedules as sched
 from ._adopt import adopt
 from ._archive import Archive
+from ._cache import CacheFigures
 from ._clock import Clock, SystemClock
 from ._consumer import Consumer, settle
 from ._deciding import start_decided
@@ -364,6 +365,12 @@ class Engine(ReadModels):
         record = await read_record(self._rt, self._archive, eid, application)
         wf = self.registry.get(record.workflow, version or record.version)
         return await dry_replay(self._rt, wf, record, await read_journal(self._rt, self._archive, eid, application))
+
+    @property
+    def workflow_cache(self) -> CacheFigures:
+        """What this process's workflow cache holds and did: the suspended runs it keeps to
+        continue without a replay, their memory (estimated), hits, misses and evictions."""
+        return self._rt.cache.figures()
 
     @property
     def stats(self) -> Stats:
