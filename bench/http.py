@@ -15,6 +15,12 @@
 per run; ``bench.run`` runs the same functions when its ``--workloads`` name them. The service and
 the worker are processes of their own; the bench counts completions in the store directly (a
 list through HTTP would measure the list).
+
+``--backend postgresql`` runs on a fresh schema of ``FLOWLI_BENCH_POSTGRES``'s server (dropped
+after), ``--serve-workers N`` as ``flowli serve --workers N``. A throughput line carries the CPU
+milliseconds per stage of each part of the machine (``cpu_ms_per_stage``: ``service``, the serve
+processes; ``worker``, the HttpWorker; ``client``, this process; ``postgresql``; ``other``), read
+with psutil over the timed part.
 """
 
 from __future__ import annotations
@@ -57,8 +63,10 @@ class Running:
     """``flowli serve`` and an HttpWorker process on a fresh database (``worker=False``: the
     service alone, for a bench that works the jobs through the routes itself)."""
 
-    def __init__(self, db: str, concurrency: int = 32, worker: bool = True, batch: bool = False):
+    def __init__(self, db: str, concurrency: int = 32, worker: bool = True, batch: bool = False,
+                 serve_workers: int = 1):
         self.db = db
+        self.serve_workers = serve_workers
         self.concurrency = concurrency
         self.worker = worker
         self.batch = batch
@@ -70,11 +78,14 @@ class Running:
         self.key = made["apiKey"]
         port = _free_port()
         launcher = os.environ.get("FLOWLI_BENCH_SERVE", "").split() or ["-m", "flowli.cli"]
-        serve = subprocess.Popen([sys.executable, *launcher, "--db", self.db, "serve", "--port", str(port)],
+        several = ["--workers", str(self.serve_workers)] if self.serve_workers > 1 else []
+        serve = subprocess.Popen([sys.executable, *launcher, "--db", self.db, "serve", "--port", str(port), *several],
                                  stdout=subprocess.PIPE, text=True)
         self.procs.append(serve)
         assert serve.stdout is not None
         line = serve.stdout.readline()
+        while line and not line.startswith("listening on "):  # --workers N says its processes first
+            line = serve.stdout.readline()
         assert line.startswith("listening on "), line
         self.url = line.split("listening on ", 1)[1].strip()
         if not self.worker:
@@ -99,13 +110,59 @@ _CONNECTIONS: dict[str, Any] = {}
 
 def _completed(db: str) -> int:
     """Completed pipelines, read from the store (one connection per database, kept)."""
-    import sqlite3
-
     conn = _CONNECTIONS.get(db)
     if conn is None:
-        conn = _CONNECTIONS[db] = sqlite3.connect(db.removeprefix("sqlite:///"), timeout=5, isolation_level=None)
+        if db.startswith("sqlite"):
+            import sqlite3
+
+            conn = sqlite3.connect(db.removeprefix("sqlite:///"), timeout=5, isolation_level=None)
+        else:
+            import psycopg
+
+            server, schema = db.split("?schema=")
+            conn = psycopg.connect(server, autocommit=True)
+            conn.execute(f"SET search_path TO {schema}")
+        _CONNECTIONS[db] = conn
     return int(conn.execute("SELECT COUNT(*) FROM executions WHERE workflow = 'flowli.pipeline'"
                             " AND status = 'completed'").fetchone()[0])
+
+
+def _commits(db: str) -> int | None:
+    """Transactions committed so far in the PostgreSQL database (None on SQLite)."""
+    if db.startswith("sqlite"):
+        return None
+    _completed(db)
+    return int(_CONNECTIONS[db].execute(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()[0])
+
+
+def _cpu(r: Running) -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of every process psutil may read, each with its part of the machine."""
+    import psutil
+
+    serve = {r.procs[0].pid}
+    with contextlib.suppress(psutil.Error):
+        serve |= {c.pid for c in psutil.Process(r.procs[0].pid).children(recursive=True)}
+    worker = {p.pid for p in r.procs[1:]}
+    out: dict[int, tuple[str, float]] = {}
+    for proc in psutil.process_iter(["name"]):
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        part = ("client" if proc.pid == os.getpid() else "service" if proc.pid in serve else
+                "worker" if proc.pid in worker else
+                "postgresql" if proc.info["name"] in ("postgres", "postmaster") else "other")
+        out[proc.pid] = (part, t.user + t.system)
+    return out
+
+
+def _per_stage(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], stages: int) -> dict[str, float]:
+    parts: dict[str, float] = {}
+    for pid, (part, t) in after.items():
+        if pid in before:
+            parts[part] = parts.get(part, 0.0) + t - before[pid][1]
+    return {k: round(v * 1000 / stages, 3) for k, v in sorted(parts.items())}
 
 
 def _body(workload: str, i: int) -> dict[str, Any]:
@@ -149,6 +206,7 @@ async def _throughput(workload: str, n: int, r: Running) -> dict[str, Any]:
                 r.raise_for_status()
                 assert all(x["status"] == 201 for x in r.json()["results"]), r.text[:300]
 
+        cpu0, commits0 = _cpu(r), _commits(r.db)
         t0 = time.perf_counter()
         if workload == "H1B":
             starts = range(0, n, 100)
@@ -159,8 +217,12 @@ async def _throughput(workload: str, n: int, r: Running) -> dict[str, Any]:
         while _completed(r.db) < base + n:
             await asyncio.sleep(0.05)
         wall = time.perf_counter() - t0
+        cpu1, commits1 = _cpu(r), _commits(r.db)
     stages = n * STAGES[workload]
-    return {"wall_s": round(wall, 3), "rate": round(stages / wall, 1), "create_s": round(created, 3), "stages": stages}
+    commits = {} if commits0 is None or commits1 is None else \
+        {"commits_per_stage": round((commits1 - commits0) / stages, 3)}  # the database's, reads included
+    return {"wall_s": round(wall, 3), "rate": round(stages / wall, 1), "create_s": round(created, 3), "stages": stages,
+            "cpu_ms_per_stage": _per_stage(cpu0, cpu1, stages), **commits}
 
 
 async def _latency(n: int, r: Running) -> dict[str, Any]:
@@ -179,20 +241,38 @@ async def _latency(n: int, r: Running) -> dict[str, Any]:
             "rate": round(statistics.median(samples), 2)}
 
 
-def run(workload: str, n: int | None = None, backend: str = "sqlite") -> dict[str, Any]:
-    if backend != "sqlite":
-        raise SystemExit("the HTTP workloads run on SQLite (the goal of H1 is SQLite's)")
+def run(workload: str, n: int | None = None, backend: str = "sqlite", serve_workers: int = 1) -> dict[str, Any]:
     n = n or DEFAULT_N[workload]
-    with tempfile.TemporaryDirectory(prefix=f"flowli-bench-{workload}-") as tmp:
-        db = f"sqlite:///{tmp}/flowli.db"
-        with Running(db, batch=workload == "H1B") as r:
+    with tempfile.TemporaryDirectory(prefix=f"flowli-bench-{workload}-") as tmp, _database(backend, tmp) as db:
+        with Running(db, batch=workload == "H1B", serve_workers=serve_workers) as r:
             try:
                 figures = asyncio.run(_latency(n, r) if workload == "H2" else _throughput(workload, n, r))
             finally:
                 conn = _CONNECTIONS.pop(db, None)
                 if conn is not None:
                     conn.close()
-    return {"engine": "flowli", "backend": backend, "workload": workload, "n": n, "unit": UNIT[workload], **figures}
+    return {"engine": "flowli", "backend": backend, "workload": workload, "n": n, "unit": UNIT[workload],
+            "serve_workers": serve_workers, **figures}
+
+
+@contextlib.contextmanager
+def _database(backend: str, folder: str) -> Any:
+    """A fresh database: a SQLite file in ``folder``, or a schema of its own on the server of
+    ``FLOWLI_BENCH_POSTGRES`` (dropped after)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{folder}/flowli.db"
+        return
+    if backend != "postgresql":
+        raise SystemExit(f"unknown backend {backend!r}: sqlite or postgresql")
+    import psycopg
+
+    server = os.environ.get("FLOWLI_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+    schema = f"bench_http_{os.urandom(4).hex()}"
+    try:
+        yield f"{server}?schema={schema}"
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def main() -> None:
@@ -201,6 +281,8 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--n", type=int, default=None)
     p.add_argument("--engines", default="flowli", help="flowli, temporal, or both")
+    p.add_argument("--backend", default="sqlite", help="sqlite or postgresql (FLOWLI_BENCH_POSTGRES's server)")
+    p.add_argument("--serve-workers", type=int, default=1, help="flowli serve --workers N (PostgreSQL)")
     args = p.parse_args()
     lines = []
     for _ in range(args.runs):
@@ -211,7 +293,7 @@ def main() -> None:
 
                     line = run_temporal(w, args.n)
                 else:
-                    line = run(w, args.n)
+                    line = run(w, args.n, args.backend, args.serve_workers)
                 line["loadavg"] = round(os.getloadavg()[0], 2)
                 print(json.dumps(line), flush=True)
                 lines.append(line)

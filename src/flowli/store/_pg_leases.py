@@ -51,8 +51,9 @@ ACQUIRE_MANY = (
 )
 
 
-READ_JOURNALS = (f"SELECT {c.ENTRY_COLUMNS} FROM journal j JOIN unnest($1::text[], $2::bigint[]) AS w(wanted, after)"
-                 " ON j.eid = w.wanted AND j.seq > w.after ORDER BY j.eid, j.seq")
+# per execution, its entries after a seq (0: all): an index range each (the primary key's)
+READ_JOURNALS = (f"SELECT j.* FROM unnest($1::text[], $2::bigint[]) AS w(wanted, after) CROSS JOIN LATERAL"
+                 f" (SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = w.wanted AND seq > w.after ORDER BY seq) j")
 DEQUEUE = (
     "UPDATE tasks SET lease_owner = $1, visible_at = $2, deliveries = deliveries + 1"
     " WHERE id IN (SELECT id FROM tasks WHERE state = 'ready' AND queue = ANY($3::text[])"
