@@ -81,6 +81,15 @@ class Archive:
         finally:
             os.close(fd)
 
+    def holds(self, eid: str) -> bool:
+        """Whether the folder has an archive object of ``eid`` (one stat, cheap enough for the event
+        loop: most lookups of an eid the store lacks are of one that never existed, such as a
+        create's check of its idempotency key, and need no thread)."""
+        try:
+            return self.path(eid).exists()
+        except ValueError:
+            return False
+
     def read(self, eid: str) -> dict[str, Any] | None:
         """The archive object of ``eid``, or None (none, or an eid that names no file of the folder)."""
         try:

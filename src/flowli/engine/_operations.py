@@ -81,7 +81,7 @@ def visible(record: ExecutionRecord | None, application: str | None) -> bool:
 async def read_record(rt: Runtime, archive: Archive, eid: str, application: str | None) -> ExecutionRecord:
     """The record of an execution, live or archived, as its application sees it."""
     record = await rt.store.read_execution(eid)
-    if record is None:
+    if record is None and archive.holds(eid):
         archived = await asyncio.to_thread(archive.read, eid)
         record = record_from(archived["record"]) if archived is not None else None
     if record is None or not visible(record, application):
