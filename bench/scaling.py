@@ -30,11 +30,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-MEASURED = {"service": 2.15, "postgresql": 0.9, "worker": 0.27, "client": 0.41, "commits": 0.12, "serial": 0.25}
-"""Per stage, ms of CPU (and commits, and ms of the notify-serialized commit), as measured on
-this 2-core machine: replaced by ``--measured FILE`` (a line of ``bench.http``) when given."""
+MEASURED = {"service": 4.38, "postgresql": 2.39, "worker": 0.24, "client": 0.07, "commits": 1.0, "serial": 0.1}
+"""Per stage, ms of CPU of each part, as ``bench.http --workloads H1B --backend postgresql`` measured
+on this 2-core machine (2026-12-04, medians of two runs); ``commits``, the commits a stage makes
+that send a notification (at most one per write that makes a job ready or wakes a poll: 1.0 is
+the bound, not a measure), and ``serial``, the ms each of those holds the notify lock (the WAL
+flush of a local disk: an estimate). ``--measured FILE`` takes a line of ``bench.http`` instead."""
 
-PLANNED = {"service": 0.75, "postgresql": 0.45, "worker": 0.12, "client": 0.08, "commits": 0.03, "serial": 0.25}
+PLANNED = {"service": 0.55, "postgresql": 0.35, "worker": 0.1, "client": 0.05, "commits": 0.05, "serial": 0.1}
 """Per stage, what the plan in ``bench/RESULTS.md`` ("10,000 stages/s on 16 cores") aims at."""
 
 
@@ -61,8 +64,8 @@ class Outcome:
     bound: str = ""
 
 
-def simulate(costs: dict[str, float], cores: int, service: int, workers: int, seconds: float = 2.0,
-             step_ms: float = 0.05, in_flight: int = 512) -> Outcome:
+def simulate(costs: dict[str, float], cores: int, service: int, workers: int, seconds: float = 1.0,
+             step_ms: float = 0.1, in_flight: int = 512) -> Outcome:
     """Run the closed system for ``seconds`` of simulated time with ``in_flight`` stages in it."""
     parts = [Part("client", costs["client"], 0), Part("service", costs["service"], service),
              Part("postgresql", costs["postgresql"], 0), Part("worker", costs["worker"], workers)]
@@ -118,6 +121,9 @@ def main() -> None:
     p.add_argument("--cores", default="2,4,8,16")
     p.add_argument("--costs", default="measured,planned")
     p.add_argument("--measured", default=None, help="a JSON line of bench.http (its cpu_ms_per_stage, commits)")
+    p.add_argument("--observed", type=float, default=189.4,
+                   help="stages/s that bench.http measured with the measured costs on 2 cores: the model's"
+                        " figures are scaled by observed / modelled at 2 cores (its efficiency)")
     args = p.parse_args()
     measured = dict(MEASURED)
     if args.measured:
@@ -129,11 +135,15 @@ def main() -> None:
         if "commits_per_stage" in line:
             measured["commits"] = line["commits_per_stage"]
     sets: dict[str, dict[str, float]] = {"measured": measured, "planned": PLANNED}
+    # what the model leaves out (the interpreter's lock, context switches, latency between the
+    # parts) costs this machine a share of its cores: the same share is taken off every figure
+    efficiency = args.observed / best(measured, 2).stages_per_s
     for name in args.costs.split(","):
         costs = sets[name]
         for cores in (int(c) for c in args.cores.split(",")):
             o = best(costs, cores)
-            out: dict[str, Any] = {"costs": name, **o.__dict__, "per_stage": costs}
+            out: dict[str, Any] = {"costs": name, **o.__dict__, "efficiency": round(efficiency, 3),
+                                   "calibrated_stages_per_s": round(o.stages_per_s * efficiency, 1), "per_stage": costs}
             print(json.dumps(out))
 
 
