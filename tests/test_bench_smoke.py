@@ -403,3 +403,31 @@ async def test_the_clients_micro_benchmark_measures_each_candidate(service: Any,
     assert {"httpx", "streams"} <= set(by)
     for line in lines:
         assert line["requests"] == 20 and line["cpu_us_per_request"] > 0 and line["rate"] > 0, line
+
+
+@pytest.mark.e2e
+def test_h1b_runs_on_postgresql_and_reports_the_cpu_of_each_part(monkeypatch):
+    from bench.http import run
+
+    monkeypatch.setenv("FLOWLI_BENCH_POSTGRES", server_url())
+    line = run("H1B", 40, "postgresql")
+    assert (line["backend"], line["workload"], line["stages"]) == ("postgresql", "H1B", 40)
+    parts = line["cpu_ms_per_stage"]
+    assert parts["service"] > 0 and parts["postgresql"] > 0 and parts["worker"] > 0
+    assert line["commits_per_stage"] > 0
+
+
+@pytest.mark.unit
+def test_the_scaling_model_is_bound_by_the_cores_or_by_a_single_loop_process():
+    from bench.scaling import simulate
+
+    costs = {"service": 0.5, "postgresql": 0.3, "worker": 0.1, "client": 0.1, "commits": 0.0, "serial": 0.0}
+    # 1 ms of CPU a stage on 2 cores: about 2,000 stages/s when no part runs out of processes
+    wide = simulate(costs, cores=2, service=2, workers=2)
+    assert 1800 < wide.stages_per_s <= 2000 and wide.bound == "cores"
+    # one service process is one core: 0.5 ms a stage there caps the rate at 2,000, and on 8 cores it binds
+    narrow = simulate(costs, cores=8, service=1, workers=4)
+    assert 1800 < narrow.stages_per_s <= 2000 and narrow.bound == "service processes"
+    # a notify-serialized commit of 1 ms a stage caps it at 1,000 whatever the cores
+    serial = simulate({**costs, "commits": 1.0, "serial": 1.0}, cores=16, service=16, workers=8)
+    assert 900 < serial.stages_per_s <= 1000 and serial.bound == "notify-serialized commits"
