@@ -140,21 +140,13 @@ def _cpu(r: Running) -> dict[int, tuple[str, float]]:
     """CPU seconds so far of every process psutil may read, each with its part of the machine."""
     import psutil
 
+    from .w5 import process_cpu
+
     serve = {r.procs[0].pid}
     with contextlib.suppress(psutil.Error):
         serve |= {c.pid for c in psutil.Process(r.procs[0].pid).children(recursive=True)}
     worker = {p.pid for p in r.procs[1:]}
-    out: dict[int, tuple[str, float]] = {}
-    for proc in psutil.process_iter(["name"]):
-        try:
-            t = proc.cpu_times()
-        except psutil.Error:
-            continue
-        part = ("client" if proc.pid == os.getpid() else "service" if proc.pid in serve else
-                "worker" if proc.pid in worker else
-                "postgresql" if proc.info["name"] in ("postgres", "postmaster") else "other")
-        out[proc.pid] = (part, t.user + t.system)
-    return out
+    return process_cpu(lambda pid: "service" if pid in serve else "worker" if pid in worker else None)
 
 
 def _per_stage(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], stages: int) -> dict[str, float]:

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 import flowli
 from flowli.domain import EntryKind, Status
@@ -128,24 +128,25 @@ def cpu_times(workers: WorkerProcesses) -> dict[int, tuple[str, float]]:
     """CPU seconds (user + system) so far of every process of the machine that psutil may read,
     each with its part: ``client`` (this process), ``workers`` (the W5 worker processes),
     ``postgresql`` (the server's processes: backends, WAL writer, ...) or ``other``."""
+    worker_pids = {proc.pid for proc in workers.procs}
+    return process_cpu(lambda pid: "workers" if pid in worker_pids else None)
+
+
+def process_cpu(part_of: Callable[[int], str | None]) -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of every process psutil may read, each with its part: this process is
+    ``client``, ``part_of(pid)`` names the bench's own, the server's are ``postgresql``, the rest
+    ``other``."""
     import psutil
 
     mine = os.getpid()
-    worker_pids = {proc.pid for proc in workers.procs}
     out: dict[int, tuple[str, float]] = {}
     for proc in psutil.process_iter(["name"]):
         try:
             t = proc.cpu_times()
         except psutil.Error:
             continue
-        if proc.pid == mine:
-            part = "client"
-        elif proc.pid in worker_pids:
-            part = "workers"
-        elif proc.info["name"] in ("postgres", "postmaster"):
-            part = "postgresql"
-        else:
-            part = "other"
+        part = "client" if proc.pid == mine else part_of(proc.pid) or (
+            "postgresql" if proc.info["name"] in ("postgres", "postmaster") else "other")
         out[proc.pid] = (part, t.user + t.system)
     return out
 

@@ -8,6 +8,7 @@ import os
 import signal
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,18 +36,25 @@ async def _signal_after_step(engine: flowli.Engine, eid: str, folder: Path, k: i
     await engine.signal(eid, "go", k)
 
 
+async def _continued_then_held(engine: flowli.Engine, workers: Workers, folder: Path) -> tuple[Any, str]:
+    """Worker a runs a ``crash.rounds`` run through its first rounds (each resume a continuation
+    from its cache) into the step that holds; its process and the run's eid."""
+    a = workers.spawn("a")
+    await workers.ready("a")
+    eid = await engine.start("crash.rounds", str(folder), ROUNDS, HOLD_AT)
+    for k in range(HOLD_AT):
+        await _signal_after_step(engine, eid, folder, k)
+    await until(lambda: any(line[1] == f"r{HOLD_AT}" for line in lines(folder / BEGUN)), 20,
+                f"round {HOLD_AT}'s step to begin in worker a")
+    return a, eid
+
+
 async def test_a_worker_killed_after_continuing_from_its_cache_leaves_a_journal_that_replays(
     tmp_path: Path, workers: Workers
 ) -> None:
     engine = await flowli.connect(workers.url, registry)
     async with engine:
-        a = workers.spawn("a")
-        await workers.ready("a")
-        eid = await engine.start("crash.rounds", str(tmp_path), ROUNDS, HOLD_AT)
-        for k in range(HOLD_AT):
-            await _signal_after_step(engine, eid, tmp_path, k)
-        await until(lambda: any(line[1] == f"r{HOLD_AT}" for line in lines(tmp_path / BEGUN)), 20,
-                    f"round {HOLD_AT}'s step to begin in worker a")
+        a, eid = await _continued_then_held(engine, workers, tmp_path)
         # worker a resumed the execution three times and never started its function again
         assert lines(tmp_path / STARTS) == [[eid, str(a.pid)]]
         workers.kill("a")
@@ -80,13 +88,7 @@ async def test_a_worker_that_lost_the_lease_of_a_continued_run_writes_nothing_mo
     nothing; the run ends with each frame's one outcome."""
     engine = await flowli.connect(workers.url, registry)
     async with engine:
-        a = workers.spawn("a")
-        await workers.ready("a")
-        eid = await engine.start("crash.rounds", str(tmp_path), ROUNDS, HOLD_AT)
-        for k in range(HOLD_AT):
-            await _signal_after_step(engine, eid, tmp_path, k)
-        await until(lambda: any(line[1] == f"r{HOLD_AT}" for line in lines(tmp_path / BEGUN)), 20,
-                    f"round {HOLD_AT}'s step to begin in worker a")
+        a, eid = await _continued_then_held(engine, workers, tmp_path)
         await workers.pause("a")
         held = await engine.status(eid)
 
