@@ -203,20 +203,17 @@ class Activation(Context):
             return status
 
     async def _run(self) -> Status:
-        if self.wf_task is not None:  # kept in the workflow cache: it continues where it waits
+        wf_task = self.wf_task  # set when kept in the workflow cache: it continues where it waits
+        if wf_task is None:
+            if self.record.blocked is not None and self.replay.cancel_requested:
+                return await self._end(Status.CANCELLED,
+                                       error={"type": "Cancelled", "message": "cancelled while blocked"})
             try:
-                return await self._drive(self.wf_task)
-            except asyncio.CancelledError:
-                await self._close(self.wf_task)
-                raise
-        if self.record.blocked is not None and self.replay.cancel_requested:
-            return await self._end(Status.CANCELLED, error={"type": "Cancelled", "message": "cancelled while blocked"})
-        try:
-            args = self.typed_arguments()
-        except ArgumentsInvalid as bad:  # started outside the catalog with arguments that do not fit
-            return await self._end(Status.FAILED, error=error_data(bad) | {"problems": bad.problems})
-        wf_task = self.wf_task = asyncio.create_task(self.wf.fn(self, *args))
-        wf_task.add_done_callback(lambda _: self.replay.changed.set())
+                args = self.typed_arguments()
+            except ArgumentsInvalid as bad:  # started outside the catalog with arguments that do not fit
+                return await self._end(Status.FAILED, error=error_data(bad) | {"problems": bad.problems})
+            wf_task = self.wf_task = asyncio.create_task(self.wf.fn(self, *args))
+            wf_task.add_done_callback(lambda _: self.replay.changed.set())
         try:
             return await self._drive(wf_task)
         except asyncio.CancelledError:
@@ -362,7 +359,7 @@ class Activation(Context):
                     or wait.kind not in ("step", "delegate") or e.provenance.site.epoch is not None:
                 return False
             outcomes.append(e)
-        horizon = max([replay.horizon, *self.writer.written, *(e.seq or 0 for e in tail)])
+        horizon = max([replay.horizon, *(e.seq or 0 for e in tail)])  # the tail holds its own writes too
         for e in outcomes:
             replay.memo.add(e)
         self.record, self.epoch = record, epoch

@@ -68,6 +68,8 @@ class Memo:
         self.failures: dict[str, list[Entry]] = defaultdict(list)
         self.base: dict[str, int] = {}
         self.cursors: dict[str, int] = {}
+        self.retries = 0
+        """The execution's retries (execution.retried entries)."""
         self.seen: dict[int, int] = {}
         """Per epoch, the last seq of the journal its activation started from (execution.resumed)."""
         self.last_seq = 0
@@ -88,6 +90,7 @@ class Memo:
         elif e.kind is EntryKind.EXECUTION_RESUMED and isinstance(e.value, dict) and "epoch" in e.value:
             self.seen[e.value["epoch"]] = e.value.get("seen", (e.seq or 1) - 1)
         elif e.kind is EntryKind.EXECUTION_RETRIED:
+            self.retries += 1
             self._reopen((e.value or {}).get("fid"))
         if e.fid is None:
             return

@@ -36,7 +36,6 @@ class Writer:
         self.fence = Fence(record.eid, rt.owner, epoch)
         self.started = journal[0].value if journal and journal[0].kind is EntryKind.EXECUTION_STARTED else None
         """The value of the execution's started entry (its arguments, its trace), if the journal has it."""
-        self.retries = sum(1 for e in journal if e.kind is EntryKind.EXECUTION_RETRIED)
         self.span: Any = None
         """The span of this activation (tracing on), else None."""
         self.pending: list[Entry] = []
@@ -61,7 +60,7 @@ class Writer:
 
     @functools.cached_property
     def _contexts(self) -> tuple[Any, Any]:
-        return execution_context(self.eid, self.started, self.retries)
+        return execution_context(self.eid, self.started, self.replay.memo.retries)
 
     @property
     def trace(self) -> Any:
