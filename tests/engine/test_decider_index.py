@@ -30,6 +30,8 @@ def decide(state: dict[str, Any], command: Any) -> tuple[list[Event], list[Any]]
             return [Event("opened", ticket)], []
         case Signal(channel="review"):
             return [Event("review.asked", {})], []
+        case Signal(channel="retitle", payload=title):
+            return [Event("retitled", {"title": title})], []
         case Signal(channel="close"):
             return [Event("closed", {})], [Complete(state["n"])]
     return [], []
@@ -40,6 +42,8 @@ def evolve(state: dict[str, Any], event: Event) -> dict[str, Any]:
         return {**state, **event.data, "status": "Open"}
     if event.kind == "review.asked":
         return {**state, "status": "Review"}
+    if event.kind == "retitled":
+        return {**state, **event.data}
     return {**state, "status": "Closed"}
 
 
@@ -94,6 +98,48 @@ async def test_each_filter_picks_its_rows_newest_first_with_the_count_of_all(ope
         assert rows[0].record.status.value == "completed" and rows[0].version == 2 and rows[0].label == "Closed"
 
 
+async def test_a_text_filter_picks_exactly_the_rows_that_hold_the_text(open_engine: Any) -> None:
+    """A text filter is a substring test of each row's text: parts inside a word, across a space,
+    with a quote, of one or two characters, with accents; a row whose text a command changes is
+    found by its new text only (the index row is rewritten in the command's write); other
+    applications' rows never."""
+    titles = {1: "Name-7 printer", 2: "name-77", 3: "xname-7y", 4: "name 7", 5: 'say "hi" to NAME-7',
+              6: "ab", 7: "name-7 elsewhere", 8: "café crème"}
+    async with open_engine(registry()) as engine:
+        eids = {n: await engine.start("ticket", {"n": n, "owner": "al", "tags": ["k"] if n % 2 else [],
+                                                 "title": title}, application="app" if n != 7 else "other")
+                for n, title in titles.items()}
+        for eid in eids.values():
+            await wait_status(engine, eid, "suspended")
+
+        async def page(text: str, **q: Any) -> tuple[list[int], int]:
+            rows, total = await engine.decided(StateQuery("ticket", application="app", text=text, **q))
+            return numbers(rows), total
+
+        assert await page("name-7") == ([5, 3, 2, 1], 4)
+        assert await page("ame-77") == ([2], 1)
+        assert await page("e 7") == ([4], 1)
+        assert await page("-7 p") == ([1], 1)
+        assert await page('"hi"') == ([5], 1)
+        assert await page('say "hi" to') == ([5], 1)
+        assert await page("ab") == ([6], 1)
+        assert await page("b") == ([6], 1)
+        assert await page("crème") == ([8], 1)
+        assert await page("name-7x") == ([], 0)
+        assert await page("7 name") == ([], 0)
+        assert await page("name-7", limit=2) == ([5, 3], 4)
+        assert await page("name-7", limit=2, offset=2) == ([2, 1], 4)
+        assert await page("name-7", tags=("k",)) == ([5, 3, 1], 3)
+        assert await page("name-7", name="al", labels=("Open",)) == ([5, 3, 2, 1], 4)
+        await engine.signal(eids[3], "retitle", "Something else", application="app")
+        await engine.signal(eids[6], "retitle", "now name-7 too", application="app")
+        await engine.signal(eids[2], "close", None, application="app")
+        assert await page("name-7") == ([6, 5, 2, 1], 4)
+        assert await page("xname") == ([], 0)
+        assert await page("thing els") == ([3], 1)
+        assert await page("name-7", labels=("Closed",)) == ([2], 1)
+
+
 async def test_a_start_is_listed_with_the_state_its_start_decided(open_engine: Any) -> None:
     async with open_engine(registry(), worker=False) as engine:  # no worker: the start's own write decides it
         eid = await engine.start("ticket", {"n": 9, "owner": "cy", "tags": [], "title": "New"}, application="app")
@@ -144,6 +190,10 @@ async def test_counts_and_tags_follow_every_write_and_are_rebuilt_for_a_database
         await engine.signal(eids[4], "close", None, application="app")
         assert await page(application="app", labels=("Open",)) == ([5, 6], 2)
         assert await page(application="app", tags=("blue",), labels=("Open",)) == ([6], 1)
+        assert await page(application="app", text="t5") == ([5], 1)  # the text of rows written before
+        await engine.signal(eids[5], "retitle", "Renamed", application="app")
+        assert await page(application="app", text="t5") == ([], 0)
+        assert await page(application="app", text="renamed") == ([5], 1)
 
 
 async def connect_engine(db_url: str, tmp_path: Any, clock: Any) -> Any:
