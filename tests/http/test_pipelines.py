@@ -171,6 +171,10 @@ async def test_retries_follow_the_options_and_terminal_codes_never_retry(service
             assert failed["stages"][0]["status"] == "Failed" and failed["stages"][0]["attempt"] == 1, failed
         assert calls == {"upstream": 3, "rejected": 1, "not-listed": 1, "no-retry": 1}
         assert (await client.get(made["rejected"]))["stages"][0]["errorCode"] == "BUSINESS_REJECTED"
+        # each failed attempt's event names the worker that held its lease (this test's one worker)
+        failures = [h for h in await client.history(made["upstream"]) if h["kind"] == "stage.failed"]
+        assert [h["attempt"] for h in failures] == [1, 2]
+        assert len({h["value"]["leasedBy"] for h in failures}) == 1 and failures[0]["value"]["leasedBy"]
 
 
 async def test_approvals_are_idempotent_and_a_conflict_is_409(service, billing):
@@ -296,6 +300,11 @@ async def test_the_raw_worker_protocol_stale_results_and_leases(service, billing
         history = await client.history(made["id"])
         refused = [h for h in history if h["kind"] == "result.refused"]
         assert refused and refused[0]["value"]["executionId"] == job["executionId"] and refused[0]["attempt"] == 1
+        # the history says which worker held each attempt's lease: the one that expired, the one answered
+        expired = [h for h in history if h["kind"] == "stage.lease_expired"]
+        completed = [h for h in history if h["kind"] == "stage.completed"]
+        assert [(h["attempt"], h["value"]["leasedBy"]) for h in expired] == [(1, boot["workerId"])]
+        assert [(h["attempt"], h["value"]["leasedBy"]) for h in completed] == [(2, boot["workerId"])]
         assert (await http.post("/workers/heartbeat", headers=s, json={"state": "draining", "inFlight": 0})).status_code == 200
         listed = (await http.get("/workers", headers={"X-API-Key": key})).json()
         assert [(w["workerName"], w["state"], w["supportedHandlers"]) for w in listed] == [
@@ -523,6 +532,9 @@ async def test_a_result_appends_stages_and_edits_context_and_timeout_fails_an_at
         # the history speaks the pipeline's words: the attempt that ran past its timeOut failed with TIMEOUT
         assert any(h["kind"] == "stage.failed" and (h["error"] or {}).get("errorCode") == "TIMEOUT"
                    and h["attempt"] == 1 for h in history)
+        # a timeout is the engine's, not a worker's answer: it names no worker; the answer that completed does
+        assert all("leasedBy" not in h["value"] for h in history if h["kind"] == "stage.failed")
+        assert [bool(h["value"].get("leasedBy")) for h in history if h["kind"] == "stage.completed"] == [True]
         assert any(h["kind"] == "stage.retry_scheduled" for h in history)
         assert any(h["actor"].endswith("default") for h in history if h["kind"] == "execution.started")
 

@@ -119,6 +119,8 @@ class Expired:
     attempt: int
     at: str | None = None
     """The instant the engine applies the command (ISO 8601, set by the engine: decide reads no clock)."""
+    owner: str | None = None
+    """The consumer whose lease expired (its ``worker_id``), when the task still names it."""
 
 
 @dataclass(frozen=True)

@@ -607,7 +607,7 @@ def answer_command(task: Task, value: Any, failure: tuple[str, str, bool] | None
 
 def expired_command(task: Task) -> Command:
     assert task.frame is not None
-    return Expired(task.frame["key"], task.attempt or 1)
+    return Expired(task.frame["key"], task.attempt or 1, owner=task.lease_owner)
 
 
 def cancel_command(request: dict[str, Any]) -> Command:

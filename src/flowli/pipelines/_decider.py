@@ -10,6 +10,7 @@ Commands and what they decide (events in the pipeline's words, effects the engin
 - Answered: ``stage.completed`` or ``stage.waiting_for_approval``; Failed, a timeout, an expiry:
   ``stage.failed`` then ``stage.retry_scheduled`` (a Timer ``retry:<id>:<attempt>``) when its
   retry plan says so. A command about an attempt that is not the stage's open one changes nothing.
+  The event of an attempt's outcome names in ``leasedBy`` the worker that held its lease.
 - Signal on ``pipeline``: pause, resume, append, decide (``stage.approved``/``stage.rejected``),
   skip, rerun; CancelRequested: ``pipeline.cancelled`` and the end Cancel.
 - When nothing is open: all stages done, ``pipeline.completed`` and Complete; one failed,
@@ -302,6 +303,8 @@ def _answered(d: _Decision, c: Answered) -> None:
             "fingerprint": value.get("fingerprint"), "context": value.get("context") or [], "at": d.at}
     if value.get("logs"):
         data["logs"] = value["logs"]
+    if value.get("worker"):
+        data["leasedBy"] = value["worker"]
     d.emit("stage.waiting_for_approval" if value.get("waiting") else "stage.completed", data)
 
 
@@ -317,6 +320,8 @@ def _failed(d: _Decision, key: str, attempt: int, code: str | None, message: str
             "fingerprint": details.get("fingerprint"), "context": details.get("context") or [], "at": d.at}
     if details.get("logs"):
         data["logs"] = details["logs"]
+    if details.get("worker"):
+        data["leasedBy"] = details["worker"]
     d.emit("stage.failed", data)
     # the jitter's seed: the pipeline, the stage, its run and its retry (the same on any fold)
     seconds = _retry.decide(stage["spec"]["plan"], code, retryable, stage["retries"],
@@ -350,11 +355,12 @@ def _expired(d: _Decision, c: Expired) -> None:
     if stage is None:
         return
     if stage["expiries"] + 1 < EXPIRIES:
-        d.emit("stage.lease_expired", {"stage": stage["name"], "attempt": c.attempt, "at": d.at})
+        d.emit("stage.lease_expired", {"stage": stage["name"], "attempt": c.attempt, "at": d.at,
+                                       **({"leasedBy": c.owner} if c.owner else {})})
         _dispatch(d, stage)
         return
     _failed(d, c.key, c.attempt, "LEASE_EXPIRED", f"the lease of attempt {c.attempt} expired {EXPIRIES} times",
-            True, {})
+            True, {"worker": c.owner} if c.owner else {})
 
 
 def _timer(d: _Decision, key: str) -> None:

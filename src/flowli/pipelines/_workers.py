@@ -353,7 +353,8 @@ class Workers:
         answered = task.state != "ready"
         if answered and await self._accepted(task, sent):
             return 202, {"accepted": True}
-        value: dict[str, Any] = {"ok": ok, "output": body.output, "attempt": attempt, "fingerprint": sent}
+        value: dict[str, Any] = {"ok": ok, "output": body.output, "attempt": attempt, "fingerprint": sent,
+                                 "worker": session.worker_id}
         if not ok:
             value.update(errorCode=body.errorCode, errorMessage=body.errorMessage, retryable=body.retryable is not False)
         if body.isWaitingForApproval:
@@ -373,7 +374,7 @@ class Workers:
             if ok or not (task.frame or {}).get("decider"):
                 await consumer.answer(task, value, by=by, items=rows)
             else:  # a failed attempt: the engine's failure path, what the result said beside its error in details
-                details = {k: v for k, v in value.items() if k in ("fingerprint", "context", "append", "logs")}
+                details = {k: v for k, v in value.items() if k in ("fingerprint", "context", "append", "logs", "worker")}
                 await consumer.fail(task, body.errorCode or "FAILED", body.errorMessage or "",
                                     retryable=body.retryable is not False, by=by, details=details,
                                     items=rows)
