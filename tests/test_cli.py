@@ -538,3 +538,29 @@ def test_a_worker_can_replay_every_time_and_refuses_a_negative_cache(flowli, cwd
     finally:
         proc.kill()
         proc.communicate()
+
+
+def _command_paths() -> list[list[str]]:
+    """Every command and group of the CLI, as the words that name it (``[]`` is flowli itself)."""
+    import typer.main
+
+    def walk(command: Any, path: list[str]) -> Iterator[list[str]]:
+        yield path
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            yield from walk(sub, [*path, name])
+
+    return list(walk(typer.main.get_command(app), []))
+
+
+def test_every_help_names_values_and_shows_no_python_types_or_markup() -> None:
+    """A flag shows nothing beside it, an option's value its name (``--queue QUEUE``), an
+    argument its name alone: never a Python type (``<bool>``, ``<str>``) or a raw backtick."""
+    paths = _command_paths()
+    assert len(paths) > 30 and ["apps", "create"] in paths and ["serve"] in paths
+    for path in paths:
+        result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "120"})
+        assert result.exit_code == 0, (path, result.output)
+        assert not re.search(r"<(bool|str|int|float|list|path|dict)\b", result.output), (path, result.output)
+        assert "`" not in result.output, (path, result.output)
+    serve = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "120"}).output
+    assert re.search(r"--host\s+HOST\s", serve) and re.search(r"--no-worker\s+Serve the routes only", serve), serve

@@ -51,8 +51,52 @@ def _console(stderr: bool = False) -> Console:
 out = _console()
 err = _console(stderr=True)
 
+class _Group(typer.core.TyperGroup):
+    """flowli's commands: their help names an option's value by what it is (``--queue QUEUE``,
+    ``--format [table|json]``) and shows nothing beside a flag, where typer's shows a Python type
+    (``<str>``, ``<bool>``)."""
+
+    def get_params(self, ctx: Any) -> Any:
+        return _named(super().get_params(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _name_values(command)
+        return command
+
+
+def _name_values(command: Any) -> None:
+    if not isinstance(command, _Group):  # its help option is made on each call: named on each call
+        params = type(command).get_params
+        command.get_params = lambda ctx: _named(params(command, ctx))
+    for sub in (getattr(command, "commands", None) or {}).values():
+        _name_values(sub)
+
+
+def _named(params: Any) -> Any:
+    """Give each parameter without a metavar of its own the one its help shows (typer's classes,
+    whichever release: a choice's choices are on its type or its type descriptor)."""
+    for p in params:
+        if getattr(p, "param_type_name", None) == "argument":  # its name says it already
+            p.display_type_rich = lambda ctx: None
+            continue
+        if p.metavar is not None:
+            continue
+        desc = getattr(p, "type_descriptor", None)
+        choices = desc.choices if getattr(desc, "is_choice", False) else getattr(getattr(p, "type", None), "choices", None)
+        if getattr(p, "is_flag", False):
+            p.metavar = ""
+        elif choices:
+            p.metavar = "[" + "|".join(str(getattr(c, "value", c)) for c in choices) + "]"
+        else:
+            p.metavar = (p.name or "value").upper()
+    return params
+
+
 app = typer.Typer(
     name="flowli",
+    cls=_Group,
     help="flowli: durable execution for Python workflows. Run a worker, start executions, read their journals.",
     no_args_is_help=True,
     add_completion=False,
