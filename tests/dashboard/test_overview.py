@@ -96,4 +96,4 @@ async def test_the_overview_is_accessible_and_live(tenants: Tenants, page: Any):
     await page.screenshot(path=str(ARTIFACTS / "overview.png"), full_page=True)
     await page.get_by_role("link", name="pipeline second-one").click()
     await expect(page.get_by_role("heading", name=f"Runs of {tenants.billing}")).to_be_visible()
-    await expect(page.get_by_label("Pipeline")).to_have_value("second-one")
+    await expect(page.get_by_label("Pipeline", exact=True)).to_have_value("second-one")

@@ -90,11 +90,27 @@ async def test_the_runs_list_filters_by_status_and_workflow_and_pages(tenants: T
         none = await vic.get("/runs", params={"status": "completed"})
         assert run_links(none.text) == [] and "No run matches." in none.text
         deadline = time.monotonic() + 30
-        while "suspended</span> 53</li>" not in (await vic.get("/runs")).text:  # each waits for its worker
-            assert time.monotonic() < deadline, "the 53 pipelines did not all suspend"
+        while "Running</span> 53</li>" not in (await vic.get("/runs")).text:  # each waits for its worker
+            assert time.monotonic() < deadline, "the 53 pipelines did not all start"
             await asyncio.sleep(0.2)
-        waiting = await vic.get("/runs", params={"workflow": "flowli.pipeline", "status": "suspended"})
+        # a pipeline status lists pipelines in their words, a page at a time
+        waiting = await vic.get("/runs", params={"workflow": "flowli.pipeline", "status": "Running"})
         assert len(run_links(waiting.text)) == 50 and 'rel="next"' in waiting.text
+        table = waiting.text.split('<table class="runs"', 1)[1]
+        assert ">suspended<" not in table and table.count(">Running<") == 50  # each row in its own words
+        assert ">suspended<" not in waiting.text.split('id="run-counts"', 1)[1].split("</div>", 1)[0]
+        rest = await vic.get(re.search(r'<a rel="next" href="([^"]+)"', waiting.text).group(1).replace("&amp;", "&"))
+        assert len(run_links(rest.text)) == 3 and not set(run_links(rest.text)) & set(run_links(waiting.text))
+        assert set(run_links(waiting.text)) | set(run_links(rest.text)) == set(run_links(first.text) + run_links(second.text))
+        named = await vic.get("/runs", params={"status": "Running", "pipeline": "batch-7"})
+        assert len(run_links(named.text)) == 1 and "batch-7" in named.text
+        assert run_links((await vic.get("/runs", params={"status": "Paused"})).text) == []
+        # an engine status lists Python runs: these pipelines are not among them
+        assert run_links((await vic.get("/runs", params={"status": "suspended"})).text) == []
+        mixed = await vic.get("/runs", params={"workflow": "flowli.pipeline", "status": "suspended"})
+        assert mixed.status_code == 400 and "a pipeline&#39;s are NotStarted, Running" in mixed.text
+        other = await vic.get("/runs", params={"workflow": "billing.job", "status": "Running"})
+        assert other.status_code == 400 and "runs of billing.job are not pipelines" in other.text
         assert run_links((await vic.get("/runs", params={"workflow": "no.such.workflow"})).text) == []
         bad = await vic.get("/runs", params={"status": "<b>sideways</b>"})
         assert bad.status_code == 400 and "<b>sideways</b>" not in bad.text and "&lt;b&gt;sideways" in bad.text

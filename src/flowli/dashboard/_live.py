@@ -22,7 +22,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flowli.domain import Entry
-from flowli.pipelines import WORKFLOW
 
 from . import _rows, _run, _runs
 from ._refusals import Refused
@@ -85,7 +84,6 @@ def routes(d: Dashboard) -> list[Route]:
         f, since, until = _runs.filters(request)
         given = _run.number((request.query_params.get("after") or "").strip(), "after")
         after = given if given is not None else await d.engine.log_position()
-        workflow = WORKFLOW if f["pipeline"] else f["workflow"] or None
 
         async def stream() -> AsyncIterator[dict[str, str]]:
             row_tpl = d.templates.get_template("_run_row.html")
@@ -94,13 +92,13 @@ def routes(d: Dashboard) -> list[Route]:
                 eids = list(dict.fromkeys(e.eid for e in batch))
                 records = await d.engine.statuses(eids, application=application)
                 kept = [r for r in records if _runs.accepts(f, since, until, r)]
-                rows = {r["eid"]: r for r in await _rows.rows_of(d, application, kept)}
+                rows = {r["eid"]: r for r in await _rows.rows_of(d, application, kept) if _runs.shown(f, r)}
                 for record in records:
                     row = rows.get(record.eid)
                     yield {"event": "run", "data": json.dumps(
                         {"eid": record.eid, "html": row_tpl.render(r=row) if row is not None else ""})}
-                page = await d.engine.list(None, workflow, 1, application=application, since=since, until=until)
-                yield {"event": "counts", "data": counts_tpl.render(counts=page.counts)}
+                counted = await _runs.counts(d, application, f, since, until)
+                yield {"event": "counts", "data": counts_tpl.render(counts=counted)}
 
         return EventSourceResponse(stream(), ping=PING, headers={"Cache-Control": "no-store"})
 

@@ -1,5 +1,9 @@
 """``/runs``: the Python executions and the pipelines of one of the user's applications, newest
-first, 50 a page, with the counts per status. Status, workflow, application and time range are
+first, 50 a page, with the counts per status, each audience in its own words: a Python run's
+status is the engine's (``suspended``), a pipeline's its own (``Running``), and a status filter
+takes either vocabulary. A pipeline status lists pipelines from the pipelines' read model (their
+index: status, name, keyword, text and time are filters of it, a page at the cost of its
+answer). An engine status lists Python runs: status, workflow, application and time range are
 filters of the projection's index; a pipeline's name, a keyword (``key:value``) and free text are
 matched on each candidate's declaration (its arguments: a pipeline's name, keywords and context,
 where a sensitive value is stored as ``***`` and so never matches), a bounded scan of the newest
@@ -17,7 +21,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from flowli.domain import ExecutionRecord, Status
-from flowli.pipelines import WORKFLOW
+from flowli.engine import StateQuery
+from flowli.pipelines import PIPELINE_STATUSES, WORKFLOW
 
 from ._refusals import Refused
 from ._rows import declaration, in_words, summary
@@ -31,6 +36,9 @@ SCAN = 200
 SCAN_MAX = 5000
 """The most candidates one page of a matched filter reads; the page says where it stopped."""
 STATUSES = tuple(s.value for s in Status)
+"""A Python run's statuses (the engine's words)."""
+PIPELINE_WORDS = tuple(PIPELINE_STATUSES)
+"""A pipeline's statuses (its own words)."""
 
 
 def routes(d: Dashboard) -> list[Route]:
@@ -47,7 +55,7 @@ def routes(d: Dashboard) -> list[Route]:
                 live = "/runs/events?" + urlencode({**{k: v for k, v in f.items() if v}, "application": application,
                                                     "after": position})
         return d.page(request, "runs.html", user, application=application, page=page, filters=f, statuses=STATUSES,
-                      live=live)
+                      pipeline_statuses=PIPELINE_WORDS, live=live)
 
     return [Route("/runs", runs)]
 
@@ -56,8 +64,14 @@ def filters(request: Request) -> tuple[dict[str, str], datetime | None, datetime
     """The runs list's filters of a request, checked (Refused 400 names the one that is wrong)."""
     q = request.query_params
     f = {k: (q.get(k) or "").strip() for k in ("status", "workflow", "pipeline", "keyword", "text", "since", "until")}
-    if f["status"] and f["status"] not in STATUSES:
-        raise Refused(400, f"status must be one of {', '.join(STATUSES)}, not {f['status']!r}")
+    if f["status"] and f["status"] not in STATUSES + PIPELINE_WORDS:
+        raise Refused(400, f"status must be a Python run's ({', '.join(STATUSES)}) or a pipeline's"
+                           f" ({', '.join(PIPELINE_WORDS)}), not {f['status']!r}")
+    if f["status"] in PIPELINE_WORDS and f["workflow"] not in ("", WORKFLOW):
+        raise Refused(400, f"{f['status']} is a pipeline's status, and runs of {f['workflow']} are not pipelines:"
+                           " clear one of the two filters")
+    if f["status"] in STATUSES and (f["pipeline"] or f["workflow"] == WORKFLOW):
+        raise Refused(400, f"{f['status']} is a Python run's status; a pipeline's are {', '.join(PIPELINE_WORDS)}")
     if f["keyword"] and ":" not in f["keyword"]:
         raise Refused(400, f"keyword must be key:value, not {f['keyword']!r}")
     if f["pipeline"] and f["workflow"] not in ("", WORKFLOW):
@@ -66,14 +80,46 @@ def filters(request: Request) -> tuple[dict[str, str], datetime | None, datetime
 
 
 def accepts(f: dict[str, str], since: datetime | None, until: datetime | None, record: ExecutionRecord) -> bool:
-    """Whether a run passes every filter of the list (the live list asks this of each change)."""
-    if f["status"] and record.status.value != f["status"]:
+    """Whether a run passes every filter of the list but a pipeline status, which its row in
+    words says (``shown``): the live list asks both of each change."""
+    if f["status"] in PIPELINE_WORDS and record.workflow != WORKFLOW:
+        return False
+    if f["status"] in STATUSES and (record.status.value != f["status"] or record.workflow == WORKFLOW):
         return False
     if (f["workflow"] or (WORKFLOW if f["pipeline"] else "")) not in ("", record.workflow):
         return False
     if since is not None and record.created_at < since or until is not None and record.created_at >= until:
         return False
     return _matches(record, f["pipeline"] or None, f["keyword"], f["text"])
+
+
+def shown(f: dict[str, str], row: dict[str, Any]) -> bool:
+    """Whether a row in words (``_rows.in_words``) passes the list's pipeline status."""
+    return f["status"] not in PIPELINE_WORDS or row["status"] == f["status"]
+
+
+async def counts(d: Dashboard, application: str, f: dict[str, str], since: datetime | None,
+                 until: datetime | None) -> dict[str, dict[str, int]]:
+    """The runs per status, each audience in its words, within the list's workflow, pipeline
+    name and time range: the Python runs per engine status (the projection's counts, less the
+    pipelines' when both are listed), the pipelines per pipeline status (their index's counts)."""
+    workflow = WORKFLOW if f["pipeline"] else f["workflow"] or None
+    python: dict[str, int] = {}
+    if workflow != WORKFLOW:
+        python = (await d.engine.list(None, workflow, 1, application=application, since=since, until=until)).counts
+        if workflow is None:
+            theirs = (await d.engine.list(None, WORKFLOW, 1, application=application, since=since,
+                                          until=until)).counts
+            python = {k: n - theirs.get(k, 0) for k, n in python.items() if n > theirs.get(k, 0)}
+    pipelines: dict[str, int] = {}
+    if workflow in (None, WORKFLOW):
+        for word in PIPELINE_WORDS:
+            _, n = await d.engine.decided(StateQuery(
+                WORKFLOW, application, labels=(word,), name=f["pipeline"] or None, limit=0,
+                since=since.timestamp() if since else None, until=until.timestamp() if until else None))
+            if n:
+                pipelines[word] = n
+    return {"Python runs": python, "Pipelines": pipelines}
 
 
 def _time(text: str, field: str) -> datetime | None:
@@ -88,9 +134,40 @@ def _time(text: str, field: str) -> datetime | None:
 
 async def _page(d: Dashboard, application: str, f: dict[str, str], since: datetime | None, until: datetime | None,
                 cursor: str | None) -> dict[str, Any]:
+    counted = await counts(d, application, f, since, until)
+    if f["status"] in PIPELINE_WORDS:
+        return {**await _pipelines(d, application, f, since, until, cursor), "counts": counted}
+    return {**await _runs(d, application, f, since, until, cursor), "counts": counted}
+
+
+async def _pipelines(d: Dashboard, application: str, f: dict[str, str], since: datetime | None,
+                     until: datetime | None, cursor: str | None) -> dict[str, Any]:
+    """A page of pipelines of one status, from their index (the cursor: how many came before)."""
+    offset = _run_number(cursor)
+    query = StateQuery(WORKFLOW, application, labels=(f["status"],), name=f["pipeline"] or None,
+                       tags=(f["keyword"],) if f["keyword"] else (), text=f["text"] or None,
+                       since=since.timestamp() if since else None, until=until.timestamp() if until else None,
+                       offset=offset, limit=PAGE_SIZE)
+    rows, total = await d.engine.decided(query)
+    items = await in_words(d, application, [summary(r.record, r.record) for r in rows])
+    more = offset + len(rows) < total
+    return {"items": items, "next": str(offset + len(rows)) if more else None, "scanned": None}
+
+
+def _run_number(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    if not cursor.isdigit():
+        raise Refused(400, f"cursor must be the number of pipelines before the page, not {cursor!r}")
+    return int(cursor)
+
+
+async def _runs(d: Dashboard, application: str, f: dict[str, str], since: datetime | None, until: datetime | None,
+                cursor: str | None) -> dict[str, Any]:
     pipeline_name = f["pipeline"] or None
     workflow = WORKFLOW if pipeline_name is not None else f["workflow"] or None
-    matched = pipeline_name is not None or bool(f["keyword"] or f["text"])
+    python_only = f["status"] in STATUSES and workflow is None
+    matched = pipeline_name is not None or bool(f["keyword"] or f["text"]) or python_only
     try:
         first = await d.engine.list(f["status"] or None, workflow, SCAN if matched else PAGE_SIZE,
                                     application=application, cursor=cursor, since=since, until=until)
@@ -98,7 +175,7 @@ async def _page(d: Dashboard, application: str, f: dict[str, str], since: dateti
         raise Refused(400, str(exc)) from None
     if not matched:
         return {"items": await in_words(d, application, [summary(s, None) for s in first]), "next": first.next,
-                "counts": first.counts, "scanned": None}
+                "scanned": None}
     items: list[dict[str, Any]] = []
     page, scanned, last = first, 0, cursor
     while True:
@@ -109,7 +186,8 @@ async def _page(d: Dashboard, application: str, f: dict[str, str], since: dateti
             scanned += 1
             last = s.cursor
             record = records.get(s.eid)
-            if record is not None and _matches(record, pipeline_name, f["keyword"], f["text"]):
+            if record is not None and _matches(record, pipeline_name, f["keyword"], f["text"]) \
+                    and not (python_only and record.workflow == WORKFLOW):
                 items.append(summary(s, record))
                 if len(items) == PAGE_SIZE:
                     break
@@ -119,7 +197,7 @@ async def _page(d: Dashboard, application: str, f: dict[str, str], since: dateti
                                    since=since, until=until)
     consumed = not page.items or last == page.items[-1].cursor
     more = page.next is not None or not consumed
-    return {"items": await in_words(d, application, items), "next": last if more else None, "counts": first.counts,
+    return {"items": await in_words(d, application, items), "next": last if more else None,
             "scanned": scanned if scanned >= SCAN_MAX else None}
 
 
