@@ -1,6 +1,7 @@
 """D1 and D2: the dashboard of a real ``flowli serve`` with ``--runs`` executions stored (10 000).
 
-- D1: ``GET /runs``, ``/runs?status=suspended`` (90 % of the runs), ``?status=cancelled`` (10 %) and
+- D1: ``GET /runs``, ``/runs?status=Running`` (90 % of the runs, pipelines in their own words:
+  read from their index), ``?status=Cancelled`` (10 %) and
   ``/runs/{eid}`` (a pipeline run's page): ``--requests`` (200) sequential requests each, logged in,
   on one keep-alive connection on loopback; p50, p99 ms. No ``Server-Timing`` is sent: the figure is
   the client's wall time (send to last byte), a loopback round trip included; ``/healthz`` is the floor.
@@ -222,15 +223,15 @@ def one_backend(backend: str, args: argparse.Namespace, tmp: str, header: dict[s
                 target = client.post("/pipelines", json={**BODY, "name": "d2-target"},
                                      headers={"X-API-Key": key}).raise_for_status().json()["id"]
                 for _ in range(100):  # until the new pipeline has run to its suspension
-                    eids = re.findall(r'href="/runs/([^"?/]+)"', checked(client.get("/runs?status=suspended")).text)
+                    eids = re.findall(r'href="/runs/([^"?/]+)"', checked(client.get("/runs?status=Running")).text)
                     if "Pipeline d2-target" in checked(client.get(f"/runs/{eids[0]}")).text:
                         break
                     time.sleep(0.1)
                 else:
-                    raise RuntimeError("the d2-target pipeline is not the newest suspended run")
-                eid = eids[0]  # D1's run page: the newest of the others (a suspended pipeline, 4 entries)
-                pages = {"healthz": "/healthz", "runs": "/runs", "runs?status=suspended": "/runs?status=suspended",
-                         "runs?status=cancelled": "/runs?status=cancelled", "run": f"/runs/{eids[1]}"}
+                    raise RuntimeError("the d2-target pipeline is not the newest running pipeline")
+                eid = eids[0]  # D1's run page: the newest of the others (a pipeline waiting for its worker, 4 entries)
+                pages = {"healthz": "/healthz", "runs": "/runs", "runs?status=Running": "/runs?status=Running",
+                         "runs?status=Cancelled": "/runs?status=Cancelled", "run": f"/runs/{eids[1]}"}
                 base = {"backend": backend, "stored": sum(got.values()), "counts": got, "seed_s": round(seed_s, 1)}
                 for k in range(1, args.rounds + 1):
                     found = d1(client, pages, args.requests or 200)

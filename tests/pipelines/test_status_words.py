@@ -64,10 +64,10 @@ async def test_a_status_added_to_its_table_is_filtered_documented_and_shown(open
             eid="e1", workflow="flowli.pipeline", version="2", pipeline=7, status="Held", created_at=now,
             updated_at=now))
         assert '<span class="status tone-waiting">Held</span>' in row
-        counts = dashboard.templates.get_template("_counts.html").render(counts={"Held": 2, "Completed": 1})
+        counts = dashboard.templates.get_template("_counts.html").render(counts={"Pipelines": {"Held": 2, "Completed": 1}})
         assert '<span class="status tone-waiting">Held</span> 2' in counts
         assert '<span class="status tone-ok">Completed</span> 1' in counts
-        unknown = dashboard.templates.get_template("_counts.html").render(counts={"Parked": 1})
+        unknown = dashboard.templates.get_template("_counts.html").render(counts={"Pipelines": {"Parked": 1}})
         assert '<span class="status tone-idle">Parked</span>' in unknown  # a word no table knows
 
 
