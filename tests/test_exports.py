@@ -57,10 +57,10 @@ PINNED = {
         "PIPELINE_STATUSES",
         "PipelineIn", "PipelineInputError", "Pipelines", "Policies", "PolicyIn", "PolicyRules", "PolicyTags",
         "PolicyTargeting", "PullBatchIn", "PullIn", "ROLES",
-        "RULE_RANGES", "RerunIn", "ResultIn", "ResultItemIn", "STAGE_STATUSES", "Schedules", "ServiceError", "Session", "SkipIn",
+        "RULE_RANGES", "RerunIn", "ResultIn", "ResultItemIn", "STAGE_STATUSES", "ScheduleIn", "Schedules", "ServiceError", "Session", "SkipIn",
         "StageIn", "StageOptions", "StagesIn", "TERMINAL_CODES", "Unauthorized", "Unavailable", "WORKFLOW",
         "Workers", "decide", "declaration", "delays", "documented", "effective_policy", "handler_of", "install", "key_of",
-        "plan", "policy_body", "progress", "queue_of", "read", "redact", "redact_items", "scheduled_pipeline", "sentence",
+        "plan", "policy_body", "progress", "queue_of", "read", "redact", "redact_items", "schedule_input", "sentence",
         "stage_list", "status_word"
     ],
     flowli.catalog: [

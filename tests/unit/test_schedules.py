@@ -1,5 +1,5 @@
 """Schedules' triggers and their next firing (``trigger``, ``next_fire``, ``firing_key`` of
-``flowli.engine``; ``scheduled_pipeline`` of ``flowli.pipelines``): cron in a time zone, an
+``flowli.engine``; ``schedule_input`` of ``flowli.pipelines``): cron in a time zone, an
 interval counted from the schedule's creation, one instant; each bad trigger refused in one
 sentence naming the field."""
 
@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from flowli.engine import ScheduleError, firing_key, next_fire, trigger
-from flowli.pipelines import PipelineInputError, scheduled_pipeline
+from flowli.pipelines import PipelineInputError, ScheduleIn, schedule_input
 
 pytestmark = pytest.mark.unit
 
@@ -127,17 +127,20 @@ def test_each_bad_trigger_is_refused_naming_the_field(given, message):
 
 def test_a_pipeline_schedule_validates_its_pipeline_before_anything_is_stored():
     pipeline = {"name": "nightly", "stages": [{"stageName": "a", "stageHandlerName": "H"}]}
-    assert scheduled_pipeline({"name": "x", "cron": "0 9 * * *", "pipeline": pipeline}) is pipeline
-    for body, message in [([], "the body must be a JSON object"),
-                          ({"name": "x", "intervalSeconds": 60}, "pipeline is required (a create body)"),
-                          ({"name": "x", "pipeline": "nightly"}, "pipeline is required (a create body)"),
+    read = schedule_input({"name": "x", "cron": "0 9 * * *", "pipeline": pipeline})
+    assert isinstance(read, ScheduleIn) and read.pipeline.model_dump(exclude_unset=True) == pipeline
+    assert schedule_input(read) is read  # a body read already (the HTTP service's) is not read again
+    for body, message in [([], "the body must be an object, got []"),
+                          ({"name": "x", "intervalSeconds": 60}, "pipeline is required"),
+                          ({"name": "x", "pipeline": "nightly"}, 'pipeline must be an object, got "nightly"'),
+                          ({"pipeline": pipeline}, "name is required"),
                           ({"name": "x", "pipeline": {"name": "p", "stages": []}},
                            "stages: at least one stage is required"),
-                          ({"name": "x", "pipeline": {"stages": pipeline["stages"]}}, "name is required"),
+                          ({"name": "x", "pipeline": {"stages": pipeline["stages"]}}, "pipeline.name is required"),
                           ({"name": "x", "pipeline": {"name": " ", "stages": pipeline["stages"]}},
                            "name is required (a nonempty string)")]:
         with pytest.raises(PipelineInputError) as refused:
-            scheduled_pipeline(body)
+            schedule_input(body)
         assert str(refused.value) == message, body
 
 

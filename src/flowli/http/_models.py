@@ -12,10 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from flowli.engine import MAX_INTERVAL, MIN_INTERVAL
 from flowli.pipelines import (
     MAX_BATCH,
-    MAX_NAME,
     PIPELINE_STATUSES,
     STAGE_STATUSES,
     AckIn,
@@ -38,11 +36,11 @@ from flowli.pipelines import (
     RerunIn,
     ResultIn,
     ResultItemIn,
+    ScheduleIn,
     SkipIn,
     StageIn,
     StageOptions,
     StagesIn,
-    documented,
 )
 from flowli.pipelines import InputBody as Body
 
@@ -60,7 +58,7 @@ class CreatesIn(Body):
 
 __all__ = ["AckIn", "BootstrapIn", "ContextItem", "DecisionIn", "HeartbeatIn", "IdempotencyKeyIn",
            "IdempotentPipelineIn", "Keyword", "LeaseIn", "LogIn", "PipelineIn", "PolicyIn", "PolicyRules", "PolicyTags",
-           "PolicyTargeting", "PullBatchIn", "PullIn", "RerunIn", "ResultIn", "ResultItemIn", "SkipIn", "StageIn",
+           "PolicyTargeting", "PullBatchIn", "PullIn", "RerunIn", "ResultIn", "ResultItemIn", "ScheduleIn", "SkipIn", "StageIn",
            "StageOptions", "StagesIn"]
 """The bodies that are the pipeline operations' own inputs (``flowli.pipelines``), named here
 beside the service's other bodies and answers."""
@@ -69,15 +67,6 @@ beside the service's other bodies and answers."""
 class Error(BaseModel):
     """A refusal: one sentence naming the field, the stage or the id (and, on some, more)."""
     error: str
-
-
-class ScheduleIn(Body):
-    name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
-    cron: str | None = None
-    timezone: str | None = None
-    intervalSeconds: float | None = documented(MIN_INTERVAL, MAX_INTERVAL)
-    runAt: str | None = Field(None, description="an instant with its offset, from 1970-01-01 to 9000-01-01")
-    pipeline: PipelineIn
 
 
 # ---- answers ----------------------------------------------------------------------------------

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
 from flowli.access import Access
 from flowli.pipelines import Policies, Schedules
 
 from . import _models as m
-from ._body import json_body, raw, takes
+from ._body import json_body, takes
 
 
 def schedule_routes(schedules: Schedules, access: Callable[..., Any]) -> APIRouter:
@@ -22,9 +22,8 @@ def schedule_routes(schedules: Schedules, access: Callable[..., Any]) -> APIRout
 
     @router.post("/schedules", status_code=201, openapi_extra=takes(m.ScheduleIn),
                  responses={201: {"model": m.ScheduleOut}})
-    async def create_schedule(request: Request, who: Access = Depends(access),
-                              _body: Any = json_body(m.ScheduleIn)) -> Any:
-        return await schedules.create(who, raw(request))
+    async def create_schedule(who: Access = Depends(access), body: m.ScheduleIn = json_body(m.ScheduleIn)) -> Any:
+        return await schedules.create(who, body)
 
     @router.get("/schedules", responses={200: {"model": list[m.ScheduleOut]}})
     async def list_schedules(who: Access = Depends(access)) -> Any:

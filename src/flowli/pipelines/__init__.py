@@ -47,6 +47,7 @@ from ._inputs import PullIn as PullIn
 from ._inputs import RerunIn as RerunIn
 from ._inputs import ResultIn as ResultIn
 from ._inputs import ResultItemIn as ResultItemIn
+from ._inputs import ScheduleIn as ScheduleIn
 from ._inputs import SkipIn as SkipIn
 from ._inputs import StageIn as StageIn
 from ._inputs import StageOptions as StageOptions
@@ -62,7 +63,7 @@ from ._retry import decide as decide
 from ._retry import delays as delays
 from ._retry import plan as plan
 from ._schedules import Schedules as Schedules
-from ._schedules import scheduled_pipeline as scheduled_pipeline
+from ._schedules import schedule_input as schedule_input
 from ._service import Pipelines as Pipelines
 from ._service import redact as redact
 from ._spec import declaration as declaration
@@ -80,7 +81,7 @@ __all__ = ["MAX_BATCH", "MAX_HANDLERS", "MAX_ID", "MAX_NAME", "MAX_RETRIES", "MA
            "ContextItem", "DecisionIn", "Forbidden", "HeartbeatIn", "IdempotencyKeyIn", "IdempotentPipelineIn",
            "InputBody", "Keyword", "LeaseIn", "LogIn", "NotFound", "PipelineIn", "PipelineInputError", "Pipelines",
            "Policies", "PolicyIn", "PolicyRules", "PolicyTags", "PolicyTargeting", "PullBatchIn", "PullIn", "RerunIn",
-           "ResultIn", "ResultItemIn", "Schedules", "ServiceError", "Session", "SkipIn", "StageIn", "StageOptions",
+           "ResultIn", "ResultItemIn", "ScheduleIn", "Schedules", "ServiceError", "Session", "SkipIn", "StageIn", "StageOptions",
            "StagesIn", "Unauthorized", "Unavailable", "Workers", "decide", "declaration", "delays", "documented",
            "effective_policy", "handler_of", "install", "key_of", "plan", "policy_body", "progress", "queue_of", "read", "redact", "redact_items",
-           "scheduled_pipeline", "sentence", "stage_list", "status_word"]
+           "schedule_input", "sentence", "stage_list", "status_word"]

@@ -19,6 +19,7 @@ from pydantic_core import PydanticCustomError
 
 from flowli.access import MAX_ID
 from flowli.domain import FlowliError, Refusal
+from flowli.engine import MAX_INTERVAL, MIN_INTERVAL
 
 MAX_STAGES = 1000
 """The most stages a pipeline has (those declared at create and appended after, together)."""
@@ -123,6 +124,18 @@ class PipelineIn(Body):
 
 class IdempotentPipelineIn(PipelineIn):
     idempotencyKey: str = Field(json_schema_extra={"maxLength": MAX_NAME})
+
+
+class ScheduleIn(Body):
+    """A schedule: its name, one trigger (``cron`` with its ``timezone``, ``intervalSeconds`` or
+    ``runAt``: checked where the schedule is stored) and the pipeline each firing creates."""
+
+    name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
+    cron: str | None = None
+    timezone: str | None = None
+    intervalSeconds: float | None = documented(MIN_INTERVAL, MAX_INTERVAL)
+    runAt: str | None = Field(None, description="an instant with its offset, from 1970-01-01 to 9000-01-01")
+    pipeline: PipelineIn
 
 
 class IdempotencyKeyIn(Body):

@@ -12,21 +12,18 @@ from flowli.access import Access, owned
 from flowli.domain import START_RUNS, redact
 from flowli.engine import SCHEDULE, Engine, ScheduleError, firing_key
 
-from ._inputs import PipelineInputError
+from ._inputs import PipelineInputError, ScheduleIn, read
 from ._service import Pipelines
 from ._spec import declaration
 
 
-def scheduled_pipeline(body: Any) -> dict[str, Any]:
-    """The pipeline create body of a schedule's body, validated now, not at the first firing (its
-    trigger is validated where the schedule is stored: ``flowli.engine.trigger``)."""
-    if not isinstance(body, dict):
-        raise PipelineInputError("the body must be a JSON object")
-    pipeline = body.get("pipeline")
-    if not isinstance(pipeline, dict):
-        raise PipelineInputError("pipeline is required (a create body)")
-    declaration(pipeline)
-    return pipeline
+def schedule_input(body: ScheduleIn | Any) -> ScheduleIn:
+    """A schedule's body (a ``ScheduleIn``, or a mapping read into one) with its pipeline
+    validated now, not at the first firing (its trigger is validated where the schedule is
+    stored: ``flowli.engine.trigger``)."""
+    body = read(ScheduleIn, body)
+    declaration(body.pipeline)
+    return body
 
 
 class Schedules:
@@ -47,14 +44,16 @@ class Schedules:
                 "lastFireAt": b["lastFireAt"], "firings": b.get("firings", 0),
                 "pipeline": redact(b["target"].get("pipeline"))}  # its sensitive context values, as a pipeline's
 
-    async def create(self, access: Access, body: Any) -> dict[str, Any]:
+    async def create(self, access: Access, body: ScheduleIn | Any) -> dict[str, Any]:
+        """Store a schedule: ``body`` a ``ScheduleIn`` (the HTTP service's, as it read it), or a
+        mapping read into one."""
         access.require(START_RUNS)
-        pipeline = scheduled_pipeline(body)
+        body = schedule_input(body)
+        pipeline = body.pipeline.model_dump(exclude_unset=True)  # the create body as it was sent
         try:
             made = await self.engine.add_schedule(
-                body.get("name"), {"kind": "pipeline", "pipeline": pipeline}, cron=body.get("cron"),  # type: ignore[arg-type]
-                timezone=body.get("timezone"), interval=body.get("intervalSeconds"), at=body.get("runAt"),
-                application=access.application)
+                body.name, {"kind": "pipeline", "pipeline": pipeline}, cron=body.cron, timezone=body.timezone,
+                interval=body.intervalSeconds, at=body.runAt, application=access.application)
         except ScheduleError as exc:
             raise PipelineInputError(str(exc)) from None
         return await self.get(access, made["id"])
