@@ -116,3 +116,28 @@ async def test_an_assistants_key_reads_and_no_route_lets_it_write(service: Servi
         view = (await http.get(f"/pipelines/{pid}", headers={"X-API-Key": admin})).json()
         assert view["status"] in ("NotStarted", "Running")  # neither cancelled nor paused
         assert (await http.get("/schedules", headers=bot)).json() == []
+
+
+async def test_each_route_takes_the_credential_the_document_says_and_no_other(service: Service, names: Names) -> None:
+    """The OpenAPI document's security of each route is read from the route's own credential:
+    a route documented with a worker's session refuses an application's key (401), one documented
+    with a key refuses a session, and only the routes documented with neither answer without one."""
+    _, admin, (worker_key,) = await service.application(names("docs"), ("operator", "w"))
+    async with httpx.AsyncClient(base_url=service.url, timeout=30) as http:
+        session = await bootstrap(http, worker_key, "H")
+        doc = (await http.get("/openapi.json")).json()
+        seen = {"apiKey": 0, "workerSession": 0, None: 0}
+        for path, operations in doc["paths"].items():
+            concrete = path.replace("{", "").replace("}", "")  # any id: the credential is checked first
+            for method, op in operations.items():
+                scheme = next(iter(op["security"][0]), None) if op.get("security") else None
+                seen[scheme] += 1
+                wrong = {"apiKey": session, "workerSession": {"X-API-Key": admin}, None: {}}[scheme]
+                body = {"content": b"{}", "headers": {**wrong, "Content-Type": "application/json"}} \
+                    if method != "get" else {"headers": wrong}
+                r = await http.request(method.upper(), concrete, **body)
+                if scheme is None:
+                    assert r.status_code != 401, (method, path)
+                else:
+                    assert r.status_code == 401, (method, path, scheme, r.status_code, r.text)
+        assert seen["workerSession"] == 9 and seen["apiKey"] > 30 and seen[None] == 1, seen

@@ -128,7 +128,7 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
                    catalog_routes(services.catalog, access)):
         app.include_router(router)
 
-    document(app)  # the OpenAPI document: every refusal, the bodies read after the credential
+    document(app, {access: "apiKey", session: "workerSession"})  # the OpenAPI document: every refusal, the bodies read after the credential
     server = build_mcp(services, from_headers(apps))
     # the Host and Origin of /mcp are checked with every other route's (HostGuard), not by the SDK
     mcp_app = mcp_gate(server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=NO_SDK_CHECK,

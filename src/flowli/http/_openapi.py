@@ -4,10 +4,12 @@ themselves, after the credential (``_body.json_body``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 from pydantic.json_schema import models_json_schema
 
 from . import _models as m
@@ -33,11 +35,9 @@ SCHEMES = {
                "description": "Either credential as Authorization: Bearer <key or session token>."},
 }
 """The credentials of the routes: a key for the application's routes, a worker's session for the
-worker protocol after its bootstrap; either one as a bearer token."""
-SESSION_ROUTES = {"/jobs/pull", "/jobs/pull-batch", "/jobs/ack", "/stages/{stage_id}/lease/acquire",
-                  "/stages/{stage_id}/lease/renew", "/stages/{stage_id}/result", "/stages/results",
-                  "/workers/heartbeat", "/workers/shutdown"}
-OPEN_ROUTES = {"/healthz"}
+worker protocol after its bootstrap; either one as a bearer token. Which one a route takes is read
+from the route itself (the credential it depends on: ``document``'s ``credentials``); a route that
+depends on none is open."""
 
 DESCRIPTIONS = {
     "GET /healthz": "`ok` while the service answers: for a load balancer.",
@@ -118,21 +118,50 @@ DESCRIPTIONS = {
 """A sentence per route for the document."""
 
 
-def _describe(doc: dict[str, Any]) -> None:
+def _describe(doc: dict[str, Any], schemes: dict[str, str]) -> None:
     doc.setdefault("components", {})["securitySchemes"] = SCHEMES
     for path, methods in doc["paths"].items():
         for method, op in methods.items():
             said = DESCRIPTIONS.get(f"{method.upper()} {path}")
             if said and not op.get("description"):
                 op["description"] = said
-            if path in OPEN_ROUTES:
-                continue
-            scheme = "workerSession" if path in SESSION_ROUTES else "apiKey"
-            op["security"] = [{scheme: []}, {"bearer": []}]
+            scheme = schemes.get(f"{method.upper()} {path}")
+            if scheme is not None:
+                op["security"] = [{scheme: []}, {"bearer": []}]
 
 
-def document(app: FastAPI) -> None:
-    """Make ``app``'s document this one (built at its first request, then kept)."""
+def _schemes(app: FastAPI, credentials: dict[Callable[..., Any], str]) -> dict[str, str]:
+    """The credential scheme of each route (``METHOD /path``) that depends on one of
+    ``credentials`` (a dependency and the scheme it checks)."""
+    out = {}
+    for route in _api_routes(app.routes):
+        calls, pending = set(), [route.dependant]
+        while pending:
+            dependant = pending.pop()
+            calls.add(dependant.call)
+            pending += dependant.dependencies
+        scheme = next((name for call, name in credentials.items() if call in calls), None)
+        if scheme is not None:
+            out.update({f"{method} {route.path}": scheme for method in route.methods or ()})
+    return out
+
+
+def _api_routes(routes: list[Any]) -> Iterator[APIRoute]:
+    """The API routes of ``routes``, those of the routers included in it too (FastAPI keeps an
+    included router whole, as ``original_router``; flowli includes its routers without a prefix,
+    so their paths are the app's)."""
+    for route in routes:
+        if isinstance(route, APIRoute):
+            yield route
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _api_routes(inner.routes)
+
+
+def document(app: FastAPI, credentials: dict[Callable[..., Any], str]) -> None:
+    """Make ``app``'s document this one (built at its first request, then kept). ``credentials``:
+    the dependencies that check a credential, each with its scheme (``apiKey``,
+    ``workerSession``): a route's security is the scheme of the one it depends on."""
 
     def openapi() -> dict[str, Any]:
         """The generated document, with the errors every route may answer (and no 422: bad
@@ -154,7 +183,7 @@ def document(app: FastAPI) -> None:
                         if path == "/healthz" or path == "/openapi.json":
                             continue
                         responses.setdefault(code, {"description": why, **error_ref})
-            _describe(doc)
+            _describe(doc, _schemes(app, credentials))
             doc["components"]["schemas"].pop("HTTPValidationError", None)
             doc["components"]["schemas"].pop("ValidationError", None)
             app.openapi_schema = doc
