@@ -24,6 +24,7 @@ import httpx
 
 from ._batching import Results
 from ._client import ClientError, _check
+from ._lean import LeanClient
 
 log = logging.getLogger("flowli.client")
 Handler = Callable[[dict[str, Any]], Any]
@@ -166,10 +167,11 @@ class HttpWorker:
         timeout = httpx.Timeout(self.wait_seconds + 30)
         tls = ssl.create_default_context(cafile=certifi.where())  # one for every client: each would load it
 
-        def client(headers: dict[str, str] | None = None) -> httpx.AsyncClient:
-            # a client per long poll and per job slot, each with its own small pool: httpx scans
-            # every connection of a pool on each request, which one pool of `concurrency`
-            # connections made the worker's main cost (two connections: a renewal beside a result)
+        def client(headers: dict[str, str] | None = None) -> Any:
+            # a client per long poll and per job slot: the lean one (see ``_lean``), or httpx with
+            # a transport given (a test's, in process)
+            if self._transport is None:
+                return LeanClient(self.base_url, timeout=self.wait_seconds + 30, headers=headers, ssl=tls)
             return httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=self._transport, verify=tls,
                                      headers=headers, limits=httpx.Limits(max_connections=2, max_keepalive_connections=2))
 
