@@ -7,8 +7,8 @@ Candidates, each on keep-alive connections:
 
 - ``httpx``: an ``AsyncClient`` per connection, as ``HttpWorker`` uses it (one per job slot);
 - ``aiohttp``: a ``ClientSession`` (when the package is installed: the ``bench`` extra);
-- ``streams``: a small client of asyncio streams and ``httptools``' parser (uvicorn's), one
-  request at a time per connection, what a lean worker would need and nothing more.
+- ``streams``: the client ``HttpWorker`` ships (``flowli.client._lean.LeanClient``): asyncio
+  streams and ``httptools``' parser (uvicorn's), one request at a time per connection.
 
 ``python -m bench.clients [--url URL --key KEY] [--requests N] [--connections C] [--runs R]``:
 without ``--url`` it starts ``flowli serve`` on a fresh SQLite file. Prints a JSON line per
@@ -27,55 +27,15 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit
 
-import httptools
 import httpx
 
-BODY = json.dumps({"state": "ready", "inFlight": 0}).encode()
+# the worker's own client, measured as it ships (internal to flowli.client)
+from flowli.client._lean import LeanClient
+
+STATE = {"state": "ready", "inFlight": 0}
+BODY = json.dumps(STATE).encode()
 PATH = "/workers/heartbeat"
-
-
-class StreamsClient:
-    """HTTP/1.1 over one asyncio stream: a request written whole, its answer parsed by httptools."""
-
-    def __init__(self, host: str, port: int, headers: dict[str, str]):
-        self.host, self.port = host, port
-        self.head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        self.writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n{self.head}"
-                          f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-        answer = _Answer()
-        parser = httptools.HttpResponseParser(answer)
-        assert self.reader is not None
-        while not answer.done:
-            data = await self.reader.read(65536)
-            if not data:
-                raise ConnectionError("the service closed the connection")
-            parser.feed_data(data)
-        return parser.get_status_code(), b"".join(answer.body)
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            await self.writer.wait_closed()
-
-
-class _Answer:
-    def __init__(self) -> None:
-        self.body: list[bytes] = []
-        self.done = False
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
-    def on_message_complete(self) -> None:
-        self.done = True
 
 
 Post = Callable[[], Awaitable[int]]
@@ -97,17 +57,16 @@ async def _candidates(url: str, session: str, connections: int) -> dict[str, tup
             await c.aclose()
 
     out["httpx"] = ([httpx_post(c) for c in clients], close_httpx)
-    parts = urlsplit(url)
-    streams = [StreamsClient(parts.hostname or "127.0.0.1", parts.port or 80, headers) for _ in range(connections)]
+    streams = [LeanClient(url, timeout=30, headers=headers) for _ in range(connections)]
 
-    def streams_post(c: StreamsClient) -> Post:
+    def streams_post(c: LeanClient) -> Post:
         async def post() -> int:
-            return (await c.post(PATH, BODY))[0]
+            return (await c.post(PATH, json=STATE)).status_code
         return post
 
     async def close_streams() -> None:
         for c in streams:
-            await c.close()
+            await c.aclose()
 
     out["streams"] = ([streams_post(c) for c in streams], close_streams)
     try:
