@@ -279,6 +279,9 @@ def main() -> None:
     p.add_argument("--engines", default="flowli", help="flowli, temporal, or both")
     p.add_argument("--backend", default="sqlite", help="sqlite or postgresql (FLOWLI_BENCH_POSTGRES's server)")
     p.add_argument("--serve-workers", type=int, default=1, help="flowli serve --workers N (PostgreSQL)")
+    p.add_argument("--temporal-tuning", default="worker,eager,unsandboxed,wal",
+                   help="what the Temporal peer changes from its defaults: a comma-separated subset of worker, eager,"
+                        " unsandboxed, memory ('' for none; see bench/peer_temporal.py)")
     args = p.parse_args()
     lines = []
     for _ in range(args.runs):
@@ -287,7 +290,7 @@ def main() -> None:
                 if engine == "temporal":
                     from .peer_temporal import run as run_temporal
 
-                    line = run_temporal(w, args.n)
+                    line = run_temporal(w, args.n, args.temporal_tuning)
                 else:
                     line = run(w, args.n, args.backend, args.serve_workers)
                 line["loadavg"] = round(os.getloadavg()[0], 2)
