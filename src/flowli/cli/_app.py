@@ -51,6 +51,7 @@ def _console(stderr: bool = False) -> Console:
 out = _console()
 err = _console(stderr=True)
 
+
 class _Group(typer.core.TyperGroup):
     """flowli's commands: their help names an option's value by what it is (``--queue QUEUE``,
     ``--format [table|json]``) and shows nothing beside a flag, where typer's shows a Python type

@@ -143,7 +143,7 @@ async def _page(d: Dashboard, application: str, f: dict[str, str], since: dateti
 async def _pipelines(d: Dashboard, application: str, f: dict[str, str], since: datetime | None,
                      until: datetime | None, cursor: str | None) -> dict[str, Any]:
     """A page of pipelines of one status, from their index (the cursor: how many came before)."""
-    offset = _run_number(cursor)
+    offset = _offset(cursor)
     query = StateQuery(WORKFLOW, application, labels=(f["status"],), name=f["pipeline"] or None,
                        tags=(f["keyword"],) if f["keyword"] else (), text=f["text"] or None,
                        since=since.timestamp() if since else None, until=until.timestamp() if until else None,
@@ -154,7 +154,7 @@ async def _pipelines(d: Dashboard, application: str, f: dict[str, str], since: d
     return {"items": items, "next": str(offset + len(rows)) if more else None, "scanned": None}
 
 
-def _run_number(cursor: str | None) -> int:
+def _offset(cursor: str | None) -> int:
     if not cursor:
         return 0
     if not cursor.isdigit():
