@@ -88,11 +88,11 @@ class LeanClient:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"the service's URL must be http:// or https:// with a host, not {base_url!r}")
+        default = 443 if parts.scheme == "https" else 80
         self.host = parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.port = parts.port or default
         self.prefix = parts.path.rstrip("/")
         self.ssl = (ssl or _ssl.create_default_context()) if parts.scheme == "https" else None
-        default = 443 if parts.scheme == "https" else 80
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.authority = host if self.port == default else f"{host}:{self.port}"
         self.timeout = timeout

@@ -164,15 +164,15 @@ class HttpWorker:
             await self._run(concurrency, grace)
 
     async def _run(self, concurrency: int, grace: float) -> None:
-        timeout = httpx.Timeout(self.wait_seconds + 30)
+        seconds = self.wait_seconds + 30  # a request's bound: a long poll's wait and its answer
         tls = ssl.create_default_context(cafile=certifi.where())  # one for every client: each would load it
 
         def client(headers: dict[str, str] | None = None) -> Any:
             # a client per long poll and per job slot: the lean one (see ``_lean``), or httpx with
             # a transport given (a test's, in process)
             if self._transport is None:
-                return LeanClient(self.base_url, timeout=self.wait_seconds + 30, headers=headers, ssl=tls)
-            return httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=self._transport, verify=tls,
+                return LeanClient(self.base_url, timeout=seconds, headers=headers, ssl=tls)
+            return httpx.AsyncClient(base_url=self.base_url, timeout=httpx.Timeout(seconds), transport=self._transport, verify=tls,
                                      headers=headers, limits=httpx.Limits(max_connections=2, max_keepalive_connections=2))
 
         async with contextlib.AsyncExitStack() as stack:
