@@ -166,3 +166,51 @@ async def test_a_deciders_delegations_are_handed_to_a_waiting_poll(open_engine):
         assert dequeued == [0]  # both handed, none dequeued
         await clerk.answer(second, "two")
         assert await engine.result(eid, timeout=30) == "two"
+
+
+async def test_a_hand_off_whose_write_raised_after_it_was_stored_goes_back_to_the_queue(open_engine):
+    """A write that raises after the store committed it (here a middleware that fails once the
+    write is done; a cancel while the write commits is the same case) may have stored its task
+    leased to the waiting poll, which is told nothing: the task goes back to its queue at once and
+    the poll gets it, rather than nobody working it until its lease runs out."""
+    async with open_engine(pair(), poll_interval=30.0, worker=False) as engine:
+        async def fails_after_the_write(transition: Any, call_next: Any) -> Any:
+            await call_next()
+            raise RuntimeError("the caller lost the answer")
+
+        engine.use(fails_after_the_write, kinds=["start"])
+        clerk = engine.consumer(QUEUE, "clerk", lease=LEASE)
+        poll = asyncio.ensure_future(clerk.dequeue(1, wait=20))
+        await polling(engine)
+        with pytest.raises(RuntimeError, match="lost the answer"):
+            await engine.start("pair")
+        # the poll's own wait is 20 s and its interval 30: only the task given back wakes it sooner
+        [first] = await asyncio.wait_for(poll, 10)
+        assert (first.lease_owner, first.payload) == ("clerk", {"what": "first"})
+        assert (await engine.task(first.id)).lease_owner == "clerk"
+
+
+async def test_a_write_refused_before_the_store_leaves_the_poll_waiting(open_engine):
+    """A middleware that refuses a start before its write: nothing was stored, the give-back finds
+    no task (and wakes nobody), and the poll waits on for the next delegation, which it is handed."""
+    async with open_engine(pair(), poll_interval=30.0, worker=False) as engine:
+        refused = [True]
+
+        async def refuses_once(transition: Any, call_next: Any) -> Any:
+            if refused[0]:
+                refused[0] = False
+                raise PermissionError("not now")
+            return await call_next()
+
+        engine.use(refuses_once, kinds=["start"])
+        clerk = engine.consumer(QUEUE, "clerk", lease=LEASE)
+        poll = asyncio.ensure_future(clerk.dequeue(1, wait=20))
+        await polling(engine)
+        with pytest.raises(PermissionError):
+            await engine.start("pair")
+        await asyncio.sleep(0.3)  # time for a give-back, if one found anything
+        assert not poll.done()
+        await polling(engine)  # still waiting
+        await engine.start("pair")
+        [first] = await asyncio.wait_for(poll, 10)
+        assert first.payload == {"what": "first"}

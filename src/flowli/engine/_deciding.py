@@ -99,6 +99,7 @@ from ._decider import (
     timer_fid,
 )
 from ._errors import error_data
+from ._handoff import written_maybe
 from ._runtime import Runtime, entries_with_seqs
 from ._tracing import derived, execution_context, traceparent
 from ._transitions import Transition, commit
@@ -156,9 +157,9 @@ async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *,
     try:
         result = await commit(rt, Transition("start", write, eid, decider.name, principal, application,
                                              {"args": json_args, "version": decider.version, "queue": queue, "key": key}))
-    except BaseException:
+    except BaseException as exc:
         _adopt(direct, write, None)
-        _handed(rt, handed, None)
+        _handed(rt, handed, None, exc)
         raise
     _adopt(direct, write, result)
     _handed(rt, handed, result if result.created[0] else None)
@@ -238,9 +239,9 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
             rt.turns.forget(eid)
             record = None  # another command advanced it: decide again against the fresh state
             continue
-        except BaseException:
+        except BaseException as exc:
             _adopt(direct, write, None)
-            _handed(rt, handed, None)
+            _handed(rt, handed, None, exc)
             rt.turns.forget(eid)
             raise
         _adopt(direct, write, result)
@@ -301,13 +302,17 @@ def _hand_off(rt: Runtime, write: Write) -> list[tuple[Any, Task]]:
     return handed
 
 
-def _handed(rt: Runtime, handed: list[tuple[Any, Task]], result: WriteResult | None) -> None:
+def _handed(rt: Runtime, handed: list[tuple[Any, Task]], result: WriteResult | None,
+            error: BaseException | None = None) -> None:
     """Resolve the polls of ``_hand_off``: each gets its task, or None (it waits on) when the write
-    failed; a poll that went away meanwhile gives its task back to the queue."""
+    failed; a poll that went away meanwhile gives its task back to the queue, and so does a write
+    that raised ``error`` which may have stored it all the same (see ``_handoff``)."""
     for poll, task in handed:
         if result is None:
             if not poll.handed.done():
                 poll.handed.set_result(None)
+            if error is not None and written_maybe(error):
+                rt.polls.nack(task, poll.owner)
         elif poll.handed.done():
             rt.polls.nack(task, poll.owner)
         else:

@@ -111,7 +111,7 @@ class Runtime:
         """What this process did, counted for the metrics (plain counters: no cost to speak of)."""
         self.principal = Principal(self.owner, "worker", trusted=True)  # the engine's own actor
         """The principal of what this process's workers and sweeper do on their own."""
-        self.polls = Polls(store, clock)
+        self.polls = Polls(store, clock, self.wakeups.hub)
         """The long polls of this process's consumers, and the tasks handed to one that went away
         (see ``_handoff``)."""
         self.turns = Turns()

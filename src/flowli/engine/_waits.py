@@ -38,6 +38,7 @@ from ._context import Scope
 from ._core import channel_name, frame_failed, plain, store_call
 from ._decider import DECIDER_TASK, Decider
 from ._frames import ROOT, Wait
+from ._handoff import written_maybe
 from ._registry import WorkflowDef
 from ._runtime import Runtime
 from ._steps import Steps, policy_json
@@ -330,9 +331,12 @@ class Waits:
             poll, task = handoff
         try:
             await self.w.write(Write(entries=[started], tasks=[task]))
-        except BaseException:
-            if handoff is not None and not poll.handed.done():
-                poll.handed.set_result(None)  # the poll goes on waiting
+        except BaseException as exc:
+            if handoff is not None:
+                if not poll.handed.done():
+                    poll.handed.set_result(None)  # the poll goes on waiting
+                if written_maybe(exc):  # stored all the same, perhaps: back to the queue, not leased to the poll
+                    self.w.rt.polls.nack(task, poll.owner)
             raise
         if handoff is not None:
             if poll.handed.done():  # the poll went away meanwhile
