@@ -214,3 +214,27 @@ async def test_a_write_refused_before_the_store_leaves_the_poll_waiting(open_eng
         await engine.start("pair")
         [first] = await asyncio.wait_for(poll, 10)
         assert first.payload == {"what": "first"}
+
+
+async def test_a_dequeue_never_holds_more_than_its_limit_when_the_store_leases_more(open_engine, caplog):
+    """PostgreSQL's ``UPDATE ... WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` leased
+    more rows than n under load (its subquery ran again on a recheck): a pull of one job got two,
+    and the second, leased to the worker, reached nobody until its lease ran out. The store's
+    statement now picks its rows once; whatever a store returns, a consumer's dequeue hands out at
+    most its limit and gives the rest back to the queue at once."""
+    async with open_engine(pair(), poll_interval=30.0, worker=False) as engine:
+        first, second = await engine.start("pair"), await engine.start("pair")
+        store = store_of(engine)
+        real = store.dequeue
+
+        async def greedy(queues: Any, kinds: Any, owner: str, limit: int, ttl: Any, now: Any) -> Any:
+            return await real(queues, kinds, owner, limit + 1, ttl, now)
+
+        store.dequeue = greedy  # type: ignore[method-assign]  # private: a store that leases one task more than asked, as PostgreSQL's statement did
+        clerk = engine.consumer(QUEUE, "clerk", lease=LEASE)
+        [one] = await clerk.dequeue(1)
+        store.dequeue = real  # type: ignore[method-assign]
+        assert "leased 2 tasks for a dequeue of 1" in caplog.text
+        back = await asyncio.wait_for(clerk.dequeue(1, wait=5), 10)  # given back at once: not held for 30 s
+        assert [t.eid for t in back] == [second if one.eid == first else first]
+        assert back[0].lease_owner == "clerk"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -53,6 +54,8 @@ from ._steps import failure_entry_value, policy_from_json
 from ._transitions import Transition, commit
 
 _LIVE = frozenset(Status) - TERMINAL
+
+log = logging.getLogger("flowli.engine")
 
 
 def reply_channel(task_id_: str) -> str:
@@ -143,6 +146,11 @@ class Consumer:
 
             fetch.add_done_callback(give_back)
             raise
+        if len(tasks) > limit:  # a store that leased more than asked: the rest back at once, not held unseen
+            log.warning("the store leased %d tasks for a dequeue of %d: the rest go back to the queue", len(tasks), limit)
+            for t in tasks[limit:]:
+                rt.polls.nack(t, self.name)
+            tasks = tasks[:limit]
         if self.application is not None:
             for t in tasks:
                 if t.application != self.application:  # not this consumer's tenant: back at once

@@ -54,12 +54,16 @@ ACQUIRE_MANY = (
 # per execution, its entries after a seq (0: all): an index range each (the primary key's)
 READ_JOURNALS = (f"SELECT j.* FROM unnest($1::text[], $2::bigint[]) AS w(wanted, after) CROSS JOIN LATERAL"
                  f" (SELECT {c.ENTRY_COLUMNS} FROM journal WHERE eid = w.wanted AND seq > w.after ORDER BY seq) j")
+# The rows are picked once, in a materialized CTE: as ``WHERE id IN (SELECT ... LIMIT $6 FOR UPDATE
+# SKIP LOCKED)`` the subquery could run again while the UPDATE rechecked a row that another
+# transaction had changed, and the statement leased more rows than its limit (seen under load: a
+# dequeue of one returned two, and the second, leased, reached nobody until its lease ran out).
 DEQUEUE = (
-    "UPDATE tasks SET lease_owner = $1, visible_at = $2, deliveries = deliveries + 1"
-    " WHERE id IN (SELECT id FROM tasks WHERE state = 'ready' AND queue = ANY($3::text[])"
+    "WITH picked AS MATERIALIZED (SELECT id FROM tasks WHERE state = 'ready' AND queue = ANY($3::text[])"
     " AND kind = ANY($4::text[]) AND visible_at <= $5 AND (frame IS NULL OR lease_owner IS NULL)"
     " ORDER BY visible_at LIMIT $6 FOR UPDATE SKIP LOCKED)"
-    f" RETURNING {c.TASK_READ}"
+    " UPDATE tasks SET lease_owner = $1, visible_at = $2, deliveries = tasks.deliveries + 1"
+    f" FROM picked WHERE tasks.id = picked.id RETURNING {', '.join('tasks.' + col.strip() for col in c.TASK_READ.split(','))}"
 )
 
 
