@@ -16,6 +16,7 @@ from flowli.domain import Principal, RetryPolicy, Status
 from flowli.store import fits
 from flowli.testing import Clock, drain, store_of
 
+from ..crash import until
 from ..rows import dump
 from .conftest import wait_status
 
@@ -215,11 +216,18 @@ async def test_a_worker_stopped_mid_run_hands_back_through_the_path(open_engine)
         gate.set()
 
 
+async def _suspended_announced(engine: Any, eid: str) -> bool:
+    return any(e.eid == eid and e.kind.value == "execution.suspended" for e in await engine.control_log())
+
+
 @pytest.mark.parametrize("refused", ["start", "signal", "cancel", "migrate", "broadcast"])
 async def test_a_refusing_middleware_leaves_the_store_unchanged_row_for_row(open_engine, db_url, refused):
     async with open_engine(app()) as engine:
         eid = await engine.start("versions", version="1")
         await wait_status(engine, eid, "suspended")
+        # the status is stored a moment before the activation hands its entry to the second
+        # append: wait for the entry on the control log, so the snapshot below holds all of it
+        await until(lambda: _suspended_announced(engine, eid), 10, "execution.suspended on the control log")
         await drain(engine)
 
         async def refuse(transition: Any, call_next: Any) -> Any:
