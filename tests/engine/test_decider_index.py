@@ -97,6 +97,23 @@ async def test_each_filter_picks_its_rows_newest_first_with_the_count_of_all(ope
         rows, _ = await engine.decided(StateQuery("ticket", application="app", labels=("Closed",)))
         assert rows[0].record.status.value == "completed" and rows[0].version == 2 and rows[0].label == "Closed"
 
+        # the counts per label, in one read, under the same filters (a label with none is left out)
+        async def counts(**filters: Any) -> dict[str, int]:
+            return await engine.decided_counts(StateQuery("ticket", **filters))
+
+        assert await counts(application="app") == {"Open": 3, "Review": 2, "Closed": 1}
+        assert await counts() == {"Open": 4, "Review": 2, "Closed": 1}  # every application
+        assert await counts(application="other") == {"Open": 1}
+        assert await counts(application="app", name="bob") == {"Review": 1, "Closed": 1, "Open": 1}
+        assert await counts(application="app", tags=("team:b", "k:v")) == {"Review": 1, "Open": 1, "Closed": 1}
+        assert await counts(application="app", text="on fire") == {"Open": 2}
+        assert await counts(application="app", waiting=True) == {"Review": 2}
+        assert await counts(application="app", labels=("Review", "Closed")) == {"Review": 2, "Closed": 1}
+        assert await counts(application="nobody") == {}
+        for filters in ({"application": "app"}, {"application": "app", "name": "ann"}, {"application": "app", "text": "ticket"}):
+            for label, n in (await counts(**filters)).items():  # each count is the total of that label's list
+                assert (await page(**filters, labels=(label,)))[1] == n
+
 
 async def test_a_text_filter_picks_exactly_the_rows_that_hold_the_text(open_engine: Any) -> None:
     """A text filter is a substring test of each row's text: parts inside a word, across a space,

@@ -113,12 +113,10 @@ async def counts(d: Dashboard, application: str, f: dict[str, str], since: datet
             python = {k: n - theirs.get(k, 0) for k, n in python.items() if n > theirs.get(k, 0)}
     pipelines: dict[str, int] = {}
     if workflow in (None, WORKFLOW):
-        for word in PIPELINE_WORDS:
-            _, n = await d.engine.decided(StateQuery(
-                WORKFLOW, application, labels=(word,), name=f["pipeline"] or None, limit=0,
-                since=since.timestamp() if since else None, until=until.timestamp() if until else None))
-            if n:
-                pipelines[word] = n
+        counted = await d.engine.decided_counts(StateQuery(
+            WORKFLOW, application, name=f["pipeline"] or None,
+            since=since.timestamp() if since else None, until=until.timestamp() if until else None))
+        pipelines = {word: counted[word] for word in PIPELINE_WORDS if word in counted}
     return {"Python runs": python, "Pipelines": pipelines}
 
 

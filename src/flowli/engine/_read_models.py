@@ -32,6 +32,11 @@ class ReadModels:
         statements whatever the page's size or the number of executions stored."""
         return await self._store.read_states(query)
 
+    async def decided_counts(self, query: StateQuery) -> dict[str, int]:
+        """How many of a decider's executions match ``query`` per label (its page aside): the
+        counts beside a list, one statement whatever the number of labels."""
+        return await self._store.read_state_counts(query)
+
     async def open_tasks(self, eids: Sequence[str]) -> builtins.list[Task]:
         """The tasks not yet acked of several executions, in one read."""
         return await self._store.read_open_tasks(list(eids)) if eids else []

@@ -613,6 +613,10 @@ class Store(Protocol):
         """A page of decider states by their index, newest first (by number, then creation),
         and how many match the filters in all. Two statements whatever the page's size."""
 
+    async def read_state_counts(self, query: StateQuery) -> dict[str, int]:
+        """How many decider states match ``query`` per label (those with none are left out; its
+        page is not read): one statement whatever the number of labels or of states."""
+
     async def read_open_tasks(self, eids: Sequence[str]) -> list[Task]:
         """The tasks not yet acked of the executions ``eids`` (one statement)."""
 

@@ -111,6 +111,10 @@ class SharedReads:
         total = await self._one(sql, params, _first)
         return rows, int(total or 0)
 
+    async def read_state_counts(self, query: StateQuery) -> dict[str, int]:
+        sql, params = states.counts(query, self.CONTAINS, labelled=self.LABELLED)
+        return {label: int(n) for label, n in await self._rows(sql, params, tuple) if label and n}
+
     async def read_journal(self, eid: str, after: int = 0) -> list[Entry]:
         return await self._rows(JOURNAL, (eid, after), c.entry_record)
 
