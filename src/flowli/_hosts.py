@@ -12,6 +12,8 @@ LOOPBACK = ("localhost", "127.0.0.1", "::1")
 WILDCARDS = ("", "0.0.0.0", "::")
 """Listening addresses that are every interface, so no name of their own."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_SEEN = 64
+"""How many ``Host`` values ``AllowedHosts.allows`` remembers its answer for."""
 
 
 def split_host(value: str) -> tuple[str, int | None] | None:
@@ -52,14 +54,22 @@ class AllowedHosts:
         if bound_name is not None and bound_name[0] not in WILDCARDS:
             names.append(bound_name[0])
         self.names = tuple(dict.fromkeys(names))
+        self._seen: dict[str, bool] = {}
+        """The answer for each ``Host`` value asked about lately: a service sees a few, on every request."""
 
     def allows(self, host: str | None) -> bool:
         """Whether a ``Host`` header names this service."""
-        parsed = split_host(host) if host else None
-        if parsed is None:
+        if not host:
             return False
-        name, port = parsed
-        return name in self.names or any(name == n and (p is None or p == port) for n, p in self.given)
+        known = self._seen.get(host)
+        if known is None:
+            parsed = split_host(host)
+            known = parsed is not None and (parsed[0] in self.names or any(
+                parsed[0] == n and (p is None or p == parsed[1]) for n, p in self.given))
+            if len(self._seen) >= _SEEN:  # a client that sends many names cannot grow it
+                self._seen.clear()
+            self._seen[host] = known
+        return known
 
     def trusts_origin(self, origin: str, host: str, scheme: str) -> bool:
         """Whether ``origin`` (an ``Origin`` value, or a ``Referer`` URL) is the service's own: the

@@ -60,3 +60,14 @@ def test_an_origin_is_trusted_when_it_is_the_requests_own_or_an_allowed_name():
     assert not hosts.trusts_origin("null", "127.0.0.1:8081", "http")
     assert not hosts.trusts_origin("file:///etc/passwd", "127.0.0.1:8081", "http")
     assert not hosts.trusts_origin("http://[::1", "127.0.0.1:8081", "http")
+
+
+def test_answers_are_remembered_per_host_value_and_the_memory_stays_bounded():
+    hosts = AllowedHosts("10.0.0.5", ["api.example.com:8443"])
+    for _ in range(2):  # the second time from what it remembered: the same answers
+        assert hosts.allows("10.0.0.5:7700") and hosts.allows("API.example.com:8443")
+        assert not hosts.allows("api.example.com:80") and not hosts.allows("evil.example")
+    for i in range(1000):  # a client sending many names
+        assert not hosts.allows(f"n{i}.evil.example")
+    assert hosts.allows("localhost:1") and not hosts.allows("n3.evil.example")
+    assert len(hosts._seen) <= 64  # private: the memory of answers, bounded whatever the names sent

@@ -49,7 +49,7 @@ class HostGuard:
         await self.app(scope, receive, send)
 
     def refusal(self, scope: Scope) -> JSONResponse | None:
-        headers = headers_of(scope)
+        headers = _checked_headers(scope)
         host = headers.get("host", "")
         if not self.hosts.allows(host):
             return _refusal(421, f"the Host header {_shown(host)} is not a name this service answers to"
@@ -67,6 +67,21 @@ class HostGuard:
                 return _refusal(403, f"the Referer header {_shown(referer)} is not this service's own: a form"
                                      " from another site's page is refused")
         return None
+
+
+_CHECKED = (b"host", b"origin", b"referer")
+
+
+def _checked_headers(scope: Scope) -> dict[str, str]:
+    """The headers the check reads (``Host``, ``Origin``, ``Referer``; the first of a repeated
+    one), without decoding the others: this runs before every request."""
+    out: dict[str, str] = {}
+    for name, value in scope.get("headers") or []:
+        if len(name) <= 7:
+            key = name.lower()
+            if key in _CHECKED:
+                out.setdefault(key.decode("latin-1"), value.decode("latin-1"))
+    return out
 
 
 def headers_of(scope: Scope) -> dict[str, str]:
