@@ -99,7 +99,7 @@ def serve(
         async with open_engine(s, registry) as engine:
             await serve_http(engine, host, port, lease_ttl=lease_ttl, worker=not no_worker, announce=announce,
                              pages=lambda routes, services: Dashboard(routes, engine, services, local=open_),
-                             allowed_hosts=allowed_hosts or (), fd=fd)
+                             allowed_hosts=allowed_hosts or (), fd=fd, own_process=True)
         return 0
 
     run(go(), fast_loop=True)

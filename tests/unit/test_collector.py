@@ -1,0 +1,26 @@
+"""The garbage collector of a process that serves (``flowli serve``): tuned while it serves, as
+it was after."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from flowli.http._serve import (  # not public: a setting of flowli serve's own process
+    COLLECTOR_THRESHOLDS,
+    tuned_collector,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_collector_is_tuned_while_serving_and_given_back_after():
+    before = gc.get_threshold()
+    assert before != COLLECTOR_THRESHOLDS
+    kept = [[i] for i in range(100)]  # made before: frozen out of the scans while it serves
+    with tuned_collector():
+        assert gc.get_threshold() == COLLECTOR_THRESHOLDS
+        assert gc.get_freeze_count() >= len(kept)
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
