@@ -124,10 +124,15 @@ def page(q: StateQuery, contains: str) -> tuple[str, list[Any]]:
             " ORDER BY d.number DESC, d.created_at DESC, d.eid DESC LIMIT ? OFFSET ?", [*params, q.limit, q.offset])
 
 
+def _labels_only(q: StateQuery) -> bool:
+    """Whether ``q`` filters on its decider, application and labels alone (no other filter)."""
+    return not (q.name or q.tags or q.text or q.since is not None or q.until is not None or q.waiting)
+
+
 def count(q: StateQuery, contains: str, labelled: bool = False) -> tuple[str, list[Any]]:
     """The total of a page's query. ``labelled``: the store keeps ``decider_labels`` (SQLite),
     which gives the total of a query that filters on labels alone without reading its rows."""
-    if labelled and not (q.name or q.tags or q.text or q.since is not None or q.until is not None or q.waiting):
+    if labelled and _labels_only(q):
         sql, params = _labelled(q, "")
         return f"SELECT COALESCE(SUM(n), 0) FROM decider_labels WHERE {' AND '.join(sql)}", params
     if _by_tag(q):
@@ -146,7 +151,7 @@ def count(q: StateQuery, contains: str, labelled: bool = False) -> tuple[str, li
 def counts(q: StateQuery, contains: str, labelled: bool = False) -> tuple[str, list[Any]]:
     """How many rows match ``q`` per label, in one statement (``q.offset`` and ``q.limit`` are
     not read). ``labelled``: as ``count``, the per-label counts of a query on labels alone."""
-    if labelled and not (q.name or q.tags or q.text or q.since is not None or q.until is not None or q.waiting):
+    if labelled and _labels_only(q):
         sql, params = _labelled(q, "")
         return f"SELECT label, SUM(n) FROM decider_labels WHERE {' AND '.join(sql)} GROUP BY label", params
     cond, params = where(q, contains)
