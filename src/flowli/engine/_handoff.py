@@ -80,7 +80,7 @@ class Polls:
             if fut.cancelled():
                 return
             if fut.exception() is not None:  # its lease runs out instead
-                log.warning("a task handed to a poll that went away was not given back: %s", fut.exception())
+                log.warning("task %s was not given back to its queue (its lease runs out instead): %s", task.id, fut.exception())
             elif fut.result():
                 self._hub.touch_some(("queue", task.queue), 1)
 

@@ -49,7 +49,7 @@ class HostGuard:
         await self.app(scope, receive, send)
 
     def refusal(self, scope: Scope) -> JSONResponse | None:
-        headers = _checked_headers(scope)
+        headers = headers_of(scope, _CHECKED)
         host = headers.get("host", "")
         if not self.hosts.allows(host):
             return _refusal(421, f"the Host header {_shown(host)} is not a name this service answers to"
@@ -69,24 +69,16 @@ class HostGuard:
         return None
 
 
-_CHECKED = (b"host", b"origin", b"referer")
+_CHECKED = frozenset({b"host", b"origin", b"referer"})
+"""The headers the check reads: only these are decoded before every request."""
 
 
-def _checked_headers(scope: Scope) -> dict[str, str]:
-    """The headers the check reads (``Host``, ``Origin``, ``Referer``; the first of a repeated
-    one), without decoding the others: this runs before every request."""
+def headers_of(scope: Scope, only: frozenset[bytes] | None = None) -> dict[str, str]:
+    """The request's headers by lowercase name (the first of a repeated one); ``only``: those
+    names alone, the others not decoded."""
     out: dict[str, str] = {}
     for name, value in scope.get("headers") or []:
-        if len(name) <= 7:
-            key = name.lower()
-            if key in _CHECKED:
-                out.setdefault(key.decode("latin-1"), value.decode("latin-1"))
-    return out
-
-
-def headers_of(scope: Scope) -> dict[str, str]:
-    """The request's headers by lowercase name (the first of a repeated one)."""
-    out: dict[str, str] = {}
-    for name, value in scope.get("headers") or []:
-        out.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+        key = name.lower()
+        if only is None or key in only:
+            out.setdefault(key.decode("latin-1"), value.decode("latin-1"))
     return out
