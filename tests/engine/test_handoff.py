@@ -97,7 +97,9 @@ async def test_a_poll_of_another_queue_or_application_is_not_handed_the_task(ope
 
 
 async def test_a_poll_that_went_away_before_the_hand_off_gives_the_task_back(open_engine):
-    async with open_engine(app()) as engine:
+    # a long poll interval: the poll waits in one piece (else, on a busy machine, it times out and
+    # waits again as another poll before the delegation, and the one watched here is never handed it)
+    async with open_engine(app(), poll_interval=30.0) as engine:
         clerk = engine.consumer(QUEUE, "clerk", lease=LEASE)
         poll = asyncio.ensure_future(clerk.dequeue(1, wait=20))
         await polling(engine)
