@@ -17,7 +17,7 @@ import flowli
 from flowli import Registry
 from flowli.engine import StateQuery
 from flowli.engine.deciders import Complete, Event, Index, Signal, Start
-from flowli.testing import Clock
+from flowli.testing import Clock, store_of
 
 from .conftest import wait_status
 
@@ -85,6 +85,11 @@ async def test_each_filter_picks_its_rows_newest_first_with_the_count_of_all(ope
         assert await page(application="other") == ([7], 1)
         assert await page(application="app", limit=2) == ([6, 5], 6)
         assert await page(application="app", limit=2, offset=4) == ([2, 1], 6)
+        assert await page(application="app", limit=4, offset=4) == ([2, 1], 6)  # the last page, not full
+        assert await page(application="app", limit=2, offset=6) == ([], 6)  # past the end: still the total
+        assert await page(application="app", limit=2, offset=60) == ([], 6)
+        assert await page(application="app", limit=0) == ([], 6)  # no rows asked for: the total alone
+        assert await page(application="app", text="on fire", limit=1, offset=1) == ([2], 2)
         assert await page(application="app", labels=("Review",)) == ([6, 3], 2)
         assert await page(application="app", labels=("Closed", "Open")) == ([5, 4, 2, 1], 4)
         assert await page(application="app", name="bob") == ([6, 4, 2], 3)
@@ -242,3 +247,30 @@ async def forget_counts(db_url: str) -> None:
                            " DELETE FROM schema_version WHERE version > 10")
     finally:
         await conn.close()
+
+
+async def test_a_page_that_runs_out_before_its_size_is_its_own_total(tmp_path: Any) -> None:
+    """A page with fewer rows than its size holds the last matches: its total needs no count of
+    the index (on SQLite, a text search counted its matches by testing every row a second time)."""
+    engine = await flowli.connect(f"sqlite:///{tmp_path}/t.db", registry(), poll_interval=0.05)
+    async with engine:
+        for n in range(1, 6):
+            eid = await engine.start("ticket", {"n": n, "owner": "ann", "tags": [], "title": f"t{n % 2}"},
+                                     application="app")
+        await wait_status(engine, eid, "suspended")
+        statements: list[str] = []
+        # the statements of the store's reader thread, to see which the page ran (no public hook)
+        reader = store_of(engine)._reader  # type: ignore[attr-defined]
+        reader.conn.set_trace_callback(statements.append)
+        try:
+            async def counted(**filters: Any) -> tuple[list[int], int, int]:
+                statements.clear()
+                rows, total = await engine.decided(StateQuery("ticket", application="app", **filters))
+                return numbers(rows), total, sum("COUNT(" in s or "SUM(" in s for s in statements)
+
+            assert await counted(text="t1") == ([5, 3, 1], 3, 0)
+            assert await counted(text="t1", limit=2, offset=2) == ([1], 3, 0)
+            assert await counted(text="t1", limit=2) == ([5, 3], 3, 1)  # a full page: more may follow
+            assert await counted(text="t1", limit=2, offset=4) == ([], 3, 1)  # past the end
+        finally:
+            reader.conn.set_trace_callback(None)

@@ -74,9 +74,9 @@ class Provenance:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Provenance:
         return cls(
-            actor=Actor(**data["actor"]),
-            site=Site(**data.get("site", {})),
-            code=Code(**data.get("code", {})),
+            actor=_part(Actor, data["actor"]),
+            site=_part(Site, data.get("site", {})),
+            code=_part(Code, data.get("code", {})),
             at=datetime.fromisoformat(data["at"]),
             attempt=data.get("attempt"),
             on_behalf_of=data.get("on_behalf_of"),
@@ -84,6 +84,28 @@ class Provenance:
 
     def with_(self, **changes: Any) -> Provenance:
         return replace(self, **changes)
+
+
+_PARTS: dict[tuple[Any, ...], Any] = {}
+"""The actors, sites and codes read back, by their fields: every entry, task and message read
+has a provenance, and few distinct parts recur (one site per process, one code per frame), so
+one frozen instance serves them all (built anew, a read of a task spent half its time here)."""
+_PARTS_KEPT = 4096
+
+
+def _part(cls: Any, data: dict[str, Any]) -> Any:
+    """``cls(**data)``: the instance read before with the same fields, else a new one."""
+    try:
+        key = (cls, *data.items())
+        found = _PARTS.get(key)
+    except TypeError:  # a field that is not hashable (not written by this code): built each time
+        return cls(**data)
+    if found is None:
+        found = cls(**data)
+        if len(_PARTS) >= _PARTS_KEPT:
+            _PARTS.clear()
+        _PARTS[key] = found
+    return found
 
 
 _ACTOR_KINDS = ("worker", "human", "system", "schedule")
