@@ -123,3 +123,26 @@ async def test_ids_are_reserved_in_blocks_that_two_processes_never_share(open_en
         assert await a.items.reserve(0) == []
         item, _ = await a.items.put("thing", "a", "k", {}, a.clock.now())
         assert item.id > max(mine_a + mine_b)
+
+
+async def test_started_gives_the_record_its_start_stored_without_a_read_and_whether_it_created_it(open_engine):
+    registry = make_registry()
+
+    @registry.workflow("quiet")
+    async def quiet(ctx: Any) -> None:
+        return None
+
+    async with open_engine(registry, worker=False) as engine:
+        for workflow, args in (("order", (ORDER,)), ("shipping", ("o-1", "Main St"))):
+            record, created = await engine.started(workflow, *args, key="k", application="app")
+            stored = await engine.status(record.eid, application="app")
+            assert created
+            # a decider's start is decided in its write: the record says the status that write stored
+            assert (record.eid, record.workflow, record.status, record.args, record.created_at, record.key) == \
+                (stored.eid, stored.workflow, stored.status, stored.args, stored.created_at, stored.key)
+            assert record.status is (Status.SUSPENDED if workflow == "order" else Status.PENDING)
+            again, created = await engine.started(workflow, *args, key="k", application="app")
+            assert not created and again == stored
+            assert await engine.start(workflow, *args, key="k", application="app") == record.eid
+        with pytest.raises(UnknownExecutionError):
+            await engine.status(record.eid, application="other")

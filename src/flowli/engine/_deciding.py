@@ -134,10 +134,11 @@ def start_execution(rt: Runtime, decider: Decider, eid: str, args: list[Any], *,
 
 async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *, by: Any, key: str | None, queue: str,
                         application: str | None, trace: dict[str, Any] | None = None,
-                        items: tuple[NewItem, ...] = ()) -> str:
+                        items: tuple[NewItem, ...] = ()) -> tuple[str, ExecutionRecord | None]:
     """``engine.start`` of a decider: its execution with its Start command decided, and ``items``,
     in one write (``Write.creates``: a keyed start that finds its execution writes nothing).
-    Returns the eid; a keyed start returns the first one's."""
+    Returns the eid (a keyed start that finds its execution: the first one's) and the record
+    this write stored, or None when it created nothing."""
     if len(args) > 1:
         raise WorkflowArgumentsError(decider.name, f"a decider takes one input, got {len(args)} arguments")
     json_args = check_json(list(args), f"the input of decider {decider.name!r}", "args")
@@ -163,11 +164,12 @@ async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *,
         raise
     _adopt(direct, write, result)
     _handed(rt, handed, result if result.created[0] else None)
-    if result.created[0]:
-        _remember(rt, new.record, write)
-        if own is not None:
-            _trace(rt, decider, new.record, command, 1, write, began, own)
-    return eid
+    if not result.created[0]:
+        return eid, None
+    stored = _remember(rt, new.record, write)
+    if own is not None:
+        _trace(rt, decider, new.record, command, 1, write, began, own)
+    return eid, stored
 
 
 def state_index(decider: Decider, record: ExecutionRecord, state: Any) -> StateIndex | None:
@@ -319,15 +321,18 @@ def _handed(rt: Runtime, handed: list[tuple[Any, Task]], result: WriteResult | N
             poll.handed.set_result(task)
 
 
-def _remember(rt: Runtime, record: ExecutionRecord, write: Write) -> None:
+def _remember(rt: Runtime, record: ExecutionRecord, write: Write) -> ExecutionRecord:
     """Keep the record and the state that ``write`` left (``Runtime.turns``), or forget them
-    when it ended the execution."""
+    when it ended the execution; the record it left."""
     eid, advance, change = record.eid, write.advance, write.status
+    after = record if change is None else dataclasses.replace(
+        record, status=change.status, result=change.result, error=change.error, blocked=change.blocked,
+        version=change.version or record.version)
     if advance is None or (change is not None and change.status.terminal):
         rt.turns.forget(eid)
-        return
-    after = record if change is None else dataclasses.replace(record, status=change.status)
-    rt.turns.remember(after, advance.version, advance.state)
+    else:
+        rt.turns.remember(after, advance.version, advance.state)
+    return after
 
 
 def _trace(rt: Runtime, decider: Decider, record: ExecutionRecord, command: Command, version: int, write: Write,

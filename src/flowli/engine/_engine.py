@@ -209,6 +209,32 @@ class Engine(ReadModels):
         join the trace of ``traceparent`` (a W3C header, or a bare trace id), else of the
         caller's current span (with tracing on). ``items`` are written in the write that
         creates the execution (none when a keyed start finds it)."""
+        eid, _ = await self._start(workflow, args, by=by, key=key, version=version, queue=queue,
+                                   application=application, traceparent=traceparent, items=items)
+        return eid
+
+    async def started(
+        self, workflow: str | Callable[..., Any], *args: Any, by: By = None, key: str | None = None,
+        version: str | None = None, queue: str = "default", application: str | None = None,
+        traceparent: str | None = None, items: Sequence[NewItem] = (),
+    ) -> tuple[ExecutionRecord, bool]:
+        """Start an execution as ``start`` does; its record, and whether this call created it. The
+        record of an execution this call created is the one its write stored, without a read (its
+        ``updated_at``: when the start was asked); a keyed start that found its execution reads
+        that one's."""
+        eid, created = await self._start(workflow, args, by=by, key=key, version=version, queue=queue,
+                                         application=application, traceparent=traceparent, items=items)
+        if created is not None:
+            return created, True
+        return await self.status(eid, application=scope_of(by, application)), False
+
+    async def _start(
+        self, workflow: str | Callable[..., Any], args: tuple[Any, ...], *, by: By, key: str | None,
+        version: str | None, queue: str, application: str | None, traceparent: str | None,
+        items: Sequence[NewItem],
+    ) -> tuple[str, ExecutionRecord | None]:
+        """The eid of the execution, and the record its start stored (None: a keyed start that
+        found it)."""
         app = scope_of(by, application)
         decider = self.registry.decider_of(workflow, version)
         if decider is not None:
@@ -240,7 +266,7 @@ class Engine(ReadModels):
                 worker.adopt(new.record, entries_with_seqs([new.entry], [1]))
             else:
                 worker.unreserve()
-        return eid
+        return eid, new.record if result.created[0] else None
 
     async def status(self, eid: str, *, application: str | None = None) -> ExecutionRecord:
         """The execution record: status, result or error, version, lease state (live or archived)."""

@@ -135,12 +135,11 @@ class Pipelines:
         spec = {"pipelineId": pid, "name": decl["name"], "idempotencyKey": key, "traceId": decl["traceId"],
                 "application": access.application, "stages": stages, "keywords": decl["keywords"], "context": context,
                 "intent": digest}
-        await self.engine.start(WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines", version=VERSION,
-                                traceparent=traceparent or decl["traceId"], items=[*rows, *sealed])
-        record = await self.engine.status(eid, application=access.application)  # as stored: its createdAt
+        record, created = await self.engine.started(
+            WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines", version=VERSION,
+            traceparent=traceparent or decl["traceId"], items=[*rows, *sealed])  # as stored: its createdAt
         known = _spec_of(record)
-        if idempotent and known is not None and known.get("pipelineId") != pid:
-            # a concurrent create of the key was first
+        if not created and idempotent and known is not None:  # a concurrent create of the key was first
             return await self._repeated(access, key, eid, known, digest, None), False
         return declared(spec, access.application_id, record.created_at), True
 
