@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from typing import Any
@@ -42,12 +43,25 @@ def checked_eid(value: Any) -> str:
 def child_eid(parent_eid: str, fid: str) -> str:
     """The eid of the child started by frame ``fid`` of ``parent_eid``: deterministic, so a
     child start is idempotent."""
-    return str(uuid.uuid5(CHILD_NAMESPACE, f"{parent_eid}/{fid}"))
+    return name_eid(f"{parent_eid}/{fid}")
 
 
 def keyed_eid(workflow: str, key: str) -> str:
     """The eid of a start with an idempotency key."""
-    return str(uuid.uuid5(CHILD_NAMESPACE, f"key:{workflow}:{key}"))
+    return name_eid(f"key:{workflow}:{key}")
+
+
+_NAMESPACE = CHILD_NAMESPACE.bytes
+
+
+def name_eid(name: str) -> str:
+    """``str(uuid.uuid5(CHILD_NAMESPACE, name))``, the standard library's steps without its UUID
+    object (1.8 against 5.8 us: every child, keyed start and pipeline create makes one)."""
+    h = bytearray(hashlib.sha1(_NAMESPACE + name.encode()).digest()[:16])
+    h[6] = (h[6] & 0x0F) | 0x50  # version 5
+    h[8] = (h[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    x = h.hex()
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
 def task_id(kind: TaskKind | str, eid: str | None, key: str = "") -> str:
