@@ -99,3 +99,31 @@ def test_the_store_text_keeps_every_value_exactly():
         assert json.loads(dumps(value)) == value  # the text is the standard's JSON
     assert type(loads(dumps({"x": 2**70}))["x"]) is int
     assert dumps({"a": [1, 2.5, "b"]}) == '{"a":[1,2.5,"b"]}'
+
+
+class Name(str):
+    """A str subclass: the journal gives it back as a plain str."""
+
+
+def _types(value):
+    if isinstance(value, dict):
+        return {type(k).__name__ + ":" + k: _types(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [type(value).__name__, *map(_types, value)]
+    return type(value).__name__
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x, lambda x: [x], lambda x: {"k": x}, lambda x: {"a": [1, {"b": [None, x]}]}, lambda x: [[], {}, [x]],
+], ids=["top", "in-a-list", "in-a-dict", "deep", "after-empties"])
+def test_a_value_of_plain_types_only_is_kept_as_it_is_and_any_other_type_anywhere_is_converted(make):
+    plain = make({"s": "t", "i": 1, "b": True, "n": None, "f": 0.5, "l": [1, 2.0]})
+    assert check_json(plain, "the value") is plain  # no copy: the journal gives it back as it is
+    assert check_json_since(plain, make(None), "the state") is plain
+    for odd, back in ((Level.HIGH, 2), (Name("x"), "x"), ((1, 2), [1, 2])):
+        got = check_json(make(odd), "the value")
+        assert got == make(back) and _types(got) == _types(make(back))  # JSON's own types, wherever it was
+    with pytest.raises(NotJSONCompatibleError, match="inf"):
+        check_json(make(float("inf")), "the value")
+    with pytest.raises(NotJSONCompatibleError, match="keys must be str"):
+        check_json(make({Level.LOW: "low"}), "the value")

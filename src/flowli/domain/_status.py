@@ -87,12 +87,15 @@ class EntryKind(enum.StrEnum):
     EVENT = "event"
     """An event of a decider (its own word and data in the value): its history, folded into its state."""
 
+    lifecycle: bool
+    """Whether the control log holds entries of this kind (``execution.*``). An attribute of each
+    member, set once: it is asked of every entry every write appends."""
+
+    def __init__(self, value: str) -> None:
+        self.lifecycle = value.startswith("execution.")
+
     def __str__(self) -> str:
         return self.value
-
-    @property
-    def lifecycle(self) -> bool:
-        return self.value.startswith("execution.")
 
 
 ENTRY_STATUS: dict[EntryKind, Status] = {
