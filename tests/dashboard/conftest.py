@@ -12,10 +12,16 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.async_api import expect
 
 from ..served import PASSWORD, Names, Service, clerk
 
 __all__ = ["PASSWORD", "Tenants", "csrf_of", "logged_in", "pipeline"]
+
+# A browser's assertion waits up to 15 s (Playwright's default is 5): on a loaded two-core machine
+# running the suite in three processes, Swagger UI's bundle alone took longer than 5 s to render.
+# An assertion still fails when what it waits for never comes.
+expect.set_options(timeout=15_000)
 
 
 @dataclass
