@@ -10,7 +10,11 @@ CPU per unit of work is what grows when a route does more work than it should.
 
 - P1: ``n`` one-stage pipelines (default 200), one after another: create (``POST
   /pipelines/idempotent``), pull (``POST /jobs/pull``), acquire, result, ack; nothing else is
-  read. ``cpu_ms`` = service CPU over the loop / n; ``wall_ms`` per pipeline.
+  read. ``cpu_ms`` = service CPU over the loop / n; ``wall_ms`` per pipeline. With ``--count``
+  the service runs under bench/counted_serve.py and the line adds ``statements_per_pipeline``:
+  the SQLite statements it ran per pipeline, by thread and kind (``flowli-sqlite-writer:begin``
+  is its transactions; ``MainThread:statement`` the event loop's point reads), figures that do
+  not move with the machine's noise (its CPU figures then include the counting).
 - P2: one pipeline of ``--stages`` sequential stages (default 200; each waits for the one declared
   before it), worked by the same loop one stage at a time. ``wall_s`` create to Completed,
   ``cpu_ms`` per stage, ``ratio`` = P2's CPU per stage / P1's CPU per pipeline of the same
@@ -26,7 +30,7 @@ CPU per unit of work is what grows when a route does more work than it should.
   size can finish.
 
 ``python -m bench.pipelines --workloads P1,P2,P3 --runs 3 [--backend sqlite|postgresql]
-[--stored 10000] [--stages 200] [--n 200] [--calls 20] [--reads get,list,...]`` prints one JSON line per workload run on stdout
+[--stored 10000] [--stages 200] [--n 200] [--calls 20] [--reads get,list,...] [--count]`` prints one JSON line per workload run on stdout
 and the medians on stderr. A line also carries ``idle_cpu_ms_per_s``, the service's CPU per
 second while nobody calls it, measured for 1 s before the timed part: the floor under every figure.
 """
@@ -40,14 +44,16 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from . import targets
+from . import counted_serve, targets
 from .http import Running
 
 READS: dict[str, dict[str, str | int] | None] = {
@@ -173,7 +179,8 @@ def _completed(http: httpx.Client, pid: int, timeout: float = 30) -> None:
         time.sleep(0.01)
 
 
-def _p1(http: httpx.Client, key: str, cpu: ServiceCPU, n: int) -> dict[str, Any]:
+def _p1(http: httpx.Client, key: str, cpu: ServiceCPU, n: int,
+        counted: Callable[[], dict[str, int]] | None = None) -> dict[str, Any]:
     w = RawWorker(http, key)
     for i in range(5):  # warm: every route and the store's statements
         made = _ok(http.post("/pipelines/idempotent", json=_pipeline(-1 - i)))
@@ -181,14 +188,25 @@ def _p1(http: httpx.Client, key: str, cpu: ServiceCPU, n: int) -> dict[str, Any]
     _completed(http, made["pipeline"]["id"])
     idle = _idle(cpu)
     last = 0
+    before = counted() if counted else {}
     a, t0 = cpu.sample(), time.perf_counter()
     for i in range(n):
         last = _ok(http.post("/pipelines/idempotent", json=_pipeline(i)))["pipeline"]["id"]
         w.one()
     wall, used = time.perf_counter() - t0, ServiceCPU.delta(a, cpu.sample())
+    counts = _per(before, counted(), n) if counted else None
     _completed(http, last)
-    return {"n": n, "cpu_ms": round(used * 1000 / n, 3), "wall_ms": round(wall * 1000 / n, 3),
+    line = {"n": n, "cpu_ms": round(used * 1000 / n, 3), "wall_ms": round(wall * 1000 / n, 3),
             "cpu_s": round(used, 3), "wall_s": round(wall, 3), "idle_cpu_ms_per_s": idle}
+    return line if counts is None else {**line, "counted": True, "statements_per_pipeline": counts}
+
+
+def _per(before: dict[str, int], after: dict[str, int], n: int) -> dict[str, float]:
+    """The statements of the counted service (thread:kind, see bench/counted_serve.py) per pipeline,
+    between two readings of its counts. (The second append of the last pipelines may fall after
+    the second reading: a bunch of control-log appends every 50 ms.)"""
+    return {k: round((after.get(k, 0) - before.get(k, 0)) / n, 2) for k in sorted(after)
+            if after.get(k, 0) > before.get(k, 0)}
 
 
 def _calls(http: httpx.Client, cpu: ServiceCPU, path: str, params: dict[str, str | int] | None,
@@ -281,6 +299,30 @@ def _p3_at(http: httpx.Client, r: Running, cpu: ServiceCPU, size: int, ids: list
     return line
 
 
+@contextlib.contextmanager
+def _counting(on: bool) -> Iterator[Path | None]:
+    """With ``on``: the service that Running starts is bench/counted_serve.py, and this gives the
+    file its counts go to (else None, and the service is ``python -m flowli.cli``)."""
+    if not on:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="flowli-bench-counts-") as tmp:
+        path = Path(tmp) / "counts.json"
+        saved = {k: os.environ.get(k) for k in ("FLOWLI_BENCH_SERVE", counted_serve.COUNTS_ENV, "PYTHONPATH")}
+        root = str(Path(counted_serve.__file__).resolve().parent.parent)  # where ``-m bench....`` is found
+        os.environ["FLOWLI_BENCH_SERVE"] = "-m bench.counted_serve"
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, saved["PYTHONPATH"]) if p)
+        os.environ[counted_serve.COUNTS_ENV] = str(path)
+        try:
+            yield path
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
 def run(workload: str, backend: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     """One run of a workload on a fresh database and service; its lines (P3: one per size)."""
     async def enter() -> tuple[Any, str]:
@@ -291,11 +333,13 @@ def run(workload: str, backend: str, args: argparse.Namespace) -> list[dict[str,
     try:
         cm, db = loop.run_until_complete(enter())
         try:
-            with Running(db, worker=False) as r:
+            with _counting(getattr(args, "count", False) and workload == "P1") as counts, \
+                    Running(db, worker=False) as r:
                 cpu = ServiceCPU(r.procs[0].pid)
+                counted = None if counts is None else (lambda: counted_serve.read_counts(r.procs[0].pid, counts))
                 with httpx.Client(base_url=r.url, headers={"X-API-Key": r.key}, timeout=600) as http:
                     if workload == "P1":
-                        found = [_p1(http, r.key, cpu, args.n)]
+                        found = [_p1(http, r.key, cpu, args.n, counted)]
                     elif workload == "P2":
                         found = [_p2(http, r.key, cpu, args.stages, args.calls)]
                     else:
@@ -329,6 +373,11 @@ def summary(lines: list[dict[str, Any]]) -> None:
         if w == "P1":
             print(f"{backend} P1 n={n}: service CPU {med(rows, 'cpu_ms')} ms/pipeline, wall {med(rows, 'wall_ms')}"
                   f" ms/pipeline (median of {len(rows)}; idle {med(rows, 'idle_cpu_ms_per_s')} ms/s)", file=out)
+            counted = [r["statements_per_pipeline"] for r in rows if r.get("counted")]
+            if counted:
+                keys = sorted({k for c in counted for k in c})
+                print(f"{backend} P1 statements per pipeline (counted; median of {len(counted)}): " + ", ".join(
+                    f"{k} {statistics.median(c.get(k, 0) for c in counted)}" for k in keys), file=out)
         elif w == "P2":
             ratio = [r["ratio"] for r in rows if r.get("ratio") is not None]
             print(f"{backend} P2 {n} stages: wall {med(rows, 'wall_s')} s create->Completed, service CPU "
@@ -363,6 +412,9 @@ def main() -> None:
     p.add_argument("--stages", type=int, default=200, help="P2: stages of the lone pipeline (default 200)")
     p.add_argument("--stored", type=int, default=10000, help="P3: pipelines stored, besides 100 (default 10000)")
     p.add_argument("--calls", type=int, default=CALLS, help=f"calls per batch of reads (default {CALLS})")
+    p.add_argument("--count", action="store_true",
+                   help="P1: count the service's SQLite statements per pipeline, per thread and kind"
+                        " (bench/counted_serve.py; its CPU figures then include the counting)")
     p.add_argument("--reads", type=lambda v: [r for r in v.split(",") if r], default=[],
                    help=f"P3: the reads to time (default all): {','.join(READS)}")
     args = p.parse_args()

@@ -42,6 +42,28 @@ def test_p1_p2_p3_run_on_sqlite_and_measure_the_service() -> None:
 
 
 @pytest.mark.e2e
+def test_p1_counted_gives_the_services_statements_per_pipeline_by_thread_and_kind() -> None:
+    """P1 --count: a one-stage pipeline is three writes (create, pull, result; the ack and the
+    control log's appends may share a transaction with others), each of several statements, and
+    the routes read points on the event loop's connection."""
+    (line,) = pipelines.run("P1", "sqlite", argparse.Namespace(**{**vars(TINY), "n": 10, "count": True}))
+    per = line["statements_per_pipeline"]
+    assert line["counted"] is True and line["cpu_ms"] > 0
+    assert 2 <= per["flowli-sqlite-writer:begin"] <= 8, per
+    assert per["flowli-sqlite-writer:statement"] >= 10 * per["flowli-sqlite-writer:begin"] / 3, per
+    assert per["MainThread:statement"] >= 3, per  # the key, the task and the stage, at least
+    assert "FLOWLI_BENCH_SERVE" not in os.environ  # the next run's service is the plain one again
+
+
+@pytest.mark.unit
+def test_counts_per_pipeline_are_the_differences_of_two_readings_over_n() -> None:
+    before = {"w:begin": 10, "w:statement": 100, "r:statement": 5}
+    after = {"w:begin": 40, "w:statement": 400, "r:statement": 5, "m:statement": 20}
+    # private: the arithmetic of --count, apart from a service to count
+    assert pipelines._per(before, after, 10) == {"m:statement": 2.0, "w:begin": 3.0, "w:statement": 30.0}
+
+
+@pytest.mark.e2e
 def test_p1_runs_on_postgresql(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(targets.POSTGRES_ENV, server_url())
     (line,) = pipelines.run("P1", "postgresql", TINY)
