@@ -62,11 +62,14 @@ class Backend:
     """Two stores opened on the URL see one database (false for an in-memory database)."""
     generic: bool = False
     """The writes of the ``store`` fixture carry no intent: every one takes the generic path."""
+    announces: bool = False
+    """Its store puts lifecycle entries on the control log in the writes that append them
+    (``Store.announces_in_write``); else they wait for the second append."""
 
 
 BACKENDS = [
-    Backend("sqlite-file", sqlite_file, shared=True),
-    Backend("sqlite-memory", sqlite_memory, shared=False),
+    Backend("sqlite-file", sqlite_file, shared=True, announces=True),
+    Backend("sqlite-memory", sqlite_memory, shared=False, announces=True),
     Backend("postgresql", fresh_schema, shared=True),
     Backend("postgresql-generic", fresh_schema, shared=True, generic=True),
 ]
@@ -118,12 +121,32 @@ async def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
 
 @pytest.fixture
 async def store(store_url: str, backend: Backend) -> AsyncIterator[Store]:
-    s = open_store(store_url)
+    async with _opened(store_url, backend) as s:
+        yield s
+
+
+@contextlib.asynccontextmanager
+async def _opened(url: str, backend: Backend) -> AsyncIterator[Store]:
+    s = open_store(url)
     await s.open()
     try:
         yield Intended(s, backend.generic)  # type: ignore[misc]
     finally:
         await s.close()
+
+
+@pytest.fixture(params=[b for b in BACKENDS if not b.announces], ids=lambda b: b.name)
+async def second_append_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A store of a backend whose lifecycle entries wait for the second append (``unannounced``)."""
+    async with request.param.database(tmp_path) as url, _opened(url, request.param) as s:
+        yield s
+
+
+@pytest.fixture(params=[b for b in BACKENDS if b.announces], ids=lambda b: b.name)
+async def in_write_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A store of a backend whose writes put their lifecycle entries on the control log."""
+    async with request.param.database(tmp_path) as url, _opened(url, request.param) as s:
+        yield s
 
 
 # ---- instants ------------------------------------------------------------------------------
@@ -248,9 +271,11 @@ async def started(
 
 
 async def snapshot(store: Store, eids: Iterable[str] = (), channels: Iterable[str] = ()) -> dict[str, Any]:
-    """Everything a write could change for these executions and channels, and the control log:
-    for "nothing was applied" checks."""
+    """Everything a write could change for these executions and channels, and the control log
+    (its entries of these executions, when given: where a store announces in its writes, the
+    other executions' writes add theirs): for "nothing was applied" checks."""
     eids, channels = list(eids), list(channels)
+    log = await store.read_control_log()
     return {
         "executions": {eid: await store.read_execution(eid) for eid in eids},
         "journals": {eid: await store.read_journal(eid) for eid in eids},
@@ -259,5 +284,15 @@ async def snapshot(store: Store, eids: Iterable[str] = (), channels: Iterable[st
         "timers": {eid: await store.read_timers(eid) for eid in eids},
         "messages": {ch: await store.read_messages(ch) for ch in channels},
         "waiters": {ch: await store.waiters(ch) for ch in channels},
-        "control_log": await store.read_control_log(),
+        "control_log": [e for e in log if e.eid in eids] if eids else log,
     }
+
+
+async def made_known(store: Store, before: datetime, limit: int = 1000) -> list[Entry]:
+    """The lifecycle entries the writes so far appended, as journal entries (``seq``: the
+    journal's), on their way to the control log: where a store announces in its writes, those on
+    the control log; else those that wait for the second append (``unannounced(before, limit)``)."""
+    if store.announces_in_write:
+        log = [e for e in await store.read_control_log(limit=limit) if e.kind.lifecycle]
+        return [dataclasses.replace(e, seq=e.journal_seq) for e in log]
+    return await store.unannounced(before, limit)

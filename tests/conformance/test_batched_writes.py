@@ -13,7 +13,7 @@ import pytest
 from flowli.domain import Entry, EntryKind, LeaseLost, Status, TaskKind, task_id
 from flowli.store import Announcement, Fence, NewExecution, StatusChange, Write
 
-from .conftest import T0, TTL, at, entry, new_execution, snapshot, started
+from .conftest import T0, TTL, at, entry, made_known, new_execution, snapshot, started
 
 pytestmark = pytest.mark.integration
 
@@ -158,7 +158,25 @@ async def test_gathered_frames_and_ends_of_many_executions(store):
         ]
         assert journal[3].value == {"n": i}
 
-    # the ends wait for their announcement; the frames never do
+    if store.announces_in_write:
+        # each end went to the control log in its own write; the frames never do
+        log = await store.read_control_log(limit=1000)
+        assert sorted((e.eid, e.journal_seq) for e in log if e.kind is EntryKind.EXECUTION_COMPLETED) == \
+            sorted((f.eid, 4) for f in fences)
+        assert not [e for e in log if e.kind.value.startswith("frame.")]
+        assert await store.unannounced(at(1000), 1000) == []
+    else:
+        await ends_wait_for_their_announcement(store, fences)
+
+    # an ended lease holds no more: a further append under it is refused
+    for f in fences:
+        with pytest.raises(LeaseLost):
+            await store.write(Write(fence=f, entries=[frame(f.eid, 9)]), at(4))
+
+
+async def ends_wait_for_their_announcement(store, fences: list[Fence]) -> None:
+    """On a store with the second append: the ends wait for their announcement (``unannounced``),
+    the frames never do; an announcement takes an end off the list."""
     ends = await lifecycle_unannounced(store, EntryKind.EXECUTION_COMPLETED)
     assert ends == sorted((f.eid, 4) for f in fences)
     assert not [e for e in await store.unannounced(at(1000), 1000) if e.kind.value.startswith("frame.")]
@@ -172,11 +190,6 @@ async def test_gathered_frames_and_ends_of_many_executions(store):
         (done,) = await store.read_journal(f.eid, after=3)
         await store.write(Write(announcements=[announcement_of(done)]), at(3))
     assert await lifecycle_unannounced(store, EntryKind.EXECUTION_COMPLETED) == sorted((f.eid, 4) for f in fences[3:])
-
-    # an ended lease holds no more: a further append under it is refused
-    for f in fences:
-        with pytest.raises(LeaseLost):
-            await store.write(Write(fence=f, entries=[frame(f.eid, 9)]), at(4))
 
 
 async def test_two_gathered_status_changes_of_one_execution_both_apply_and_the_last_wins(store):
@@ -196,8 +209,12 @@ async def test_two_gathered_status_changes_of_one_execution_both_apply_and_the_l
         EntryKind.EXECUTION_STARTED, EntryKind.EXECUTION_SUSPENDED, EntryKind.FRAME_COMPLETED,
         EntryKind.EXECUTION_COMPLETED,
     ]
-    assert await lifecycle_unannounced(store, EntryKind.EXECUTION_SUSPENDED) == [(eid, 2)]
-    assert await lifecycle_unannounced(store, EntryKind.EXECUTION_COMPLETED) == [(eid, 4)]
+    if store.announces_in_write:  # each write put its lifecycle entry on the control log
+        assert [(e.kind, e.journal_seq) for e in await store.read_control_log() if e.eid == eid] == [
+            (EntryKind.EXECUTION_STARTED, 1), (EntryKind.EXECUTION_SUSPENDED, 2), (EntryKind.EXECUTION_COMPLETED, 4)]
+    else:
+        assert await lifecycle_unannounced(store, EntryKind.EXECUTION_SUSPENDED) == [(eid, 2)]
+        assert await lifecycle_unannounced(store, EntryKind.EXECUTION_COMPLETED) == [(eid, 4)]
 
 
 async def test_gathered_status_changes_of_one_execution_in_the_order_issued(store):
@@ -321,7 +338,7 @@ async def test_a_start_created_leased_has_no_task(store):
     assert await store.read_journal(eid) == [dataclasses.replace(new.entry, seq=1)]
     assert await store.read_tasks(eid=eid, include_acked=True) == []
     assert await store.dequeue(["default"], list(TaskKind), "w2", 10, TTL, at(100)) == []
-    assert [(e.eid, e.seq) for e in await store.unannounced(at(1), 10)] == [(eid, 1)]
+    assert [(e.eid, e.seq) for e in await made_known(store, at(1), 10)] == [(eid, 1)]
 
     # the holder writes under epoch 1 at once; no one else acquires it before the lease expires
     fence = Fence(eid, "w1", 1)
@@ -351,7 +368,7 @@ async def test_a_start_of_an_existing_eid_changes_nothing(store):
         assert (await store.write(Write(executions=[new]), T0)).created == [True]
     eids = [queued.record.eid, direct.record.eid]
     before = await snapshot(store, eids)
-    unannounced = await store.unannounced(at(1000), 100)
+    known = await made_known(store, at(1000), 100)
 
     # again, each in the other's form: leased over queued, queued over leased
     again = [
@@ -361,7 +378,7 @@ async def test_a_start_of_an_existing_eid_changes_nothing(store):
     for new in again:
         assert (await store.write(Write(executions=[new]), at(5))).created == [False]
     assert await snapshot(store, eids) == before
-    assert await store.unannounced(at(1000), 100) == unannounced
+    assert await made_known(store, at(1000), 100) == known
 
 
 async def test_gathered_starts_each_apply(store):
@@ -376,17 +393,21 @@ async def test_gathered_starts_each_apply(store):
         assert await store.read_journal(eid) == [dataclasses.replace(new.entry, seq=1)]
         expected = [] if new.task is None else [new.task.id]
         assert [t.id for t in await store.read_tasks(eid=eid, include_acked=True)] == expected, i
-    assert sorted(e.eid for e in await store.unannounced(at(1), 100)) == sorted(n.record.eid for n in news)
+    assert sorted(e.eid for e in await made_known(store, at(1), 100)) == sorted(n.record.eid for n in news)
 
 
 
 async def test_an_ended_execution_is_retained_only_once_its_lifecycle_is_on_the_control_log(store):
     """Retention deletes the unannounced marks with the live state: an execution whose second append
-    is still pending is not offered for retention until it is done."""
+    is still pending is not offered for retention until it is done (where a store announces in
+    its writes, an execution is offered as soon as it ends)."""
     eid, fence = await started(store)
     (first,) = await store.read_journal(eid)
     await store.write(end(fence, "r"), at(1))
     journal = await store.read_journal(eid)
+    if store.announces_in_write:  # its end is on the control log with it: nothing pending
+        assert await store.finished_before(at(100), 10) == [eid]
+        return
     assert await store.finished_before(at(100), 10) == []  # execution.started and .completed pending
     await store.write(Write(announcements=[announcement_of(first)]), at(2))
     assert await store.finished_before(at(100), 10) == []  # .completed still pending

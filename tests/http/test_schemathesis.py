@@ -133,4 +133,6 @@ async def test_no_route_answers_5xx_or_outside_its_schema(service: Service, name
             # the schedules the generator made would fire on the shared server for the rest of the session
             for schedule in (await http.get("/schedules")).json():
                 await http.delete(f"/schedules/{schedule['id']}")
-        assert time.monotonic() - started < 60  # bounded: a few seconds a route at most
+        # bounded: a few seconds a route at most (no route waits out a long poll or a lease); 40 s
+        # on a slow two-core machine, 75 s there with a second suite running beside it
+        assert time.monotonic() - started < 100

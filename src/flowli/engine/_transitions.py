@@ -168,14 +168,18 @@ def react(rt: Runtime, w: Write, result: WriteResult, now: datetime) -> None:
     later = [t.visible_at for t in w.tasks if t.visible_at > now and t.lease_owner is None] + [t.at for t in w.timers]
     if later:
         rt.wakeups.timer_set(min(later))
-    lifecycle = [Entry(**{**e.__dict__, "seq": s}) for e, s in zip(w.entries, result.entry_seqs) if e.kind.lifecycle]
-    lifecycle += [Entry(**{**new.entry.__dict__, "seq": 1}) for new in created]
-    if lifecycle:
-        rt.announcer.soon(lifecycle)
+    logged = False  # the write put lifecycle entries on the control log itself
+    if rt.store.announces_in_write:
+        logged = bool(created) or any(e.kind.lifecycle for e in w.entries)
+    else:
+        lifecycle = [Entry(**{**e.__dict__, "seq": s}) for e, s in zip(w.entries, result.entry_seqs) if e.kind.lifecycle]
+        lifecycle += [Entry(**{**new.entry.__dict__, "seq": 1}) for new in created]
+        if lifecycle:
+            rt.announcer.soon(lifecycle)
     if rt.wakeups.hub.active:
         for eid in {e.eid for e in w.entries}:
             rt.wakeups.hub.touch(("journal", eid))
-        if w.announcements:
+        if w.announcements or logged:
             rt.wakeups.hub.touch(LOG)
     if w.status is not None and w.status.status.terminal:
         rt.wakeups.ended(w.status.eid)

@@ -54,22 +54,41 @@ def put_item(item: NewItem, now: float) -> Plan:
                    f" ON CONFLICT (kind, application, key) {conflict}", tuple(params))
 
 
-def append(entry: Entry, now: float) -> Plan:
+def append(entry: Entry, now: float, logged: list[tuple[Entry, int]] | None = None) -> Plan:
     # updated_at moves with the status and the lease, not with every entry: an append changes no
     # indexed column, so PostgreSQL updates the row in place (a HOT update, no index entry)
     row = yield ("one", "UPDATE executions SET next_seq = next_seq + 1 WHERE eid = ? RETURNING next_seq - 1",
                  (entry.eid,))
     if row is None:
         raise UnknownExecutionError(entry.eid)
-    return (yield from insert_entry(entry, int(row[0]), now))
+    return (yield from insert_entry(entry, int(row[0]), now, logged))
 
 
-def insert_entry(entry: Entry, seq: int, now: float) -> Plan:
-    """Insert an entry at a seq reserved for it."""
+def insert_entry(entry: Entry, seq: int, now: float, logged: list[tuple[Entry, int]] | None = None) -> Plan:
+    """Insert an entry at a seq reserved for it. A lifecycle entry is marked for the second
+    append (``unannounced``), or, given ``logged``, kept there for the control-log append of the
+    same write (see ``apply_write``)."""
     yield ("exec", f"INSERT INTO journal ({c.ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", c.entry_row(entry, seq))
     if entry.kind.lifecycle:
-        yield ("exec", "INSERT INTO unannounced (eid, seq, at) VALUES (?,?,?)", (entry.eid, seq, now))
+        if logged is None:
+            yield ("exec", "INSERT INTO unannounced (eid, seq, at) VALUES (?,?,?)", (entry.eid, seq, now))
+        else:
+            logged.append((entry, seq))
     return seq
+
+
+def log_now(logged: list[tuple[Entry, int]]) -> Plan:
+    """The control-log append of the lifecycle entries of this write, in it (a store whose one
+    writer commits one write after another: its counter gives seqs in commit order); one move of
+    the counter for all of them. An entry on the control log already is left as it is."""
+    (last,) = yield ("one", "UPDATE counters SET n = n + ? WHERE name = 'control_log' RETURNING n", (len(logged),))
+    first = int(last) - len(logged) + 1
+    for k, (entry, seq) in enumerate(logged):
+        yield ("exec",
+               "INSERT INTO control_log (seq, eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
+               " VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+               (first + k, entry.eid, entry.kind.value, entry.fid, entry.attempt, entry.digest, c.js(entry.value),
+                c.js(entry.error), c.prov(entry.provenance), seq))
 
 
 def announce(entry: Entry) -> Plan:
@@ -131,14 +150,24 @@ def lock_channel(channel: str) -> Plan:
                   " DO UPDATE SET next_seq = channels.next_seq RETURNING next_seq", (channel,))
 
 
-def apply_write(w: Write, now_dt: datetime) -> Plan:
-    """Apply one Write; the caller gives it a transaction (or a savepoint) of its own."""
+def apply_write(w: Write, now_dt: datetime, in_write: bool = False) -> Plan:
+    """Apply one Write; the caller gives it a transaction (or a savepoint) of its own.
+    ``in_write``: the lifecycle entries it appends go to the control log in it (``log_now``),
+    not to the second append (a store with ``Store.announces_in_write``)."""
+    logged: list[tuple[Entry, int]] | None = [] if in_write else None
+    result = yield from _apply_write(w, now_dt, logged)
+    if logged:
+        yield from log_now(logged)
+    return result
+
+
+def _apply_write(w: Write, now_dt: datetime, logged: list[tuple[Entry, int]] | None) -> Plan:
     now = now_dt.timestamp()
     fenced_seq = 0
     status_done = False
     created: list[bool] = []
     if w.creates:  # the execution first: nothing else applies when it exists already
-        if not (yield from create_execution(w.executions[0], now)):
+        if not (yield from create_execution(w.executions[0], now, logged)):
             return WriteResult(entry_seqs=[], entry_values=[], message_seqs=[], created=[False])
         created.append(True)
     if w.fence is not None:
@@ -192,7 +221,7 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
             raise ExecutionStateError(eid, row[0], "change", need)
     entries = list(w.entries)
     for new in w.executions[len(created):]:
-        created.append((yield from create_execution(new, now)))
+        created.append((yield from create_execution(new, now, logged)))
     for item in w.items:
         yield from put_item(item, now)
     message_seqs: list[int] = []
@@ -238,13 +267,13 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
     entry_seqs = []
     for e in entries:
         if w.fence is not None and e.eid == w.fence.eid:
-            entry_seqs.append((yield from insert_entry(e, fenced_seq, now)))
+            entry_seqs.append((yield from insert_entry(e, fenced_seq, now, logged)))
             fenced_seq += 1
         elif e.eid in next_seqs:
-            entry_seqs.append((yield from insert_entry(e, next_seqs[e.eid], now)))
+            entry_seqs.append((yield from insert_entry(e, next_seqs[e.eid], now, logged)))
             next_seqs[e.eid] += 1
         else:
-            entry_seqs.append((yield from append(e, now)))
+            entry_seqs.append((yield from append(e, now, logged)))
     if w.status is not None and not status_done:
         s = w.status
         yield ("exec",
@@ -301,18 +330,18 @@ def apply_write(w: Write, now_dt: datetime) -> Plan:
         if woke:
             yield from insert_task(w.wake.task)
     acquired = (yield from acquire_lease(w.acquire, now)) if w.acquire is not None else None
-    then = (yield from apply_write(w.then, now_dt)) if w.then is not None else None
+    then = (yield from _apply_write(w.then, now_dt, logged)) if w.then is not None else None
     return WriteResult(entry_seqs=entry_seqs, entry_values=[e.value for e in entries], message_seqs=message_seqs,
                        created=created, woke=woke, acquired=acquired, then=then)
 
 
-def create_execution(new: NewExecution, now: float) -> Plan:
+def create_execution(new: NewExecution, now: float, logged: list[tuple[Entry, int]] | None = None) -> Plan:
     """Create an execution unless its eid exists, with its first entry, START task and items;
     whether it was created."""
     n = yield ("exec", f"INSERT INTO executions ({c.EXECUTION_COLUMNS}) VALUES ({','.join('?' * c.EXECUTION_WIDTH)})"
                        " ON CONFLICT (eid) DO NOTHING", c.execution_row(new.record))
     if n > 0:
-        yield from append(new.entry, now)
+        yield from append(new.entry, now, logged)
         if new.task is not None:
             yield from insert_task(new.task)
         for item in new.items:

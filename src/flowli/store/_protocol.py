@@ -537,6 +537,12 @@ class Store(Protocol):
     notifies: bool
     """Whether the other processes' changes reach ``subscribe`` (PostgreSQL); else they are found
     by polling (SQLite)."""
+    announces_in_write: bool
+    """Whether a write puts the lifecycle entries it appends on the control log itself, in its
+    transaction (SQLite: one writer, so the control log's counter moves in commit order). Else
+    (PostgreSQL) they are marked ``unannounced`` and the engine announces them in a second write
+    (a counter moved by every write would serialize the writes of all processes); ``unannounced``
+    lists those a crash left between the two."""
 
     async def open(self) -> None:
         """Create or upgrade the schema."""

@@ -169,6 +169,7 @@ class PostgresStore(PostgresLeases):
     """The Store protocol on one PostgreSQL database (and schema)."""
 
     notifies = True
+    announces_in_write = False  # the second append: one counter taken by every write would serialize them
 
     def __init__(self, url: str, *, pool_size: int = 10, writers: int = 2):
         self.url = url

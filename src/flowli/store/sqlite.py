@@ -145,6 +145,7 @@ class SQLiteStore(SharedReads):
     """The Store protocol on one SQLite file."""
 
     notifies = False
+    announces_in_write = True  # one writer: the control log's counter moves in commit order
     LABELLED = True
 
     def __init__(self, url: str):
@@ -293,7 +294,7 @@ class SQLiteStore(SharedReads):
         return fut
 
     async def write(self, write: Write, now: datetime) -> WriteResult:
-        return await self._w(lambda conn: drive(conn, apply_write(write, now)))
+        return await self._w(lambda conn: drive(conn, apply_write(write, now, in_write=True)))
 
     async def acquire(
         self, eid: str, owner: str, ttl: timedelta, now: datetime, ack: str | None = None
