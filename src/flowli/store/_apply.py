@@ -84,11 +84,19 @@ def log_now(logged: list[tuple[Entry, int]]) -> Plan:
     (last,) = yield ("one", "UPDATE counters SET n = n + ? WHERE name = 'control_log' RETURNING n", (len(logged),))
     first = int(last) - len(logged) + 1
     for k, (entry, seq) in enumerate(logged):
-        yield ("exec",
-               "INSERT INTO control_log (seq, eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
-               " VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
-               (first + k, entry.eid, entry.kind.value, entry.fid, entry.attempt, entry.digest, c.js(entry.value),
-                c.js(entry.error), c.prov(entry.provenance), seq))
+        yield ("one", LOG_ROW, log_row(first + k, entry, seq))
+
+
+LOG_ROW = ("INSERT INTO control_log (seq, eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
+           " VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING seq")
+"""A control-log row (see ``log_row``); its seq back, or nothing when the entry is there already."""
+
+
+def log_row(seq: int, entry: Entry, journal_seq: int | None) -> tuple[Any, ...]:
+    """The parameters of ``LOG_ROW``: ``entry`` at control-log ``seq``, from journal seq
+    ``journal_seq`` (None: an announcement of no journal entry)."""
+    return (seq, entry.eid, entry.kind.value, entry.fid, entry.attempt, entry.digest, c.js(entry.value),
+            c.js(entry.error), c.prov(entry.provenance), journal_seq)
 
 
 def announce(entry: Entry) -> Plan:
@@ -97,13 +105,7 @@ def announce(entry: Entry) -> Plan:
         if gone is None:
             return None  # announced already
     (seq,) = yield ("one", "UPDATE counters SET n = n + 1 WHERE name = 'control_log' RETURNING n", ())
-    row = yield (
-        "one",
-        "INSERT INTO control_log (seq, eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING seq",
-        (seq, entry.eid, entry.kind.value, entry.fid, entry.attempt, entry.digest, c.js(entry.value), c.js(entry.error),
-         c.prov(entry.provenance), entry.journal_seq),
-    )
+    row = yield ("one", LOG_ROW, log_row(seq, entry, entry.journal_seq))
     return None if row is None else int(row[0])
 
 
@@ -126,13 +128,7 @@ def announce_all(entries: list[Entry]) -> Plan:
     (last,) = yield ("one", "UPDATE counters SET n = n + ? WHERE name = 'control_log' RETURNING n", (len(todo),))
     for k, i in enumerate(todo):
         entry = entries[i]
-        row = yield (
-            "one",
-            "INSERT INTO control_log (seq, eid, kind, fid, attempt, digest, value, error, provenance, journal_seq)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING seq",
-            (int(last) - len(todo) + 1 + k, entry.eid, entry.kind.value, entry.fid, entry.attempt, entry.digest,
-             c.js(entry.value), c.js(entry.error), c.prov(entry.provenance), entry.journal_seq),
-        )
+        row = yield ("one", LOG_ROW, log_row(int(last) - len(todo) + 1 + k, entry, entry.journal_seq))
         out[i] = None if row is None else int(row[0])
     return out
 
