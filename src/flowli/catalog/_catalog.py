@@ -10,9 +10,7 @@ import json
 import math
 import weakref
 from datetime import timedelta
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from typing import TYPE_CHECKING, Any
 
 from flowli.domain import ExecutionRecord, Principal, Status, StepFailed, UnknownWorkflowError, checked_eid
 from flowli.engine import Engine, Registry, problems
@@ -31,6 +29,9 @@ from ._errors import (
     suggest,
 )
 from ._types import CatalogType, lookup, namespace_of, types_of
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 By = str | Principal | None
 _CATALOGS: weakref.WeakKeyDictionary[Registry, Catalog] = weakref.WeakKeyDictionary()
@@ -168,6 +169,8 @@ class Catalog:
     # ---- runs -----------------------------------------------------------------------------
 
     def _inputs_model(self, name: str, v: Validation) -> type[BaseModel]:
+        from pydantic import ConfigDict, create_model  # here: a process that checks no inputs does not import pydantic
+
         fields = {f: (ann, ... if required else None) for f, (ann, required) in input_fields(v).items()}
         model: type[BaseModel] = create_model(f"{name}.input", __config__=ConfigDict(extra="forbid"),  # type: ignore[call-overload]
                                               **fields)
@@ -211,6 +214,10 @@ class Catalog:
             _, model = self._checked(workflow_type, saved)
             if not isinstance(inputs, dict):
                 raise InputsInvalid(workflow_type, [f"inputs must be a JSON object, got {type(inputs).__name__}"])
+            from pydantic import (
+                ValidationError,  # here, not at the top: a process that checks no inputs (most CLI calls) does not import pydantic
+            )
+
             try:
                 checked = model.model_validate(inputs).model_dump(mode="json")
             except ValidationError as exc:

@@ -8,8 +8,6 @@ import hashlib
 import re
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-
 from flowli.domain import canonical
 from flowli.engine import Registry, problems
 
@@ -236,6 +234,11 @@ class Validation:
                 used: set[str]) -> None:
         want = _json_types(target)
         if src["source"] == "static":
+            from pydantic import (  # here, not at the top: a process that checks no inputs (most CLI calls) does not import pydantic
+                TypeAdapter,
+                ValidationError,
+            )
+
             try:
                 TypeAdapter(info.annotation).validate_python(src["value"])
             except ValidationError as exc:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from flowli.engine import Registry, WorkflowDef, input_model, problems
 
 from ._errors import InputsInvalid, UnknownType
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 INTERNAL = "flowli."
 """The engine's own workflows (the pipeline, the dag runner) are not catalog types."""
@@ -80,6 +81,10 @@ class CatalogType:
         first: InputsInvalid names every bad field."""
         if not isinstance(inputs, dict):
             raise InputsInvalid(self.name, [f"inputs must be a JSON object of inputs by name, got {type(inputs).__name__}"])
+        from pydantic import (
+            ValidationError,  # here, not at the top: a process that checks no inputs (most CLI calls) does not import pydantic
+        )
+
         try:
             validated = self.model.model_validate(inputs)
         except ValidationError as exc:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.text import Text
 
 from flowli.catalog import Catalog
@@ -200,6 +199,8 @@ def checked_arguments(wf: WorkflowDef, values: list[Any]) -> list[Any]:
     becomes 5, ``"abc"`` is refused); CLIError names each argument that does not fit."""
     wf.bind(values)  # how many: WorkflowArgumentsError names the signature
     names = [p.name for p in list(wf.signature.parameters.values())[1:]][:len(values)]
+    from pydantic import ValidationError  # here: the commands that check no arguments do not import it
+
     try:
         given = input_model(wf.name, wf.fn).model_validate(dict(zip(names, values, strict=True)))
     except ValidationError as exc:

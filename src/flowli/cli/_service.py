@@ -12,7 +12,6 @@ import typer
 from rich.table import Table
 
 from flowli.access import Applications
-from flowli.pipelines import install
 
 from ._app import AppOption, DbOption, _settings, app, fail, needs, open_engine, out, parse_value, registry_of, run
 from ._processes import supervise
@@ -94,6 +93,8 @@ def serve(
             threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
 
     async def go() -> int:
+        from flowli.pipelines import install  # here: the other commands do not import the pipelines' models
+
         registry = registry_of(s)
         install(registry)
         async with open_engine(s, registry) as engine:

@@ -7,8 +7,6 @@ import re
 import uuid
 from typing import Any
 
-import uuid6  # UUIDv7 (RFC 9562) before Python 3.14 has it in the standard library
-
 from ._errors import UnknownExecutionError
 from ._status import TaskKind
 
@@ -18,6 +16,11 @@ CHILD_NAMESPACE = uuid.UUID("6f1f3c1e-5b0a-4c4e-9d4e-0f10f1c0de01")
 
 def new_eid() -> str:
     """A UUIDv7: eids sort by creation time."""
+    # uuid6: UUIDv7 (RFC 9562) before Python 3.14 has it in the standard library. Imported at the
+    # first eid, not at the top: its import reads the installed packages' metadata (25-30 ms),
+    # which a CLI call that starts nothing should not pay.
+    import uuid6
+
     return str(uuid6.uuid7())
 
 

@@ -56,7 +56,6 @@ from ._steps import Steps
 from ._tasks import cancel_and_wait
 from ._tracing import derived
 from ._transitions import Transition
-from ._typing import ValidationError, problems
 from ._waits import Waits
 from ._writer import Writer
 
@@ -287,6 +286,10 @@ class Activation(Context):
         JSON-checked."""
         adapter = self.wf.output if self.wf.meta.declared else None
         if adapter is not None:
+            from pydantic import ValidationError  # loaded already: the adapter is pydantic's
+
+            from ._typing import problems
+
             try:
                 result = adapter.dump_python(adapter.validate_python(result), mode="json")
             except ValidationError as exc:

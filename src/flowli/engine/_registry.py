@@ -77,7 +77,9 @@ class WorkflowDef:
         adapters = self.typed if typed else None
         if not adapters:
             return args
-        from ._typing import ValidationError, problems
+        from pydantic import ValidationError
+
+        from ._typing import problems
 
         out, bad = list(args), []
         for i, (name, adapter) in adapters.items():

@@ -13,8 +13,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadDateError, croniter
-
 from flowli.domain import FlowliError
 
 SCHEDULE = "schedule"
@@ -60,6 +58,8 @@ def trigger(cron: Any = None, tz: Any = None, interval: Any = None, run_at: Any 
         raise ScheduleError("a schedule takes exactly one trigger: cron, intervalSeconds or runAt"
                             + (f" (got {', '.join(given)})" if given else ""))
     if cron is not None:
+        from croniter import CroniterBadDateError, croniter  # here: only a cron schedule pays its import
+
         if not isinstance(cron, str) or not croniter.is_valid(cron):
             raise ScheduleError(f"cron {cron!r} is not a cron expression such as '0 9 * * 1-5'")
         zone = tz or "UTC"
@@ -89,6 +89,8 @@ def trigger(cron: Any = None, tz: Any = None, interval: Any = None, run_at: Any 
 def next_fire(t: dict[str, Any], after: datetime, created: datetime) -> datetime | None:
     """The first firing instant of trigger ``t`` strictly after ``after`` (None: no more)."""
     if "cron" in t:
+        from croniter import croniter  # here: only a cron schedule pays its import
+
         zone = ZoneInfo(t["timezone"])
         nxt: datetime = croniter(t["cron"], after.astimezone(zone)).get_next(datetime)
         return nxt.astimezone(timezone.utc)

@@ -1,6 +1,9 @@
 """A workflow's types, from its annotations through pydantic: the model of its parameters after
 the context (the catalog's input schema and validation) and the adapter of its return
-annotation (the output schema, and the check of a result before it is accepted)."""
+annotation (the output schema, and the check of a result before it is accepted).
+
+pydantic is imported by the functions that build a model or an adapter, not at the top: a
+process that runs no typed workflow (most CLI calls) does not pay its import (50-60 ms)."""
 
 from __future__ import annotations
 
@@ -8,12 +11,14 @@ import dataclasses
 import inspect
 import logging
 import typing
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import typing_extensions
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
-__all__ = ["ValidationError", "input_model", "output_adapter", "problems", "structured_parameters"]
+if TYPE_CHECKING:
+    from pydantic import BaseModel, TypeAdapter, ValidationError
+
+__all__ = ["input_model", "output_adapter", "problems", "structured_parameters"]
 log = logging.getLogger("flowli.engine")
 
 
@@ -27,6 +32,8 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
 def input_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
     """A pydantic model with a field per parameter after the context (a default makes it
     optional; an unannotated one takes any JSON value). Extra fields are refused."""
+    from pydantic import ConfigDict, create_model
+
     hints = _hints(fn)
     fields: dict[str, Any] = {}
     for p in list(inspect.signature(fn).parameters.values())[1:]:
@@ -40,6 +47,8 @@ def input_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
 
 
 def _structured(ann: Any) -> bool:
+    from pydantic import BaseModel
+
     if isinstance(ann, type) and (issubclass(ann, BaseModel) or dataclasses.is_dataclass(ann)
                                   or typing_extensions.is_typeddict(ann)):
         return True
@@ -50,6 +59,8 @@ def structured_parameters(fn: Callable[..., Any]) -> dict[int, tuple[str, TypeAd
     """The adapters of the positional parameters after the context annotated with a model, a
     dataclass or a TypedDict (alone or inside a list, a dict, an optional), by position. A
     parameter whose adapter pydantic cannot build is left out (its argument stays JSON)."""
+    from pydantic import TypeAdapter
+
     hints = _hints(fn)
     out: dict[int, tuple[str, TypeAdapter[Any]]] = {}
     for i, p in enumerate(list(inspect.signature(fn).parameters.values())[1:]):
@@ -65,6 +76,8 @@ def structured_parameters(fn: Callable[..., Any]) -> dict[int, tuple[str, TypeAd
 
 def output_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:
     """The adapter of the return annotation, or None when there is none (or it is Any)."""
+    from pydantic import TypeAdapter
+
     hints = _hints(fn)
     if "return" not in hints or hints["return"] is Any:
         return None

@@ -9,14 +9,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
-from mcp.server.transport_security import TransportSecuritySettings
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowli.access import Access, key_of
 from flowli.engine import Engine
-from flowli.mcp import build as build_mcp
-from flowli.mcp import from_headers
 from flowli.metrics import Metrics
 from flowli.pipelines import Session
 from flowli.services import Services
@@ -27,8 +24,7 @@ from ._docs import add_docs
 from ._errors import error, register
 from ._hosts import AllowedHosts, HostGuard
 from ._lean import Lean, session_token
-from ._mcp_gate import MCP_SESSION_IDLE_SECONDS
-from ._mcp_gate import McpGate as mcp_gate
+from ._mcp_mount import McpMount
 from ._openapi import document
 from ._pipeline_routes import pipeline_routes
 from ._schedule_routes import policy_routes, schedule_routes
@@ -77,10 +73,10 @@ class Service:
     """The ASGI app of ``flowli serve``: every request passes the check of its Host and Origin
     and the body limit (``guarded``), then goes to the pages in front, if any (the dashboard),
     else to the routes (``/mcp``, a lean route, the FastAPI routes of ``api``). ``services`` are
-    the ones every part of it uses, built once; ``mcp`` is the MCP server (``serve`` runs its
-    session manager)."""
+    the ones every part of it uses, built once; ``mcp`` is ``/mcp`` (built at its first request;
+    ``serve`` closes it when it stops)."""
 
-    def __init__(self, api: FastAPI, routes: Routes, services: Services, mcp: Any, hosts: AllowedHosts,
+    def __init__(self, api: FastAPI, routes: Routes, services: Services, mcp: McpMount, hosts: AllowedHosts,
                  pages: Pages | None = None):
         self.api, self.routes, self.services, self.mcp, self.hosts = api, routes, services, mcp, hosts
         self.app = guarded(routes if pages is None else pages(routes, services), hosts)
@@ -109,7 +105,8 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
         return await workers.session(session_token(request.headers))
 
     metrics = Metrics(engine)
-    metrics.registry.register(workers.timings)  # the stage metrics of this process, beside the engine's
+    # the stage metrics of this process, beside the engine's (a collector by its collect(): see StageTimings)
+    metrics.registry.register(workers.timings)  # type: ignore[arg-type]
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_text(request: Request) -> Response:
@@ -129,12 +126,6 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
         app.include_router(router)
 
     document(app, {access: "apiKey", session: "workerSession"})  # the OpenAPI document: every refusal, the bodies read after the credential
-    server = build_mcp(services, from_headers(apps))
-    # the Host and Origin of /mcp are checked with every other route's (HostGuard), not by the SDK
-    mcp_app = mcp_gate(server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=NO_SDK_CHECK,
-                                                  session_idle_timeout=MCP_SESSION_IDLE_SECONDS), apps)
-    routes = Routes(app, mcp_app, Lean(pipelines, workers, apps))
-    return Service(app, routes, services, server, AllowedHosts(host, allowed_hosts), pages)
-
-
-NO_SDK_CHECK = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    mcp = McpMount(services, apps, host)
+    routes = Routes(app, mcp, Lean(pipelines, workers, apps))
+    return Service(app, routes, services, mcp, AllowedHosts(host, allowed_hosts), pages)

@@ -16,6 +16,7 @@ from typing import Any
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -30,6 +31,9 @@ MCP_SESSION_IDLE_SECONDS = 600.0
 """A session with no request in flight (no call, no open stream) for this long is closed."""
 SESSION_HEADER = "mcp-session-id"
 INVALID_REQUEST = -32600
+NO_SDK_CHECK = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+"""The SDK's own check of the Host and Origin, off: the service checks them for every route
+(``HostGuard``), ``/mcp`` included."""
 
 
 @dataclass

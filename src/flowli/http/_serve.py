@@ -73,7 +73,7 @@ async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, le
     async with contextlib.AsyncExitStack() as stack:
         if worker:
             await stack.enter_async_context(engine.worker(concurrency=concurrency, queues=queues))
-        await stack.enter_async_context(service.mcp.session_manager.run())  # the /mcp sessions
+        stack.push_async_callback(service.mcp.close)  # the /mcp sessions, if an assistant opened any
         if own_process:
             stack.enter_context(tuned_collector())
         # an inherited socket (its family and address read from it), or one bound here

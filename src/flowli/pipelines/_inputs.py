@@ -72,11 +72,11 @@ def documented(low: float, high: float, default: Any = None, **more: Any) -> Any
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore", defer_build=True)
 
 
 class StageOptions(Body):
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", defer_build=True)
     dependsOn: list[str] | None = None
     maxRetries: Number | None = documented(0, MAX_RETRIES)
     retryInterval: Number | None = documented(0, MAX_SECONDS)
@@ -92,7 +92,7 @@ class StageOptions(Body):
 
 
 class StageIn(Body):
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", defer_build=True)
     stageName: str = Field(json_schema_extra={"maxLength": MAX_NAME})
     stageHandlerName: str = Field(json_schema_extra={"maxLength": MAX_NAME})
     input: str | None = None
@@ -219,7 +219,7 @@ class HeartbeatIn(Body):
 
 
 class PolicyRules(Body):
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", defer_build=True)
     maxRetries: Number = documented(0, RULE_RANGES["maxRetries"], ...)
     intervalSeconds: Number = documented(0, RULE_RANGES["intervalSeconds"], ...)
     backoffMultiplier: Number | None = documented(0, RULE_RANGES["backoffMultiplier"])
@@ -227,13 +227,13 @@ class PolicyRules(Body):
 
 
 class PolicyTags(Body):
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", defer_build=True)
     include: list[str] | None = None
     exclude: list[str] | None = None
 
 
 class PolicyTargeting(Body):
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", defer_build=True)
     stageNames: list[str] | None = None
     stageHandlerNames: list[str] | None = None
     pipelineNames: list[str] | None = None

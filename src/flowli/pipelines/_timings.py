@@ -12,11 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING
 
 from flowli.domain import Task
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 """The upper bounds (seconds) of the histograms' buckets: a job taken in 5 ms to one that waited
@@ -59,7 +60,10 @@ def key_of(task: Task) -> Key:
     return (str(task.application or ""), str(seed.get("pipelineName") or ""), str(seed.get("stageHandlerName") or ""))
 
 
-class StageTimings(Collector):
+class StageTimings:
+    """A Prometheus collector (a registry takes any object with ``collect``): prometheus_client is
+    imported when metrics are collected, so a process that serves none (a CLI call) never loads it."""
+
     def __init__(self) -> None:
         self._waited: dict[Key, _Histogram] = {}
         self._ran: dict[Key, _Histogram] = {}
@@ -83,6 +87,8 @@ class StageTimings(Collector):
         self._results[(key, outcome)] = self._results.get((key, outcome), 0) + 1
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
         for name, what, histograms in (
                 ("flowli_stage_schedule_to_start_seconds",
                  "Seconds a stage's job waited in its queue before a worker took it, in this process.", self._waited),
