@@ -3,6 +3,7 @@ its own, on a real SQLite file. A worker runs in a background process with a tes
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flowli.cli import app
+from flowli.engine import COLLECTOR_THRESHOLDS
 
 pytestmark = pytest.mark.e2e
 
@@ -47,6 +49,16 @@ APP_SOURCE = textwrap.dedent(
     @registry.workflow("waiter")
     async def waiter(ctx) -> str:
         return await ctx.receive("go")
+
+
+    def thresholds():
+        import gc
+        return list(gc.get_threshold())
+
+
+    @registry.workflow("collector")
+    async def collector(ctx) -> list:
+        return await ctx.step(thresholds)
 
 
     @registry.workflow("changes")
@@ -195,6 +207,16 @@ def test_start_then_a_worker_runs_it_and_show_and_ls_read_it(flowli, worker):
     out, err = worker.communicate(timeout=30)
     assert worker.returncode == 0, err
     assert "worker stopped" in out
+
+
+def test_a_worker_process_runs_with_the_tuned_collector(flowli, worker):
+    # the step reads the collector's settings in the worker's own process (flowli worker runs
+    # nothing else, so it tunes them: see flowli.engine.COLLECTOR_THRESHOLDS)
+    eid = flowli("start", "collector", "--app", APP).stdout.strip()
+    shown = wait_for_show(flowli, eid, "execution.completed").splitlines()
+    line_index(shown, "execution.completed", json.dumps(list(COLLECTOR_THRESHOLDS)))
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
 
 
 def test_start_wait_runs_a_worker_in_process_and_prints_the_result(flowli):

@@ -1,5 +1,5 @@
-"""The garbage collector of a process that serves (``flowli serve``): tuned while it serves, as
-it was after."""
+"""The garbage collector of a process that runs nothing but flowli (``flowli serve``, ``flowli
+worker``): tuned while it runs, as it was after."""
 
 from __future__ import annotations
 
@@ -7,10 +7,7 @@ import gc
 
 import pytest
 
-from flowli.http._serve import (  # not public: a setting of flowli serve's own process
-    COLLECTOR_THRESHOLDS,
-    tuned_collector,
-)
+from flowli.engine import COLLECTOR_THRESHOLDS, tuned_collector
 
 pytestmark = pytest.mark.unit
 

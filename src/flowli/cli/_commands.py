@@ -16,7 +16,7 @@ from rich.text import Text
 from flowli.catalog import Catalog
 from flowli.catalog import install as install_catalog
 from flowli.domain import Cancelled, UnknownExecutionError, UnknownWorkflowError
-from flowli.engine import WorkflowDef, input_model, problems
+from flowli.engine import WorkflowDef, input_model, problems, tuned_collector
 
 from ._app import (
     EXIT_EXECUTION_FAILED,
@@ -114,6 +114,7 @@ async def _worker(s: Settings, concurrency: int, queues: list[str], grace: float
             f" stops it (the steps under way get {grace:g} s; a second signal stops it at once).",
             soft_wrap=True,
         )
+        stack.enter_context(tuned_collector())  # the process runs nothing but the worker: see COLLECTOR_THRESHOLDS
         running = asyncio.create_task(engine.run_worker(concurrency=concurrency, queues=queues, grace=grace),
                                       name="flowli-cli-worker")
         stopping = asyncio.create_task(stop.wait())

@@ -8,6 +8,8 @@ from flowli.store import StoredState as StoredState
 
 from ._clock import Clock as Clock
 from ._clock import SystemClock as SystemClock
+from ._collector import COLLECTOR_THRESHOLDS as COLLECTOR_THRESHOLDS
+from ._collector import tuned_collector as tuned_collector
 from ._consumer import Consumer as Consumer
 from ._consumer import reply_channel as reply_channel
 from ._context import Context as Context
@@ -49,6 +51,7 @@ from ._views import RunView as RunView
 from ._views import describe_wait as describe_wait
 
 __all__ = [
+    "COLLECTOR_THRESHOLDS",
     "Decider",
     "AttemptView",
     "Checked",
@@ -69,6 +72,7 @@ __all__ = [
     "firing_key",
     "next_fire",
     "trigger",
+    "tuned_collector",
     "Context",
     "Engine",
     "EXECUTIONS",

@@ -5,41 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import socket
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import uvicorn
 
-from flowli.engine import Engine
+from flowli.engine import Engine, tuned_collector
 
 from ._app import Pages, create_app
-
-COLLECTOR_THRESHOLDS = (50_000, 20, 100)
-"""The cyclic garbage collector's thresholds while a process serves (Python's own: 700, 10, 10).
-A request allocates thousands of short-lived containers, few of them ever in a cycle (they are
-freed by their counts), so at Python's thresholds a young collection ran every few requests and
-scanned what they had allocated. Measured (``bench.http``, SQLite, n = 4 000, alternated with the
-code before): the service's CPU a stage 1.72 ms against 1.54 for H1B, 3.05 against 2.85 for H1."""
-
-
-@contextlib.contextmanager
-def tuned_collector() -> Iterator[None]:
-    """For the process that serves: what it imported and built before it serves is kept out of
-    the collector's scans (``gc.freeze``), and young collections run far less often
-    (``COLLECTOR_THRESHOLDS``); Python's settings come back after."""
-    before = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(*COLLECTOR_THRESHOLDS)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
-        gc.unfreeze()
 
 
 async def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8081, *, lease_ttl: float = 30.0,
