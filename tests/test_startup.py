@@ -60,3 +60,48 @@ async def test_mcp_is_built_at_its_first_request_and_closed_with_the_service(tmp
             assert again.status_code == 401
         await service.mcp.close()
         await service.mcp.close()  # closing twice is closing once
+
+
+LOOP_DURING_IMPORT = """
+import asyncio, sys, tempfile, httpx, flowli
+from flowli.http import create_app
+
+async def main():
+    ticks = 0
+
+    async def tick():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.005)
+            ticks += 1
+
+    with tempfile.TemporaryDirectory() as folder:
+        engine = await flowli.connect(f"sqlite:///{folder}/s.db", flowli.Registry())
+        async with engine:
+            service = create_app(engine)
+            ticker = asyncio.create_task(tick())
+            await asyncio.sleep(0.05)
+            assert "mcp" not in sys.modules
+            before = ticks
+            transport = httpx.ASGITransport(app=service)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+                answer = await client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "initialize"})
+            during = ticks - before
+            ticker.cancel()
+            await service.mcp.close()
+            print(answer.status_code, during)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.e2e
+def test_the_first_mcp_request_imports_the_sdk_while_the_event_loop_goes_on() -> None:
+    # a fresh interpreter, where the MCP SDK is not imported yet: a task that ticks every 5 ms
+    # keeps ticking while the first /mcp request waits for the SDK's import (about half a second;
+    # on the event loop's thread it would tick a few times at most, during the build's awaits)
+    done = subprocess.run([sys.executable, "-c", LOOP_DURING_IMPORT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    status, during = done.stdout.split()
+    assert status == "401"  # no key: the gate in front of the SDK refused it, once built
+    assert int(during) >= 20, f"the event loop ran {during} ticks while /mcp was built"

@@ -1,13 +1,15 @@
 """``/mcp``, built at its first request. Importing the MCP SDK costs a process about half a second
 of CPU, a third of what ``flowli serve`` spends to start; a service that no assistant talks to
-never pays it. The first request to ``/mcp`` imports it and builds the server (the gate in front of
-it: ``_mcp_gate``), and starts the SDK's session manager in a task of its own, which runs until
+never pays it. The first request to ``/mcp`` imports it in a thread (the event loop goes on
+answering every other route meanwhile), builds the server (the gate in front of it:
+``_mcp_gate``), and starts the SDK's session manager in a task of its own, which runs until
 ``close`` (``serve`` closes it when it stops)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -33,6 +35,8 @@ class McpMount:
     async def _started(self) -> ASGIApp:
         async with self._lock:
             if self._app is None:
+                for name in ("flowli.http._mcp_gate", "flowli.mcp"):  # the SDK's import, off the event loop
+                    await asyncio.to_thread(importlib.import_module, name)
                 from flowli.mcp import build, from_headers
 
                 from ._mcp_gate import MCP_SESSION_IDLE_SECONDS, NO_SDK_CHECK, McpGate
