@@ -105,3 +105,24 @@ def test_the_first_mcp_request_imports_the_sdk_while_the_event_loop_goes_on() ->
     status, during = done.stdout.split()
     assert status == "401"  # no key: the gate in front of the SDK refused it, once built
     assert int(during) >= 20, f"the event loop ran {during} ticks while /mcp was built"
+
+
+@pytest.mark.e2e
+def test_a_service_runs_the_approvals_of_assistants_writes_before_any_mcp_request() -> None:
+    # an approval waits for a person across a restart: the service's engine must know its workflow
+    # from the start, while the MCP SDK stays unimported until /mcp is asked for
+    code = """
+import asyncio, tempfile, flowli
+from flowli.http import create_app
+from flowli.mcp import APPROVAL
+
+async def main():
+    with tempfile.TemporaryDirectory() as folder:
+        engine = await flowli.connect(f"sqlite:///{folder}/s.db", flowli.Registry())
+        async with engine:
+            create_app(engine)
+            assert APPROVAL in engine.registry.names(), engine.registry.names()
+
+asyncio.run(main())
+"""
+    assert "mcp" not in loaded_after(code) and "mcp" in HEAVY

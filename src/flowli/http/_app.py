@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowli.access import Access, key_of
 from flowli.engine import Engine
+from flowli.mcp import install_approvals
 from flowli.metrics import Metrics
 from flowli.pipelines import Session
 from flowli.services import Services
@@ -126,6 +127,7 @@ def create_app(engine: Engine, *, lease_ttl: float = 30.0, host: str = "127.0.0.
         app.include_router(router)
 
     document(app, {access: "apiKey", session: "workerSession"})  # the OpenAPI document: every refusal, the bodies read after the credential
+    install_approvals(engine.registry)  # an assistant's writes waiting for a person run here, /mcp built or not
     mcp = McpMount(services, apps, host)
     routes = Routes(app, mcp, Lean(pipelines, workers, apps))
     return Service(app, routes, services, mcp, AllowedHosts(host, allowed_hosts), pages)
