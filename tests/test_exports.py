@@ -44,7 +44,7 @@ PINNED = {
         "AttemptView", "COLLECTOR_THRESHOLDS", "CallNext", "Checked", "Clock", "Consumer", "Context", "Decider", "Difference", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
         "Explanation", "FRAME_TONES", "FrameIds", "FrameView", "MAX_INTERVAL", "MIN_INTERVAL", "Memo", "Middleware", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
         "StateQuery", "StoredState", "SystemClock", "Transition", "Verification", "WorkflowDef", "describe_wait", "divergence", "error_summary", "firing_key", "input_model", "next_fire", "problems",
-        "reply_channel", "task_traceparent", "trigger", "tuned_collector", "unvisited",
+        "reply_channel", "task_traceparent", "trigger", "tuned_collector", "unvisited", "validation_error",
     ],
     flowli.store: [
         "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "HELD", "Intent", "Item", "Items", "JournalFilter", "NewExecution", "NewItem", "NewMessage", "Plan", "Query", "Renewal",

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from flowli.domain import ExecutionRecord, Principal, Status, StepFailed, UnknownWorkflowError, checked_eid
-from flowli.engine import Engine, Registry, problems
+from flowli.engine import Engine, Registry, problems, validation_error
 
 from . import _rbac as rbac
 from . import _runs as runs
@@ -169,7 +169,7 @@ class Catalog:
     # ---- runs -----------------------------------------------------------------------------
 
     def _inputs_model(self, name: str, v: Validation) -> type[BaseModel]:
-        from pydantic import ConfigDict, create_model  # here: a process that checks no inputs does not import pydantic
+        from pydantic import ConfigDict, create_model  # on first use, as flowli.engine._typing does
 
         fields = {f: (ann, ... if required else None) for f, (ann, required) in input_fields(v).items()}
         model: type[BaseModel] = create_model(f"{name}.input", __config__=ConfigDict(extra="forbid"),  # type: ignore[call-overload]
@@ -214,13 +214,9 @@ class Catalog:
             _, model = self._checked(workflow_type, saved)
             if not isinstance(inputs, dict):
                 raise InputsInvalid(workflow_type, [f"inputs must be a JSON object, got {type(inputs).__name__}"])
-            from pydantic import (
-                ValidationError,  # here, not at the top: a process that checks no inputs (most CLI calls) does not import pydantic
-            )
-
             try:
                 checked = model.model_validate(inputs).model_dump(mode="json")
-            except ValidationError as exc:
+            except validation_error() as exc:
                 raise InputsInvalid(workflow_type, problems(exc)) from None
             given = {k: val for k, val in checked.items() if val is not None or k in inputs}
             eid = await self.engine.start(DAG, [workflow_type, compiled, given], by=by, key=key, application=application)

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from flowli.domain import canonical
-from flowli.engine import Registry, problems
+from flowli.engine import Registry, problems, validation_error
 
 from ._errors import UnknownType
 from ._types import CatalogType, lookup
@@ -234,14 +234,11 @@ class Validation:
                 used: set[str]) -> None:
         want = _json_types(target)
         if src["source"] == "static":
-            from pydantic import (  # here, not at the top: a process that checks no inputs (most CLI calls) does not import pydantic
-                TypeAdapter,
-                ValidationError,
-            )
+            from pydantic import TypeAdapter  # on first use, as flowli.engine._typing does
 
             try:
                 TypeAdapter(info.annotation).validate_python(src["value"])
-            except ValidationError as exc:
+            except validation_error() as exc:
                 self.errors.append(f"{where}static value of input '{param}' does not fit its schema:"
                                    f" {'; '.join(problems(exc, param))}")
             except Exception:  # an annotation pydantic cannot check: accepted

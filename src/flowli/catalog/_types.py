@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flowli.engine import Registry, WorkflowDef, input_model, problems
+from flowli.engine import Registry, WorkflowDef, input_model, problems, validation_error
 
 from ._errors import InputsInvalid, UnknownType
 
@@ -81,13 +81,9 @@ class CatalogType:
         first: InputsInvalid names every bad field."""
         if not isinstance(inputs, dict):
             raise InputsInvalid(self.name, [f"inputs must be a JSON object of inputs by name, got {type(inputs).__name__}"])
-        from pydantic import (
-            ValidationError,  # here, not at the top: a process that checks no inputs (most CLI calls) does not import pydantic
-        )
-
         try:
             validated = self.model.model_validate(inputs)
-        except ValidationError as exc:
+        except validation_error() as exc:
             raise InputsInvalid(self.name, problems(exc)) from None
         dumped = validated.model_dump(mode="json")
         return [dumped[name] for name in self.model.model_fields]

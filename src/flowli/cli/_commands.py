@@ -16,7 +16,7 @@ from rich.text import Text
 from flowli.catalog import Catalog
 from flowli.catalog import install as install_catalog
 from flowli.domain import Cancelled, UnknownExecutionError, UnknownWorkflowError
-from flowli.engine import WorkflowDef, input_model, problems, tuned_collector
+from flowli.engine import WorkflowDef, input_model, problems, tuned_collector, validation_error
 
 from ._app import (
     EXIT_EXECUTION_FAILED,
@@ -200,11 +200,9 @@ def checked_arguments(wf: WorkflowDef, values: list[Any]) -> list[Any]:
     becomes 5, ``"abc"`` is refused); CLIError names each argument that does not fit."""
     wf.bind(values)  # how many: WorkflowArgumentsError names the signature
     names = [p.name for p in list(wf.signature.parameters.values())[1:]][:len(values)]
-    from pydantic import ValidationError  # here: the commands that check no arguments do not import it
-
     try:
         given = input_model(wf.name, wf.fn).model_validate(dict(zip(names, values, strict=True)))
-    except ValidationError as exc:
+    except validation_error() as exc:
         raise CLIError(f"{wf.name}({wf.parameters}): " + "; ".join(problems(exc))) from None
     dumped = given.model_dump(mode="json")
     return [dumped[name] for name in names]

@@ -41,6 +41,7 @@ from ._transitions import Middleware as Middleware
 from ._transitions import Transition as Transition
 from ._typing import input_model as input_model
 from ._typing import problems as problems
+from ._typing import validation_error as validation_error
 from ._verify import Checked as Checked
 from ._verify import Difference as Difference
 from ._verify import Verification as Verification
@@ -72,6 +73,7 @@ __all__ = [
     "firing_key",
     "next_fire",
     "trigger",
+    "validation_error",
     "tuned_collector",
     "Context",
     "Engine",

@@ -56,6 +56,7 @@ from ._steps import Steps
 from ._tasks import cancel_and_wait
 from ._tracing import derived
 from ._transitions import Transition
+from ._typing import problems, validation_error
 from ._waits import Waits
 from ._writer import Writer
 
@@ -286,13 +287,9 @@ class Activation(Context):
         JSON-checked."""
         adapter = self.wf.output if self.wf.meta.declared else None
         if adapter is not None:
-            from pydantic import ValidationError  # loaded already: the adapter is pydantic's
-
-            from ._typing import problems
-
             try:
                 result = adapter.dump_python(adapter.validate_python(result), mode="json")
-            except ValidationError as exc:
+            except validation_error() as exc:
                 raise OutputInvalid(self.wf.name, problems(exc, "output")) from None
             except Exception as exc:  # a value pydantic cannot even dump
                 raise OutputInvalid(self.wf.name, [f"output: {exc}"]) from None

@@ -20,6 +20,7 @@ from flowli.domain import (
 )
 
 from ._decider import Decide, Decider, Evolve, check
+from ._typing import output_adapter, problems, structured_parameters, validation_error
 
 F = TypeVar("F", bound=Callable[..., Any])
 E = TypeVar("E", bound=type)
@@ -54,8 +55,6 @@ class WorkflowDef:
         """The pydantic adapter of the return annotation (None without one): the output schema; the
         result of a type registered with catalog metadata is checked against it before it is
         accepted, and dumped as JSON (a model becomes its fields)."""
-        from ._typing import output_adapter
-
         return output_adapter(self.fn)
 
     @functools.cached_property
@@ -64,8 +63,6 @@ class WorkflowDef:
         parameter annotated with a model, a dataclass or a TypedDict, by its position among the
         arguments (after the context). Those arguments reach the function as their types; every
         other one as the journal holds it. Empty for any other workflow."""
-        from ._typing import structured_parameters
-
         return structured_parameters(self.fn) if self.meta.declared else {}
 
     def arguments(self, args: list[Any], typed: bool) -> list[Any]:
@@ -77,16 +74,12 @@ class WorkflowDef:
         adapters = self.typed if typed else None
         if not adapters:
             return args
-        from pydantic import ValidationError
-
-        from ._typing import problems
-
         out, bad = list(args), []
         for i, (name, adapter) in adapters.items():
             if i < len(out):
                 try:
                     out[i] = adapter.validate_python(out[i])
-                except ValidationError as exc:
+                except validation_error() as exc:
                     bad += problems(exc, name)
                 except Exception as exc:  # a validator that raised
                     bad.append(f"{name}: {type(exc).__name__}: {exc}")

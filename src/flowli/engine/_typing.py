@@ -18,7 +18,7 @@ import typing_extensions
 if TYPE_CHECKING:
     from pydantic import BaseModel, TypeAdapter, ValidationError
 
-__all__ = ["input_model", "output_adapter", "problems", "structured_parameters"]
+__all__ = ["input_model", "output_adapter", "problems", "structured_parameters", "validation_error"]
 log = logging.getLogger("flowli.engine")
 
 
@@ -87,6 +87,14 @@ def output_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:
     except Exception as exc:  # an annotation pydantic cannot check (typing.TypedDict before 3.12)
         log.warning("the return annotation of %s is not checked: %s", getattr(fn, "__qualname__", fn), exc)
         return None
+
+
+def validation_error() -> type[ValidationError]:
+    """pydantic's ValidationError, for ``except validation_error() as exc``: an except clause
+    evaluates its class only when something was raised, so a check that passes imports nothing."""
+    from pydantic import ValidationError
+
+    return ValidationError
 
 
 def problems(exc: ValidationError, root: str = "") -> list[str]:
