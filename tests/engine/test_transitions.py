@@ -6,6 +6,8 @@ with an intent has that intent's shape."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -260,6 +262,36 @@ async def test_call_next_twice_is_refused(open_engine):
         engine.use(twice)
         with pytest.raises(RuntimeError, match="called call_next twice for one start transition"):
             await engine.start("greet", "x")
+
+
+async def test_a_committed_transition_is_freed_without_the_cyclic_collector(open_engine):
+    """The middleware chain holds a transition only while it runs: once committed, its write is
+    freed by reference counting alone. (A reference cycle there kept every write of a busy
+    service, with its entries and items, alive until the cyclic collector ran, and made it run
+    every few hundred commits.)"""
+    writes: list[weakref.ref[Any]] = []
+
+    async def watch(transition: Any, call_next: Any) -> Any:
+        writes.append(weakref.ref(transition.write))
+        return await call_next()
+
+    async def passing(transition: Any, call_next: Any) -> Any:
+        return await call_next()
+
+    async with open_engine(app(), worker=False) as engine:
+        engine.use(watch)
+        engine.use(passing)  # two of them: the chain's walk goes through a call_next
+        gc.collect()
+        gc.disable()
+        try:
+            eid = await engine.start("greet", "ada")
+            await engine.signal(eid, "go", "yes")
+            await engine.cancel(eid)
+            kept = [w for w in (ref() for ref in writes) if w is not None]
+        finally:
+            gc.enable()
+        assert len(writes) == 3
+        assert kept == [], f"{len(kept)} committed writes still alive: {[w.entries for w in kept]}"
 
 
 async def test_observers_see_the_fast_lane_and_every_intent_fits_its_write(open_engine):

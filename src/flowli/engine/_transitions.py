@@ -119,22 +119,32 @@ async def _through(rt: Runtime, t: Transition, write: CallNext) -> WriteResult:
     chain: list[Middleware] = rt.interceptors.chain(t.kind)
     if not chain:
         return await write()
+    return await _Chain(chain, t, write).call(0)
 
-    async def call(i: int) -> WriteResult:
-        if i == len(chain):
-            return await write()
+
+class _Chain:
+    """One transition's walk through its middleware chain. A class rather than a recursive
+    closure: a nested function that calls itself is a reference cycle (the function, its cell),
+    which would keep the transition and its write alive until the cyclic collector runs."""
+
+    __slots__ = ("chain", "t", "write")
+
+    def __init__(self, chain: list[Middleware], t: Transition, write: CallNext):
+        self.chain, self.t, self.write = chain, t, write
+
+    async def call(self, i: int) -> WriteResult:
+        if i == len(self.chain):
+            return await self.write()
         called = False
 
         async def call_next() -> WriteResult:
             nonlocal called
             if called:
-                raise RuntimeError(f"middleware {chain[i]!r} called call_next twice for one {t.kind} transition")
+                raise RuntimeError(f"middleware {self.chain[i]!r} called call_next twice for one {self.t.kind} transition")
             called = True
-            return await call(i + 1)
+            return await self.call(i + 1)
 
-        return await chain[i](t, call_next)
-
-    return await call(0)
+        return await self.chain[i](self.t, call_next)
 
 
 async def _apply(rt: Runtime, t: Transition) -> WriteResult:

@@ -67,37 +67,41 @@ class Thread:
         self.conn.close()
 
     def _run(self) -> None:
-        while True:
-            item = self.queue.get()
-            if item is _STOP:
-                return
-            batch = [item]
-            stop = False
-            while len(batch) < _BATCH:
-                try:
-                    nxt = self.queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stop = True
-                    break
-                batch.append(nxt)
-            self.batch_sizes[len(batch)] = self.batch_sizes.get(len(batch), 0) + 1
+        while self._serve(self.queue.get()):
+            pass
+
+    def _serve(self, item: Any) -> bool:
+        """Apply ``item`` with what else is queued now, as one batch; False once told to stop. A
+        method of its own so that nothing of the batch outlives it (a quiet store would otherwise
+        hold its last writes until the next one came)."""
+        if item is _STOP:
+            return False
+        batch = [item]
+        stop = False
+        while len(batch) < _BATCH:
             try:
-                outcomes = self._run_batch(batch)
-            except BaseException as exc:  # never let the thread die: its callers would wait forever
-                with contextlib.suppress(BaseException):
-                    self.conn.rollback()
-                outcomes = [(None, exc)] * len(batch)
-            # one wake-up of each event loop per batch, not one per write
-            by_loop: dict[Any, list[tuple[Any, Any, BaseException | None]]] = {}
-            for (_, fut, loop), (result, exc) in zip(batch, outcomes):
-                by_loop.setdefault(loop, []).append((fut, result, exc))
-            for loop, settled in by_loop.items():
-                with contextlib.suppress(RuntimeError):  # the caller's loop is closed
-                    loop.call_soon_threadsafe(_settle_all, settled)
-            if stop:
-                return
+                nxt = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is _STOP:
+                stop = True
+                break
+            batch.append(nxt)
+        self.batch_sizes[len(batch)] = self.batch_sizes.get(len(batch), 0) + 1
+        try:
+            outcomes = self._run_batch(batch)
+        except BaseException as exc:  # never let the thread die: its callers would wait forever
+            with contextlib.suppress(BaseException):
+                self.conn.rollback()
+            outcomes = [(None, exc)] * len(batch)
+        # one wake-up of each event loop per batch, not one per write
+        by_loop: dict[Any, list[tuple[Any, Any, BaseException | None]]] = {}
+        for (_, fut, loop), (result, exc) in zip(batch, outcomes):
+            by_loop.setdefault(loop, []).append((fut, result, exc))
+        for loop, settled in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the caller's loop is closed
+                loop.call_soon_threadsafe(_settle_all, settled)
+        return not stop
 
     def _run_batch(self, batch: list[Any]) -> list[tuple[Any, BaseException | None]]:
         conn = self.conn

@@ -403,28 +403,33 @@ class PostgresStore(PostgresLeases):
         assert self._pool is not None
         queue = self._starts if slot == self.writers else self._queues[slot]
         while True:
-            batch = [await queue.get()]
-            while len(batch) < _BATCH and not queue.empty():
-                batch.append(queue.get_nowait())
-            batch = [item for item in batch if not item[2].done()]
-            if batch:
-                self.batch_sizes[len(batch)] = self.batch_sizes.get(len(batch), 0) + 1
-            if not batch:
-                continue
-            # a write that appends to the control log takes its counter row lock: put those last,
-            # so that a batch holding it asks for no other lock (no lock cycle with another
-            # process's batch); the sort is stable, so an announcement still follows the append it announces
-            batch.sort(key=lambda item: bool(item[0].announcements))
-            try:
-                async with self._locks[slot]:
-                    outcomes = await self._outcomes(batch, slot)
-            except BaseException as exc:
-                for _, _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                raise
-            for (_, _, fut), (result, exc) in zip(batch, outcomes):
-                settle(fut, result, exc)
+            await self._write_batch(slot, queue, await queue.get())
+
+    async def _write_batch(self, slot: int, queue: asyncio.Queue[Any], first: Any) -> None:
+        """Apply ``first`` with what else is queued now, as one batch. A method of its own so that
+        nothing of the batch outlives it (a quiet store would otherwise hold its last writes
+        until the next one came)."""
+        batch = [first]
+        while len(batch) < _BATCH and not queue.empty():
+            batch.append(queue.get_nowait())
+        batch = [item for item in batch if not item[2].done()]
+        if not batch:
+            return
+        self.batch_sizes[len(batch)] = self.batch_sizes.get(len(batch), 0) + 1
+        # a write that appends to the control log takes its counter row lock: put those last,
+        # so that a batch holding it asks for no other lock (no lock cycle with another
+        # process's batch); the sort is stable, so an announcement still follows the append it announces
+        batch.sort(key=lambda item: bool(item[0].announcements))
+        try:
+            async with self._locks[slot]:
+                outcomes = await self._outcomes(batch, slot)
+        except BaseException as exc:
+            for _, _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            raise
+        for (_, _, fut), (result, exc) in zip(batch, outcomes):
+            settle(fut, result, exc)
 
     async def _outcomes(self, batch: list[Any], slot: int) -> list[tuple[Any, BaseException | None]]:
         """Apply a batch on the connection of ``slot``; a broken batch runs again write by write."""
