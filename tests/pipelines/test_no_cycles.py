@@ -6,8 +6,6 @@ took a tenth of the service's CPU.)"""
 
 from __future__ import annotations
 
-import collections
-import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,36 +14,9 @@ import pytest
 from flowli import Registry
 from flowli.pipelines import Applications, Pipelines, Workers, install
 
+from ..garbage import Garbage
+
 pytestmark = pytest.mark.integration
-
-
-def _origin(o: Any) -> str | None:
-    """The flowli name of a collected object (a function's, or an instance's class), else None."""
-    if callable(o) and hasattr(o, "__qualname__") and str(getattr(o, "__module__", "")).startswith("flowli"):
-        return f"{o.__module__}.{o.__qualname__}"
-    module = getattr(type(o), "__module__", "") or ""
-    return f"{module}.{type(o).__qualname__}" if module.startswith("flowli") else None
-
-
-class Garbage:
-    """What the cyclic collector found unreachable while it was entered (kept for inspection:
-    ``gc.DEBUG_SAVEALL``), by flowli name."""
-
-    def __init__(self) -> None:
-        self.found: collections.Counter[str] = collections.Counter()
-
-    def __enter__(self) -> Garbage:
-        gc.collect()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            gc.collect()
-            self.found.update(name for name in map(_origin, gc.garbage) if name is not None)
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
 
 
 def stages(*names: str, **options: Any) -> list[dict[str, Any]]:

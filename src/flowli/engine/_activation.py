@@ -220,6 +220,12 @@ class Activation(Context):
             # the worker stops: end every task of this activation, write nothing
             await self._close(wf_task)
             raise
+        finally:
+            if wf_task.done():
+                # nothing continues it (a kept one waits, not done): let it go, or the task, its
+                # exception's traceback, the workflow's frames and this activation, which they
+                # reference, would be a cycle left to the cyclic collector
+                self.wf_task = None
 
     async def _drive(self, wf_task: asyncio.Task[Any]) -> Status:
         while True:
@@ -334,7 +340,9 @@ class Activation(Context):
     def discard(self) -> None:
         """Stop the kept coroutine and its frames (they write nothing: the replay is closing)."""
         self.replay.closing = True
-        for task in [*self.replay.frame_tasks, *([self.wf_task] if self.wf_task is not None else [])]:
+        tasks = [*self.replay.frame_tasks, *([self.wf_task] if self.wf_task is not None else [])]
+        self.wf_task = None  # as an activation that ended lets go of it (see ``_run``)
+        for task in tasks:
             task.cancel()
 
     def resume(self, record: ExecutionRecord, epoch: int, tail: list[Entry]) -> bool:

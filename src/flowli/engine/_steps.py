@@ -183,17 +183,20 @@ class Steps:
                 await w.write(plain(Write(entries=[*before, entry])))
                 memo.outcome[fid] = entry
                 return value
-            rt.stats.failures[w.wf.name] += 1
-            fail_value = failure_entry_value(policy, memo.tries(fid, attempt), exc, rt.clock.now())
-            entry = w.entry(
-                EntryKind.FRAME_FAILED, fid, FrameKind.STEP, name=name, attempt=attempt, value=fail_value,
-                error=error_data(exc), ref=ref,
-            )
-            await w.write(plain(Write(entries=[*before, entry])))
-            memo.failures[fid].append(entry)
-            if fail_value["final"]:
-                memo.outcome[fid] = entry
-                raise frame_failed(fid, entry, attempt) from exc
+            try:
+                rt.stats.failures[w.wf.name] += 1
+                fail_value = failure_entry_value(policy, memo.tries(fid, attempt), exc, rt.clock.now())
+                entry = w.entry(
+                    EntryKind.FRAME_FAILED, fid, FrameKind.STEP, name=name, attempt=attempt, value=fail_value,
+                    error=error_data(exc), ref=ref,
+                )
+                await w.write(plain(Write(entries=[*before, entry])))
+                memo.failures[fid].append(entry)
+                if fail_value["final"]:
+                    memo.outcome[fid] = entry
+                    raise frame_failed(fid, entry, attempt) from exc
+            finally:
+                exc = None  # its traceback holds this frame: kept in a local of it, the two are a cycle
 
     def _step_span(self, fid: str, name: str, attempt: int) -> AbstractContextManager[Any]:
         """The span of a step attempt, current while its function runs (tracing on)."""
