@@ -128,6 +128,56 @@ async def test_timers_children_and_answers_are_taken_by_the_kept_activation(open
     assert sum(1 for e in journal if e.kind is EntryKind.EXECUTION_RESUMED) >= 3
 
 
+async def test_an_answer_that_acquires_the_run_before_it_was_kept_continues_it(open_engine) -> None:
+    """An answer sent while the activation still runs finds nothing kept, so the lease it
+    acquires for its process reads the whole journal; by the time that write applies, the
+    activation has suspended and is kept. The next activation continues it all the same (it
+    replayed here, once in every few runs under load, where the answer's write and the
+    suspension's raced)."""
+    registry, starts = Registry(), []
+
+    @registry.workflow("asks")
+    async def asks(ctx: Context) -> Any:
+        starts.append(ctx.eid)
+        return await ctx.delegate("scoring", {"who": "ann"}, key="score")
+
+    answer_built, suspended = asyncio.Event(), asyncio.Event()
+
+    async def interleave(transition: Any, call_next: Any) -> Any:
+        # the order of the race, made certain: the suspension waits until the answer's write is
+        # built (nothing kept yet), the answer's write until the run is kept
+        if transition.kind == "suspend" and not suspended.is_set():
+            await asyncio.wait_for(answer_built.wait(), 10)
+            try:
+                return await call_next()
+            finally:
+                suspended.set()
+        if transition.kind == "answer":
+            answer_built.set()
+            await asyncio.wait_for(suspended.wait(), 10)
+            for _ in range(500):  # kept right after its suspension's write returns
+                if engine.workflow_cache.runs:
+                    break
+                await asyncio.sleep(0.01)
+        return await call_next()
+
+    async with open_engine(registry) as engine:
+        engine.use(interleave)
+        eid = await engine.start("asks")
+        bot = engine.consumer("scoring", "bot", lease=timedelta(seconds=10))
+        tasks: list[Any] = []
+        for _ in range(300):
+            tasks = await bot.dequeue()
+            if tasks:
+                break
+            await asyncio.sleep(0.01)
+        [task] = tasks
+        await bot.answer(task, {"score": 0.9})
+        assert await engine.result(eid, timeout=15) == {"score": 0.9}
+        assert engine.workflow_cache.hits == 1
+    assert starts == [eid]
+
+
 async def test_a_journal_another_engine_moved_on_is_replayed_not_continued(open_engine, db_url, tmp_path) -> None:
     """Engine a keeps the run; engine b (another process, as far as the store can tell) runs its
     next activation; a, given the run again, finds entries it did not write and replays."""

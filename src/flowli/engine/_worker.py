@@ -319,7 +319,10 @@ class Worker:
         if kept is None:
             return None
         assert isinstance(kept, Activation)
-        if after and after == kept.replay.horizon and kept.resume(record, epoch, tail):
+        horizon = kept.replay.horizon
+        # ``tail`` holds the journal after seq ``after``: the whole journal (0) when the lease was
+        # acquired before the run was kept (a resume queued while its last activation still ran)
+        if after <= horizon and kept.resume(record, epoch, [e for e in tail if (e.seq or 0) > horizon] if after < horizon else tail):
             self.rt.cache.hits += 1
             return kept
         self.rt.cache.misses += 1
