@@ -95,6 +95,19 @@ async def test_a_resumed_run_continues_where_it_waits_and_journals_what_a_replay
     assert checked.compatible, checked
 
 
+async def answer_score(engine: Any) -> None:
+    """A consumer of the queue ``scoring`` answers the one task that comes there (bounded wait)."""
+    bot = engine.consumer("scoring", "bot", lease=timedelta(seconds=10))
+    for _ in range(300):
+        tasks = await bot.dequeue()
+        if tasks:
+            [task] = tasks
+            await bot.answer(task, {"score": 0.9})
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("no task came to the queue scoring")
+
+
 async def test_timers_children_and_answers_are_taken_by_the_kept_activation(open_engine) -> None:
     registry, starts = Registry(), []
 
@@ -113,15 +126,7 @@ async def test_timers_children_and_answers_are_taken_by_the_kept_activation(open
 
     async with open_engine(registry) as engine:
         eid = await engine.start("mixed")
-        bot = engine.consumer("scoring", "bot", lease=timedelta(seconds=10))
-        tasks: list[Any] = []
-        for _ in range(300):
-            tasks = await bot.dequeue()
-            if tasks:
-                break
-            await asyncio.sleep(0.05)
-        [task] = tasks
-        await bot.answer(task, {"score": 0.9})
+        await answer_score(engine)
         assert await engine.result(eid, timeout=15) == [42, {"score": 0.9}]
         journal = await engine.journal(eid)
     assert starts == [eid]  # the sleep's timer, the child's end and the answer: three continuations
@@ -164,15 +169,7 @@ async def test_an_answer_that_acquires_the_run_before_it_was_kept_continues_it(o
     async with open_engine(registry) as engine:
         engine.use(interleave)
         eid = await engine.start("asks")
-        bot = engine.consumer("scoring", "bot", lease=timedelta(seconds=10))
-        tasks: list[Any] = []
-        for _ in range(300):
-            tasks = await bot.dequeue()
-            if tasks:
-                break
-            await asyncio.sleep(0.01)
-        [task] = tasks
-        await bot.answer(task, {"score": 0.9})
+        await answer_score(engine)
         assert await engine.result(eid, timeout=15) == {"score": 0.9}
         assert engine.workflow_cache.hits == 1
     assert starts == [eid]
