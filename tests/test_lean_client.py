@@ -19,6 +19,8 @@ import pytest
 # the worker's client is internal to flowli.client (HttpWorker uses it); tested here on its own
 from flowli.client._lean import LeanClient
 
+from .garbage import Garbage
+
 pytestmark = pytest.mark.integration
 
 Answer = Callable[[dict[str, Any]], bytes | None]
@@ -78,6 +80,17 @@ async def test_requests_share_one_kept_connection_with_their_headers_and_json() 
     assert two["headers"]["x-extra"] == "yes" and two["headers"]["traceparent"] == "00-x"
     assert two["headers"]["content-type"] == "application/json" and one["headers"]["host"] == s["url"][7:]
     assert "traceparent" not in three["headers"] and three["body"] == b""
+
+
+async def test_answers_read_leave_no_reference_cycle() -> None:
+    """Each answer's parts are freed by reference counting (a worker's requests are its hot path:
+    a cycle per answer left them to the cyclic collector)."""
+    async with server(lambda r: ok({"n": 1})) as s, LeanClient(s["url"], timeout=5) as c:
+        await c.post("/warm", json={})  # the connection is opened outside the window checked
+        with Garbage() as garbage:
+            for _ in range(20):
+                assert (await c.post("/jobs/ack", json={"token": "a"})).json() == {"n": 1}
+    assert dict(garbage.found) == {}
 
 
 async def test_a_connection_the_server_closed_is_replaced_and_close_is_honoured() -> None:

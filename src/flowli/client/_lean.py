@@ -183,6 +183,8 @@ class LeanClient:
                 parser.feed_data(chunk)
         except (ConnectionError, EOFError) as exc:
             raise _Cut(str(exc) or type(exc).__name__, answered=got) from exc
+        finally:
+            answer.parser = None  # the parser holds the answer: the two would be a reference cycle
         if not answer.keep:
             self._drop()
         return LeanResponse(parser.get_status_code(), answer.headers, b"".join(answer.body))
