@@ -304,6 +304,10 @@ class Decider:
     an event leaves as they were with the state before (a copy of the parts that change, as a
     frozen record's ``replace``). The engine then checks that the state is JSON only where the
     events of a command changed it, not the whole state at each command."""
+    ref: str = field(init=False, repr=False, compare=False)
+    """Where its ``decide`` is defined (``module:qualname``), as a journal entry's code names it."""
+    _initial_text: str | None = field(init=False, repr=False, compare=False)
+    """``initial`` as the store keeps it (None: not JSON), read back for each execution."""
 
     typed = False
     """As a workflow's: a decider's input reaches it as the journal holds it (JSON)."""
@@ -311,19 +315,16 @@ class Decider:
     def __post_init__(self) -> None:
         fn = self.decide
         object.__setattr__(self, "ref", f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}")
-        try:  # the initial state as the store keeps it, read back for each execution
+        try:
             text: str | None = dumps(self.initial)
         except (TypeError, ValueError):
             text = None  # not JSON: copied deeply (its first command fails on it)
         object.__setattr__(self, "_initial_text", text)
 
-    ref: str = field(init=False, repr=False, compare=False)
-    """Where its ``decide`` is defined (``module:qualname``), as a journal entry's code names it."""
-
     def start_state(self) -> Any:
         """A fresh copy of ``initial``, in JSON's own types as a state read from the store (read
         from its JSON text: 0.7 µs for a pipeline's, where a deep copy took 6.6)."""
-        text: str | None = self.__dict__["_initial_text"]
+        text = self._initial_text
         return copy.deepcopy(self.initial) if text is None else loads(text)
 
     def fold(self, events: Iterable[Event], state: Any = None, *, start: bool = True) -> Any:

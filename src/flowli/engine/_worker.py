@@ -322,9 +322,11 @@ class Worker:
         horizon = kept.replay.horizon
         # ``tail`` holds the journal after seq ``after``: the whole journal (0) when the lease was
         # acquired before the run was kept (a resume queued while its last activation still ran)
-        if after <= horizon and kept.resume(record, epoch, [e for e in tail if (e.seq or 0) > horizon] if after < horizon else tail):
-            self.rt.cache.hits += 1
-            return kept
+        if after <= horizon:
+            unseen = tail if after == horizon else [e for e in tail if (e.seq or 0) > horizon]
+            if kept.resume(record, epoch, unseen):
+                self.rt.cache.hits += 1
+                return kept
         self.rt.cache.misses += 1
         kept.discard()
         return None
