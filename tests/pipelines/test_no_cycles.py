@@ -34,7 +34,8 @@ async def test_creates_pulls_results_an_approval_and_a_cancel_leave_no_cycle(ope
     async with open_engine(registry, worker=False) as engine:
         _, key = await Applications(engine).create("billing")
         access = await Applications(engine).authenticate(key)
-        pipelines, workers = Pipelines(engine), Workers(engine, Pipelines(engine))
+        pipelines = Pipelines(engine)
+        workers = Workers(engine, pipelines)
         boot = await workers.bootstrap(access, {"workerName": "w", "supportedHandlers": ["H"]})
         session = await workers.session(boot["workerSessionToken"])
         with Garbage() as garbage:
