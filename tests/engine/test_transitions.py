@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
+import threading
 import weakref
 from datetime import timedelta
 from typing import Any
@@ -292,6 +294,45 @@ async def test_a_committed_transition_is_freed_without_the_cyclic_collector(open
             gc.enable()
         assert len(writes) == 3
         assert kept == [], f"{len(kept)} committed writes still alive: {[w.entries for w in kept]}"
+
+
+async def test_a_write_is_freed_before_its_caller_resumes_while_threads_contend(open_engine):
+    """The store lets go of a write before it wakes the caller, not just after: a writer thread
+    that woke its callers first and was then held off the interpreter (another thread busy, a
+    switch every microsecond) still held the batch when the caller looked (some 30 of 400 were
+    alive on a SQLite file)."""
+    writes: list[weakref.ref[Any]] = []
+
+    async def watch(transition: Any, call_next: Any) -> Any:
+        writes.append(weakref.ref(transition.write))
+        return await call_next()
+
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            sum(range(100))
+
+    async with open_engine(app(), worker=False) as engine:
+        engine.use(watch)
+        other = threading.Thread(target=busy)
+        other.start()
+        switch = sys.getswitchinterval()
+        gc.collect()
+        gc.disable()
+        sys.setswitchinterval(1e-6)
+        alive = 0
+        try:
+            for i in range(400):
+                await engine.start("greet", f"x{i}")
+                alive += writes[-1]() is not None
+        finally:
+            sys.setswitchinterval(switch)
+            gc.enable()
+            stop.set()
+            other.join()
+        assert len(writes) == 400
+        assert alive == 0, f"{alive} of 400 writes alive when their start returned"
 
 
 async def test_observers_see_the_fast_lane_and_every_intent_fits_its_write(open_engine):

@@ -54,12 +54,14 @@ class StepThreads:
                 result, exc = ctx.run(fn, *args, **kwargs), None
             except BaseException as e:  # delivered to the awaiting frame
                 result, exc = None, e
+            outcome = (fut, result, exc)
+            del fn, args, kwargs, ctx, fut, result, exc  # before the loop may take the outcome
             with self._lock:
                 pending = self._done.setdefault(loop, [])
-                pending.append((fut, result, exc))
+                pending.append(outcome)
                 ring = len(pending) == 1
                 self._idle += 1
-            del fn, args, kwargs, ctx, fut, result, exc
+            del outcome
             if ring:
                 try:
                     loop.call_soon_threadsafe(self._collect, loop)

@@ -67,15 +67,17 @@ class Thread:
         self.conn.close()
 
     def _run(self) -> None:
-        while self._serve(self.queue.get()):
+        while self._wake(*self._serve(self.queue.get())):
             pass
 
-    def _serve(self, item: Any) -> bool:
-        """Apply ``item`` with what else is queued now, as one batch; False once told to stop. A
-        method of its own so that nothing of the batch outlives it (a quiet store would otherwise
-        hold its last writes until the next one came)."""
+    def _serve(self, item: Any) -> tuple[dict[Any, list[Any]], bool]:
+        """Apply ``item`` with what else is queued now, as one batch: the outcomes by event loop,
+        and whether the thread was told to stop. A method of its own so that nothing of the batch
+        outlives it: its callers are woken only once this frame is gone (a caller that resumed
+        while the thread still held its write would find it alive, and a quiet store would hold
+        its last writes until the next one came)."""
         if item is _STOP:
-            return False
+            return {}, True
         batch = [item]
         stop = False
         while len(batch) < _BATCH:
@@ -94,10 +96,15 @@ class Thread:
             with contextlib.suppress(BaseException):
                 self.conn.rollback()
             outcomes = [(None, exc)] * len(batch)
-        # one wake-up of each event loop per batch, not one per write
         by_loop: dict[Any, list[tuple[Any, Any, BaseException | None]]] = {}
         for (_, fut, loop), (result, exc) in zip(batch, outcomes):
             by_loop.setdefault(loop, []).append((fut, result, exc))
+        return by_loop, stop
+
+    @staticmethod
+    def _wake(by_loop: dict[Any, list[Any]], stop: bool) -> bool:
+        """Settle the futures of a batch: one wake-up of each event loop, not one per write.
+        False once the thread is to stop."""
         for loop, settled in by_loop.items():
             with contextlib.suppress(RuntimeError):  # the caller's loop is closed
                 loop.call_soon_threadsafe(_settle_all, settled)
