@@ -153,7 +153,9 @@ def process_cpu(part_of: Callable[[int], str | None]) -> dict[int, tuple[str, fl
 
 def cpu_parts(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], wall: float) -> dict[str, Any]:
     """The CPU seconds each part used between two :func:`cpu_times` (processes alive at both), and
-    how busy that kept the machine's cores over ``wall`` (1.0: every core all the time)."""
+    how busy that kept the machine's cores over ``wall`` (1.0: every core all the time). ``wall``
+    runs from before the first snapshot to after the second: the processes are read one by one,
+    and a process read late in the second snapshot counts CPU used while it was taken."""
     parts: collections.Counter[str] = collections.Counter()
     for pid, (part, t) in after.items():
         if pid in before:
@@ -253,6 +255,7 @@ async def run_w5(
                     await workers.kill(0)
 
             eids: list[str] = []
+            read_from = time.perf_counter()  # the CPU read spans both snapshots: see cpu_parts
             cpu_before = cpu_times(workers)
             t0 = time.perf_counter()
             waiting = asyncio.ensure_future(wait_all(engine, eids, n, on_progress=progress,
@@ -267,7 +270,8 @@ async def run_w5(
                     waiting.cancel()
                     await asyncio.wait([waiting])
             wall = time.perf_counter() - t0
-            cpu = cpu_parts(cpu_before, cpu_times(workers), wall)
+            cpu_after = cpu_times(workers)
+            cpu = cpu_parts(cpu_before, cpu_after, time.perf_counter() - read_from)
             bad = [(eid, r.status.value, r.result) for eid, r in records.items()
                    if r.status is not Status.COMPLETED or r.result != sum(range(steps))]
             if bad:

@@ -282,8 +282,9 @@ async def test_stdio_with_an_api_key_acts_as_that_key(tmp_path, effects_env):
         state = waited.structured_content
         assert state["status"] == "PENDING" and state["timed_out"] is True  # it waits for a clerk
 
-        # a clerk answers from another process while the watch waits
-        answering = asyncio.create_task(clerk_signs(db, tmp_path / "bucket"))
+        # a clerk answers from another process while the watch waits (a second after taking the
+        # task: the watch has begun by then, as in the loop's test over HTTP)
+        answering = asyncio.create_task(clerk_signs(db, tmp_path / "bucket", pause=1.0))
         watched = await client.call_tool("watch_workflow", {"workflow_id": wid, "timeout_seconds": 60},
                                          progress_callback=on_progress)
         await answering

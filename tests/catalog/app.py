@@ -68,8 +68,16 @@ def tag(bucket: str, tagging: dict[str, Any]) -> dict[str, Any]:
 
 
 def slow(bucket: str, seconds: float) -> dict[str, Any]:
+    """Touch ``bucket`` after ``seconds``, or, while a file ``<effects>.hold-<bucket>`` exists,
+    once it is gone (a minute at most): a test that kills the process in the middle holds it."""
     Path(f"{effects_file()}.began-{bucket}").write_text("began")
-    time.sleep(seconds)
+    hold = Path(f"{effects_file()}.hold-{bucket}")
+    if hold.exists():
+        deadline = time.monotonic() + 60
+        while hold.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    else:
+        time.sleep(seconds)
     effect(f"slow:{bucket}")
     return {"bucket": bucket}
 

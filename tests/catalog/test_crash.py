@@ -63,6 +63,8 @@ async def test_a_composition_whose_worker_dies_between_layers_completes_elsewher
         async with engine:
             async with engine.worker(concurrency=4):  # only to save the composition
                 await catalog.save_composition(THREE_LAYERS)
+            hold = Path(f"{effects_path}.hold-kb")
+            hold.touch()  # the slow step waits until the kill, however long the rest takes
             wid = (await catalog.start("virtual.crashy@1", {"bucket": "kb"}))["workflow_id"]
             began = Path(f"{effects_path}.began-kb")
             await until(began.exists, 60, "the second layer to begin")
@@ -76,6 +78,7 @@ async def test_a_composition_whose_worker_dies_between_layers_completes_elsewher
             await until(versioned, 60, "the versioning step to complete")
             killed(first)  # SIGKILL in the middle of the second layer: the first layer and one step done
             assert "slow:kb" not in effect_lines()
+            hold.unlink()  # the second worker's attempt waits no more than its seconds
             second = spawn(db_url, tmp_path, "second")
 
             async def completed() -> Any:

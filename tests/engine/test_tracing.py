@@ -223,8 +223,10 @@ async def test_a_step_cut_off_by_a_stop_ends_its_span_with_an_error_and_runs_aga
     provider, exporter = traced()
     reg = Registry()
     release = tmp_path / "release"
+    began = asyncio.Event()
 
     async def slow() -> str:
+        began.set()
         while not release.exists():
             await asyncio.sleep(0.02)
         return "done"
@@ -236,8 +238,7 @@ async def test_a_step_cut_off_by_a_stop_ends_its_span_with_an_error_and_runs_aga
     async with open_engine(reg, tracer_provider=provider, worker=False, grace=0.2) as engine:
         eid = await engine.start("traced.slow")
         async with engine.worker(concurrency=2):
-            await wait_status(engine, eid, "running")
-            await asyncio.sleep(0.2)
+            await asyncio.wait_for(began.wait(), 20)  # the step runs (its span is open) when the stop comes
         release.touch()  # the next worker's attempt returns at once
         async with engine.worker(concurrency=2):
             assert await engine.result(eid, timeout=10) == "done"

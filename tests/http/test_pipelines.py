@@ -514,7 +514,7 @@ async def test_a_result_appends_stages_and_edits_context_and_timeout_fails_an_at
         @worker.handler("Slow")
         async def slow(job: dict[str, Any]) -> str:
             if job["attempt"] == 1:
-                await asyncio.sleep(5)  # past the stage's timeOut of 1 s
+                await asyncio.sleep(8)  # past the stage's timeOut of 3 s
             return f"attempt {job['attempt']}"
 
         @worker.handler("Tail")
@@ -524,7 +524,7 @@ async def test_a_result_appends_stages_and_edits_context_and_timeout_fails_an_at
         # timeOut bounds one attempt: TIMEOUT, and the retry rules decide
         timed = await client.create({"name": "timed", "pipelineKeywords": [{"key": "workflow", "value": "invoicing"}],
                                      "stages": [{"stageName": "slow", "stageHandlerName": "Slow", "options": {
-                                         "timeOut": 1, "maxRetries": 1, "retryInterval": 0.1,
+                                         "timeOut": 3, "maxRetries": 1, "retryInterval": 0.1,
                                          "retryOnErrorCodes": ["TIMEOUT"]}}]})
         done = await until_status(client, timed["id"], "Completed")
         assert (done["stages"][0]["output"], done["stages"][0]["attempt"]) == ("attempt 2", 2)

@@ -58,6 +58,17 @@ async def ended(process: subprocess.Popen[str], within: float) -> tuple[int, str
     return process.returncode, process.stderr.read() if process.stderr else ""
 
 
+async def draining(url: str, key: str, name: str) -> None:
+    """Wait until the worker ``name`` is shown draining (it tells so once its polls have ended)
+    or stopped (its jobs ended first)."""
+    async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": key}) as api:
+        deadline = time.monotonic() + 20
+        while [w["state"] for w in (await api.get("/workers")).json()
+               if w["workerName"] == name] not in (["draining"], ["stopped"]):
+            assert time.monotonic() < deadline, f"worker {name} is not shown draining"
+            await asyncio.sleep(0.05)
+
+
 async def test_sigterm_finishes_the_running_job_takes_no_other_and_shuts_down(service, billing, tmp_path):
     _, key = billing
     marker = tmp_path / "started"
@@ -66,7 +77,7 @@ async def test_sigterm_finishes_the_running_job_takes_no_other_and_shuts_down(se
             running = await client.create(one_stage("running", "Finish"))
             await started(marker)
             worker.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.5)  # the worker has stopped polling
+            await draining(service.url, key, f"graceful-{worker.pid}")  # it has stopped polling
             later = await client.create(one_stage("later", "Finish"))
             code, err = await ended(worker, 20)
             assert code == 0 and "Traceback" not in err, err
