@@ -7,19 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from flowli import Registry
-from flowli.pipelines import Applications, Conflict, Pipelines, install
+from flowli.pipelines import Conflict
 
 pytestmark = pytest.mark.integration
 
 
-async def test_stages_appended_before_the_last_result_are_run_and_after_it_refused(open_engine):
-    registry = Registry()
-    install(registry)
-    async with open_engine(registry, worker=False) as engine:
-        _, key = await Applications(engine).create("billing")
-        access = await Applications(engine).authenticate(key)
-        pipelines = Pipelines(engine)
+async def test_stages_appended_before_the_last_result_are_run_and_after_it_refused(open_service):
+    async with open_service() as (engine, access, pipelines):
         made, _ = await pipelines.create(access, {"name": "race", "stages": [
             {"stageName": "first", "stageHandlerName": "Step"}]}, idempotent=False)
         # no worker runs: every command, its start too, is decided in its own write

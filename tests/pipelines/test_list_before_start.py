@@ -7,19 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from flowli import Registry
-from flowli.pipelines import Applications, NotFound, Pipelines, install
+from flowli.pipelines import NotFound
 
 pytestmark = pytest.mark.integration
 
 
-async def test_a_pipeline_whose_execution_is_not_started_is_left_out_of_lists(open_engine):
-    registry = Registry()
-    install(registry)
-    async with open_engine(registry, worker=False) as engine:
-        _, key = await Applications(engine).create("billing")
-        access = await Applications(engine).authenticate(key)
-        pipelines = Pipelines(engine)
+async def test_a_pipeline_whose_execution_is_not_started_is_left_out_of_lists(open_service):
+    async with open_service() as (engine, access, pipelines):
         made, _ = await pipelines.create(access, {"name": "real", "pipelineKeywords": [{"key": "k", "value": "v"}],
                                                   "stages": [{"stageName": "s", "stageHandlerName": "H"}]},
                                          idempotent=False)

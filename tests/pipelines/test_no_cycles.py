@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from flowli import Registry
-from flowli.pipelines import Applications, Pipelines, Workers, install
+from flowli.pipelines import Workers
 
 from ..garbage import Garbage
 
@@ -28,13 +27,8 @@ def results(jobs: list[dict[str, Any]], **answer: Any) -> Iterator[tuple[str, di
         yield str(job["stageId"]), {"executionId": job["executionId"], "attempt": job["attempt"], **answer}
 
 
-async def test_creates_pulls_results_an_approval_and_a_cancel_leave_no_cycle(open_engine):
-    registry = Registry()
-    install(registry)
-    async with open_engine(registry, worker=False) as engine:
-        _, key = await Applications(engine).create("billing")
-        access = await Applications(engine).authenticate(key)
-        pipelines = Pipelines(engine)
+async def test_creates_pulls_results_an_approval_and_a_cancel_leave_no_cycle(open_service):
+    async with open_service() as (engine, access, pipelines):
         workers = Workers(engine, pipelines)
         boot = await workers.bootstrap(access, {"workerName": "w", "supportedHandlers": ["H"]})
         session = await workers.session(boot["workerSessionToken"])

@@ -42,13 +42,8 @@ BAD = [
 ]
 
 
-async def test_a_model_and_the_same_mapping_are_one_intent(open_engine):
-    registry = Registry()
-    install(registry)
-    async with open_engine(registry, worker=False) as engine:
-        _, key = await Applications(engine).create("billing")
-        access = await Applications(engine).authenticate(key)
-        pipelines = Pipelines(engine)
+async def test_a_model_and_the_same_mapping_are_one_intent(open_service):
+    async with open_service() as (engine, access, pipelines):
         body = {**DECLARATION, "idempotencyKey": "invoice-1"}
         made, created = await pipelines.create(access, IdempotentPipelineIn.model_validate(body), idempotent=True)
         again, created_again = await pipelines.create(access, body, idempotent=True)
