@@ -18,8 +18,8 @@ from ..engine.conftest import open_engine as open_engine  # noqa: F401
 
 
 @pytest.fixture
-def open_service(open_engine: Any) -> Callable[..., contextlib.AbstractAsyncContextManager[tuple[Engine, Access, Pipelines]]]:
-    """``async with open_service(worker=False) as (engine, access, pipelines)``: the pipeline
+def open_pipelines(open_engine: Any) -> Callable[..., contextlib.AbstractAsyncContextManager[tuple[Engine, Access, Pipelines]]]:
+    """``async with open_pipelines(worker=False) as (engine, access, pipelines)``: the pipeline
     service on an engine of its own, and the access of a key of its application ``billing``."""
 
     @contextlib.asynccontextmanager

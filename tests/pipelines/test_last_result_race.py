@@ -12,8 +12,8 @@ from flowli.pipelines import Conflict
 pytestmark = pytest.mark.integration
 
 
-async def test_stages_appended_before_the_last_result_are_run_and_after_it_refused(open_service):
-    async with open_service() as (engine, access, pipelines):
+async def test_stages_appended_before_the_last_result_are_run_and_after_it_refused(open_pipelines):
+    async with open_pipelines() as (engine, access, pipelines):
         made, _ = await pipelines.create(access, {"name": "race", "stages": [
             {"stageName": "first", "stageHandlerName": "Step"}]}, idempotent=False)
         # no worker runs: every command, its start too, is decided in its own write

@@ -12,8 +12,8 @@ from flowli.pipelines import NotFound
 pytestmark = pytest.mark.integration
 
 
-async def test_a_pipeline_whose_execution_is_not_started_is_left_out_of_lists(open_service):
-    async with open_service() as (engine, access, pipelines):
+async def test_a_pipeline_whose_execution_is_not_started_is_left_out_of_lists(open_pipelines):
+    async with open_pipelines() as (engine, access, pipelines):
         made, _ = await pipelines.create(access, {"name": "real", "pipelineKeywords": [{"key": "k", "value": "v"}],
                                                   "stages": [{"stageName": "s", "stageHandlerName": "H"}]},
                                          idempotent=False)

@@ -66,8 +66,8 @@ async def test_each_filter_picks_exactly_its_rows(open_engine: Any) -> None:
         assert listed == await pipelines.get(access, two)  # a row is the pipeline's own view
 
 
-async def test_a_page_reads_the_store_the_same_few_times_for_any_number_of_pipelines(open_service: Any) -> None:
-    async with open_service() as (engine, access, pipelines), engine.worker(queues=("pipelines",)):
+async def test_a_page_reads_the_store_the_same_few_times_for_any_number_of_pipelines(open_pipelines: Any) -> None:
+    async with open_pipelines() as (engine, access, pipelines), engine.worker(queues=("pipelines",)):
         store = store_of(engine)
         calls: list[str] = []
         names = ("read_execution", "read_state", "read_journal", "read_tasks", "read_states", "read_open_tasks")

@@ -27,8 +27,8 @@ def results(jobs: list[dict[str, Any]], **answer: Any) -> Iterator[tuple[str, di
         yield str(job["stageId"]), {"executionId": job["executionId"], "attempt": job["attempt"], **answer}
 
 
-async def test_creates_pulls_results_an_approval_and_a_cancel_leave_no_cycle(open_service):
-    async with open_service() as (engine, access, pipelines):
+async def test_creates_pulls_results_an_approval_and_a_cancel_leave_no_cycle(open_pipelines):
+    async with open_pipelines() as (engine, access, pipelines):
         workers = Workers(engine, pipelines)
         boot = await workers.bootstrap(access, {"workerName": "w", "supportedHandlers": ["H"]})
         session = await workers.session(boot["workerSessionToken"])

@@ -42,8 +42,8 @@ BAD = [
 ]
 
 
-async def test_a_model_and_the_same_mapping_are_one_intent(open_service):
-    async with open_service() as (engine, access, pipelines):
+async def test_a_model_and_the_same_mapping_are_one_intent(open_pipelines):
+    async with open_pipelines() as (engine, access, pipelines):
         body = {**DECLARATION, "idempotencyKey": "invoice-1"}
         made, created = await pipelines.create(access, IdempotentPipelineIn.model_validate(body), idempotent=True)
         again, created_again = await pipelines.create(access, body, idempotent=True)
