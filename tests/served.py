@@ -29,6 +29,7 @@ from typing import Any
 from flowli import Registry, connect
 from flowli.pipelines import Applications
 
+from . import forked
 from .pg import fresh_schema, server_url
 
 FLOWLI = [sys.executable, "-m", "flowli.cli"]
@@ -41,8 +42,7 @@ LEASE_TTL = 3.0
 
 def flowli(db: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """``flowli --db DB ARGS``, as a process (for the tests of the CLI itself)."""
-    return subprocess.run([*FLOWLI, "--db", db, *args], capture_output=True, text=True, input=stdin, timeout=60,
-                          check=False)
+    return forked.run(["--db", db, *args], input=stdin)
 
 
 def new_app(db: str, name: str) -> tuple[dict[str, Any], str]:

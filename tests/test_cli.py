@@ -23,6 +23,8 @@ from typer.testing import CliRunner
 from flowli.cli import app
 from flowli.engine import COLLECTOR_THRESHOLDS
 
+from . import forked
+
 pytestmark = pytest.mark.e2e
 
 APP = "cliapp:registry"
@@ -109,10 +111,7 @@ def cwd(tmp_path: Path) -> Path:
 @pytest.fixture
 def flowli(cwd: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "flowli.cli", *args], cwd=cwd, env=cli_env(cwd),
-            capture_output=True, text=True, timeout=timeout,
-        )
+        return forked.run(args, cwd=cwd, env=cli_env(cwd), timeout=timeout)
 
     return run
 
@@ -414,7 +413,7 @@ def test_review_takes_one_decision_and_a_rejection_takes_a_reason(flowli):
 def test_an_empty_database_url_and_an_unreachable_server_are_named(flowli, cwd):
     assert_refused(flowli("--db", "", "ls"), "the database URL is empty")
     env = {**cli_env(cwd), "FLOWLI_DB": ""}
-    empty = subprocess.run([sys.executable, "-m", "flowli.cli", "ls"], cwd=cwd, env=env, capture_output=True, text=True)
+    empty = forked.run(["ls"], cwd=cwd, env=env)
     assert_refused(empty, "the database URL is empty")
     closed = flowli("--db", "postgresql://flowli:secret@127.0.0.1:1/test", "ls")
     assert_refused(closed, "cannot connect to the database at postgresql://flowli:***@127.0.0.1:1/test",

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from . import forked
 from .catalog.test_compositions import error_example, vw_demo
 
 pytestmark = pytest.mark.e2e
@@ -20,8 +20,7 @@ APP = "tests.catalog.app:registry"
 
 def flowli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "FLOWLI_TEST_EFFECTS": str(tmp_path / "effects")}
-    return subprocess.run([sys.executable, "-m", "flowli.cli", "--db", f"sqlite:///{tmp_path / 'f.db'}", "--app", APP,
-                           *args], capture_output=True, text=True, timeout=120, env=env, check=False)
+    return forked.run(["--db", f"sqlite:///{tmp_path / 'f.db'}", "--app", APP, *args], timeout=120, env=env)
 
 
 def test_types_and_one_type(tmp_path):

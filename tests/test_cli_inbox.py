@@ -16,6 +16,7 @@ import pytest
 import flowli
 from flowli.domain import EntryKind
 
+from . import forked
 from .test_cli import assert_refused, cli_env
 
 pytestmark = pytest.mark.e2e
@@ -52,10 +53,7 @@ def cwd(tmp_path: Path) -> Path:
 @pytest.fixture
 def flowli_cli(cwd: Path) -> Flowli:
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "flowli.cli", *args], cwd=cwd, env=cli_env(cwd),
-            capture_output=True, text=True, timeout=timeout,
-        )
+        return forked.run(args, cwd=cwd, env=cli_env(cwd), timeout=timeout)
 
     return run
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from . import forked
+
 pytestmark = pytest.mark.e2e
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -16,8 +18,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def test_the_assistant_session_runs_the_loop_to_completed(tmp_path):
     db = f"sqlite:///{tmp_path / 'flowli.db'}"
-    demo = subprocess.run([sys.executable, "-m", "flowli.cli", "--db", db, "demo"], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    demo = forked.run(["--db", db, "demo"], timeout=120, cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr
     done = subprocess.run([sys.executable, str(EXAMPLES / "assistant_session.py"), "--db", db], capture_output=True,
                           text=True, timeout=120, cwd=tmp_path)

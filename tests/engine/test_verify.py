@@ -16,6 +16,7 @@ import pytest
 
 from flowli.domain import EntryKind
 
+from .. import forked
 from ..rows import dump
 from . import verify_code
 from .verify_code import code
@@ -99,7 +100,6 @@ async def test_verify_reports_each_change_at_its_frame_and_writes_nothing(open_e
 @pytest.mark.e2e
 async def test_flowli_verify_exits_1_when_a_live_execution_would_break(tmp_path):
     import subprocess
-    import sys
 
     import flowli
 
@@ -110,8 +110,7 @@ async def test_flowli_verify_exits_1_when_a_live_execution_would_break(tmp_path)
         await at_receive(engine, live)
 
     def verify(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "flowli.cli", "--db", url, "verify", *args],
-                              capture_output=True, text=True, timeout=60)
+        return forked.run(["--db", url, "verify", *args])
 
     fine = verify("--app", "tests.engine.verify_code:appended")
     assert fine.returncode == 0, fine.stdout + fine.stderr
@@ -124,7 +123,6 @@ async def test_flowli_verify_exits_1_when_a_live_execution_would_break(tmp_path)
     assert as_json.returncode == 1 and '"live_incompatible": 1' in as_json.stdout and '"pin": "1"' in as_json.stdout
     no_code = verify()
     assert no_code.returncode == 2 and "pass it as --app" in no_code.stderr
-    missing = subprocess.run([sys.executable, "-m", "flowli.cli", "--db", f"sqlite:///{tmp_path / 'none.db'}",
-                              "verify", "--app", "tests.engine.verify_code:v1"], capture_output=True, text=True, timeout=60)
+    missing = forked.run(["--db", f"sqlite:///{tmp_path / 'none.db'}", "verify", "--app", "tests.engine.verify_code:v1"])
     assert missing.returncode == 2 and "there is no database at" in missing.stderr
     assert not (tmp_path / "none.db").exists()

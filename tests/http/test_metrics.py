@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from flowli.client import PipelinesClient, StageError
 
+from .. import forked
 from ..served import application, serving
 from .test_pipelines import Worker, until_status
 
@@ -133,8 +134,7 @@ def test_a_worker_serves_its_metrics_on_a_port_of_its_own(tmp_path):
     db = f"sqlite:///{tmp_path / 'w.db'}"
     port = free_port()
     env: dict[str, Any] = {**os.environ, "FLOWLI_TEST_EFFECTS": str(tmp_path / "effects"), "PYTHONUNBUFFERED": "1"}
-    started = subprocess.run([sys.executable, "-m", "flowli.cli", "--db", db, "--app", APP, "start", "ops.flaky",
-                              '"db"'], capture_output=True, text=True, timeout=60, env=env)
+    started = forked.run(["--db", db, "--app", APP, "start", "ops.flaky", '"db"'], env=env)
     assert started.returncode == 0, started.stderr
     worker = subprocess.Popen([sys.executable, "-m", "flowli.cli", "--db", db, "--app", APP, "worker",
                                "--metrics-port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -19,6 +19,7 @@ import pytest
 
 from flowli.client import PipelinesClient
 
+from .. import forked
 from ..pg import fresh_schema
 from .test_pipelines import Worker, until_status
 
@@ -28,8 +29,7 @@ FLOWLI = [sys.executable, "-m", "flowli.cli"]
 
 
 def test_workers_are_refused_on_sqlite(tmp_path: Path):
-    done = subprocess.run([*FLOWLI, "--db", f"sqlite:///{tmp_path / 'f.db'}", "serve", "--workers", "2"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = forked.run(["--db", f"sqlite:///{tmp_path / 'f.db'}", "serve", "--workers", "2"])
     assert done.returncode == 2 and "needs PostgreSQL" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -44,8 +44,8 @@ async def test_two_processes_serve_one_database_and_wake_each_others_long_polls(
             url = line.split("listening on ", 1)[1].strip()
             children = psutil.Process(serve.pid).children()
             assert len(children) == 2
-            made = subprocess.run([*FLOWLI, "--db", db, "apps", "create", "billing", "--json"], capture_output=True,
-                                  text=True, timeout=60, check=True)
+            made = forked.run(["--db", db, "apps", "create", "billing", "--json"])
+            assert made.returncode == 0, made.stderr
             key = json.loads(made.stdout)["apiKey"]
             # a raw worker's long polls and the creates go over connections of their own, which the
             # kernel hands to either process: each created job reaches the waiting poll at once
