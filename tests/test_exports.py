@@ -35,7 +35,7 @@ PINNED = {
         "ExecutionRecord", "ExecutionStateError", "ExecutionTerminalError", "FlowliError", "FrameKind",
         "InvalidDatabaseURL", "LeaseLost", "Message", "NO_RETRY", "NoOpenReviewError", "NonRetryableError",
         "NondeterminismError", "NotJSONCompatibleError", "OPERATE_RUNS", "OperationRefused", "OutputInvalid", "Prerequisite", "Principal", "Provenance", "READ_RUNS", "REDACTED", "Refusal", "RegistrationError", "RetryPolicy",
-        "START_RUNS", "STATUS_TONES", "SYSTEM", "Site", "StaleAnswer", "StaleState", "Status", "StepFailed", "TERMINAL", "Task", "TaskKind", "Timer", "Tone", "TypeMetadata", "UnknownExecutionError",
+        "START_RUNS", "STATUS_TONES", "SYSTEM", "Site", "StaleAnswer", "StaleItem", "StaleState", "Status", "StepFailed", "TERMINAL", "Task", "TaskKind", "Timer", "Tone", "TypeMetadata", "UnknownExecutionError",
         "UnknownTaskError", "UnknownWorkflowError", "WRITE_CATALOG", "WorkflowArgumentsError", "actor_for", "belongs", "canonical", "check_json",
         "check_json_since", "checked_eid", "child_eid", "custom_role", "digest", "dumps", "grants", "is_eid", "is_sensitive", "keyed_eid", "lacking", "loads", "mask", "new_eid", "principal_for", "redact",
         "sensitive_keys", "task_id", "type_metadata",

@@ -99,3 +99,57 @@ async def test_engines_on_one_database_fire_each_firing_exactly_once(db_url):
     finally:
         for e in engines:
             await e.close()
+
+
+async def test_a_pause_written_while_a_firing_is_under_way_leaves_nothing_started(open_engine):
+    """The firing read the schedule enabled; an operator's pause was written before the firing's
+    run was (the firer below writes it first, as a pause landing in that window does): the run's
+    write, which advances the schedule only as the firing read it, is refused whole. Nothing
+    starts, the schedule stays paused and unfired; resumed, it fires once."""
+    clock = Clock()
+    async with open_engine(app(), clock=clock) as engine:
+        started: list[str] = []
+        pauses = [True]  # the first firing meets a pause
+
+        async def fire(item: Any, instant: datetime, items: Any = ()) -> None:
+            if pauses and pauses.pop():
+                paused = {**item.body, "state": "paused"}
+                assert await engine.items.update("schedule", item.id, paused, clock.now(), expect=item.body)
+            eid = await engine.start("report", "ops", key=firing_key(item, instant), items=items)
+            started.append(eid)
+
+        engine.on_fire("probe", fire)
+        await engine.add_schedule("probe", {"kind": "probe"}, interval=60)
+        await clock.advance(timedelta(seconds=61))
+        assert await engine.fire_schedules() == 0
+        [item] = await engine.items.list("schedule", "")
+        assert (item.body["state"], item.body["firings"], item.body["lastFireAt"]) == ("paused", 0, None)
+        assert started == [] and await runs(engine) == []
+        assert await engine.fire_schedules() == 0  # paused: not due
+
+        assert await engine.items.update("schedule", item.id, {**item.body, "state": "enabled"}, clock.now(),
+                                         expect=item.body)
+        [item] = await engine.items.list("schedule", "")
+        assert await engine.fire_schedules() == 1
+        [after] = await engine.items.list("schedule", "")
+        assert (after.body["state"], after.body["firings"]) == ("enabled", 1)
+        assert after.body["nextFireAt"] != item.body["nextFireAt"]
+        assert [r.eid for r in await runs(engine)] == started
+        assert await engine.result(started[0], timeout=30) == "report for ops"
+
+
+async def test_a_firing_advances_its_schedule_in_the_write_of_its_run(open_engine):
+    """The run of a firing and the schedule advanced past it commit together: a firer whose
+    start is refused (here, by a run that exists already under its key: a process that died
+    after starting it) still sees the schedule advanced once, by the fallback."""
+    clock = Clock()
+    async with open_engine(app(), clock=clock, worker=False) as engine:
+        await engine.schedule("minutely", "report", "ops", interval=60)
+        [item] = await engine.items.list("schedule", "")
+        await clock.advance(timedelta(seconds=61))
+        instant = datetime.fromisoformat(item.body["nextFireAt"].replace("Z", "+00:00"))
+        early = await engine.start("report", "ops", key=firing_key(item, instant))  # an earlier process's start
+        assert await engine.fire_schedules() == 1
+        [after] = await engine.items.list("schedule", "")
+        assert after.body["firings"] == 1 and after.body["lastFireAt"] == item.body["nextFireAt"]
+        assert [r.eid for r in await runs(engine)] == [early]

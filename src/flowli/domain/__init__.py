@@ -19,6 +19,7 @@ from ._errors import OutputInvalid as OutputInvalid
 from ._errors import Refusal as Refusal
 from ._errors import RegistrationError as RegistrationError
 from ._errors import StaleAnswer as StaleAnswer
+from ._errors import StaleItem as StaleItem
 from ._errors import StaleState as StaleState
 from ._errors import StepFailed as StepFailed
 from ._errors import UnknownExecutionError as UnknownExecutionError
@@ -127,6 +128,7 @@ __all__ = [
     "RetryPolicy",
     "Site",
     "StaleAnswer",
+    "StaleItem",
     "StaleState",
     "Status",
     "DEFAULT_APPLICATION",

@@ -240,6 +240,19 @@ class OperationRefused(FlowliError):
         super().__init__(f"cannot {action} execution {eid}: {reason}")
 
 
+class StaleItem(FlowliError):
+    """A write that replaces an item's body only as it was read (``NewItem.expect``) found it
+    changed or gone: nothing of the write applied (a schedule paused while one of its firings
+    was being written, say)."""
+
+    refusal = Refusal.STALE
+
+    def __init__(self, kind: str, key: str):
+        self.kind = kind
+        self.key = key
+        super().__init__(f"the {kind} {key!r} changed since it was read")
+
+
 class StaleState(FlowliError):
     """A write that advances the state of a decider's execution from a version that is not the
     stored one any more: another command advanced it first. Nothing changed; the engine decides

@@ -15,6 +15,7 @@ from flowli.domain import (
     Cancelled,
     Entry,
     ExecutionRecord,
+    StaleItem,
     Status,
     TaskKind,
     UnknownTaskError,
@@ -613,18 +614,27 @@ class Engine(ReadModels):
                 continue
             instant = sched.parse_instant(due, "nextFireAt")
             target = body["target"]
+            created = datetime.fromisoformat(body["createdAt"])
+            following = sched.next_fire(body["trigger"], max(instant, now), created)
+            advanced = {**body, "nextFireAt": sched.iso(following), "lastFireAt": sched.iso(instant),
+                        "firings": body.get("firings", 0) + 1}
+            # the run starts with the schedule advanced past this firing, in one write, while the
+            # schedule is as read here: paused, deleted or fired elsewhere since, nothing starts
+            advance = [NewItem(sched.SCHEDULE, item.application, item.key, advanced, replace=True, expect=body)]
             try:
                 if target["kind"] == "workflow":
                     await self.start(target["workflow"], *target["args"], key=sched.firing_key(item, instant),
-                                     application=item.application or None)
+                                     application=item.application or None, items=advance)
                 else:
-                    await self._firers[target["kind"]](item, instant)
+                    await self._firers[target["kind"]](item, instant, advance)
+            except StaleItem:
+                continue  # not this process's firing any more
             except Exception:  # one schedule's failure does not stop the others
                 log.exception("schedule %s (id %d) failed to fire at %s", body.get("name"), item.id, due)
-            created = datetime.fromisoformat(body["createdAt"])
-            following = sched.next_fire(body["trigger"], max(instant, now), created)
-            # advanced unless another process did; an operator's pause or resume meanwhile is kept:
-            # the body changes only as it was read, else it is read again
+            # a run of this firing that existed already (a process that died after starting it, before
+            # the schedule was advanced) or a start that failed: advanced here unless another process
+            # did; an operator's pause or resume meanwhile is kept (the body changes only as it was
+            # read, else it is read again)
             while True:
                 fresh = await self._store.items().get(sched.SCHEDULE, item.id)
                 if fresh is None or fresh.body.get("nextFireAt") != due:

@@ -4,20 +4,26 @@ process that runs a sweeper fires the due ones; a firing's start is keyed by the
 its instant, so each firing starts exactly one run however many processes fire it.
 
 What a firing starts: an execution of a workflow (``engine.schedule``), or what a layer above
-registered for its kind (``engine.on_fire``: the pipelines layer creates a pipeline)."""
+registered for its kind (``engine.on_fire``: the pipelines layer creates a pipeline). The schedule
+is advanced past a firing in the write that starts its run, only if it is still as the firing
+read it: a pause that answered before that write leaves nothing started, and a firing written
+before a pause is the last one (``engine.fire_schedules``)."""
 
 from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta, timezone
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from flowli.domain import FlowliError
 
 SCHEDULE = "schedule"
-Firer = Callable[[Any, datetime], Awaitable[Any]]
-"""``fire(item, instant)``: start what the schedule item says, for the firing at ``instant``."""
+Firer = Callable[[Any, datetime, Sequence[Any]], Awaitable[Any]]
+"""``fire(item, instant, items)``: start what the schedule item says, for the firing at
+``instant``, with ``items`` (``NewItem``: the schedule advanced past the firing, as it was read)
+written in the write that creates what it starts. A schedule changed since it was read (paused,
+deleted, fired by another process) refuses that write with StaleItem: nothing starts."""
 MIN_INTERVAL, MAX_INTERVAL = 0.5, 31_622_400
 """The range of ``intervalSeconds``: half a second to 366 days."""
 EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=timezone.utc), datetime(9000, 1, 1, tzinfo=timezone.utc)

@@ -5,12 +5,14 @@ so a firing creates exactly one pipeline however many service processes fire it.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from flowli.access import Access, owned
 from flowli.domain import START_RUNS, redact
 from flowli.engine import SCHEDULE, Engine, ScheduleError, firing_key
+from flowli.store import NewItem
 
 from ._inputs import PipelineInputError, ScheduleIn, read
 from ._service import Pipelines
@@ -32,11 +34,11 @@ class Schedules:
         self.pipelines = pipelines
         engine.on_fire("pipeline", self._fire)
 
-    async def _fire(self, item: Any, instant: datetime) -> None:
+    async def _fire(self, item: Any, instant: datetime, items: Sequence[NewItem]) -> None:
         app = await self.engine.items.find("application", item.application, "")
         access = Access(item.application, app.id if app else 0, "operator", f"schedule:{item.body['name']}")
         body = {**item.body["target"]["pipeline"], "idempotencyKey": firing_key(item, instant)}
-        await self.pipelines.create(access, body, idempotent=True)
+        await self.pipelines.create(access, body, idempotent=True, items=items)
 
     def _json(self, item: Any) -> dict[str, Any]:
         b = item.body

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from flowli.access import Access, Conflict, NotFound, item_id, owned
@@ -97,11 +98,12 @@ class Pipelines:
     # ---- create ---------------------------------------------------------------------------
 
     async def create(self, access: Access, body: PipelineIn | Any, *, idempotent: bool,
-                     traceparent: str | None = None) -> tuple[dict[str, Any], bool]:
+                     traceparent: str | None = None, items: Sequence[NewItem] = ()) -> tuple[dict[str, Any], bool]:
         """The pipeline and whether this call created it: ``body`` an ``IdempotentPipelineIn``
         when ``idempotent``, else a ``PipelineIn`` (a mapping is read into it). Its spans go to
         the trace of the request's W3C ``traceparent`` (the caller's span is their parent), else
-        of its ``traceId`` when that is a W3C trace id."""
+        of its ``traceId`` when that is a W3C trace id. ``items`` are written in the write that
+        creates it (a schedule's firing advances its schedule there)."""
         access.require(START_RUNS)
         body = read(IdempotentPipelineIn, body) if idempotent else read(PipelineIn, body)
         await self.upgrade()
@@ -137,7 +139,7 @@ class Pipelines:
                 "intent": digest}
         record, created = await self.engine.started(
             WORKFLOW, spec, by=access.principal, key=start_key, queue="pipelines", version=VERSION,
-            traceparent=traceparent or decl["traceId"], items=[*rows, *sealed])  # as stored: its createdAt
+            traceparent=traceparent or decl["traceId"], items=[*rows, *sealed, *items])  # as stored: its createdAt
         known = _spec_of(record)
         if not created and idempotent and known is not None:  # a concurrent create of the key was first
             return await self._repeated(access, key, eid, known, digest, None), False

@@ -23,6 +23,7 @@ from flowli.domain import (
     LeaseLost,
     OperationRefused,
     StaleAnswer,
+    StaleItem,
     Status,
     Task,
     TaskKind,
@@ -45,7 +46,14 @@ def insert_task(task: Task) -> Plan:
 
 def put_item(item: NewItem, now: float) -> Plan:
     """Insert an item of a write (see NewItem), or, with ``replace``, replace the body of the one
-    that has its key."""
+    that has its key (with ``expect``, only while its body is that one: else StaleItem)."""
+    if item.expect is not None:
+        n = yield ("exec", "UPDATE items SET body = ?, at = ? WHERE kind = ? AND application = ? AND key = ?"
+                           " AND body = ?", (body_text(item.body), now, item.kind, item.application, item.key,
+                                             body_text(item.expect)))
+        if n != 1:
+            raise StaleItem(item.kind, item.key)
+        return
     cols, params = "kind, application, key, body, at", [item.kind, item.application, item.key, body_text(item.body), now]
     if item.id is not None:
         cols, params = "id, " + cols, [int(item.id), *params]

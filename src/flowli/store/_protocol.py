@@ -53,7 +53,9 @@ class NewItem:
     """An item (see Item) written in a write's transaction, so that a record of a layer above
     commits with the change it belongs to, or not at all. Inserted unless an item of its kind,
     application and key exists; with ``replace``, that item's body is replaced instead. ``id``: a
-    number reserved by ``Items.reserve`` (None: the next one)."""
+    number reserved by ``Items.reserve`` (None: the next one). With ``expect`` (and ``replace``),
+    the body is replaced only while it is ``expect``: an item changed or gone since it was read
+    refuses the whole write with StaleItem, nothing of it applied."""
 
     kind: str
     application: str
@@ -61,6 +63,7 @@ class NewItem:
     body: Any
     id: int | None = None
     replace: bool = False
+    expect: Any = None
 
 
 @dataclass(frozen=True)
