@@ -71,6 +71,8 @@ def run(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None, env: 
     ``timeout`` is killed and raises ``subprocess.TimeoutExpired``, as ``subprocess.run`` does."""
     path = _started()
     full = [*FLOWLI, *args]
+    if cwd is not None and not os.path.isdir(cwd):
+        raise FileNotFoundError(f"no such directory: {os.fspath(cwd)!r}")  # as subprocess.run says it
     with tempfile.TemporaryDirectory(prefix="flowli-call-") as tmp:
         streams = {name: os.path.join(tmp, name) for name in ("stdin", "stdout", "stderr")}
         Path(streams["stdin"]).write_text(input or "")

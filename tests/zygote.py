@@ -55,7 +55,8 @@ BASE = [p for p in sys.path if p not in os.environ.get("PYTHONPATH", "").split(o
 
 
 def child(request: dict[str, object]) -> None:
-    """Become the process ``python -m flowli.cli ARGS`` of ``request`` and run it (never returns)."""
+    """Become the process ``python -m flowli.cli ARGS`` of ``request`` and run it: it ends the
+    process with the call's return code."""
     cwd = str(request["cwd"])
     env = dict(request["env"])  # type: ignore[call-overload]
     os.chdir(cwd)
@@ -126,12 +127,17 @@ def serve(path: str) -> None:
             request = json.loads(conn.makefile("rb").readline())
             pid = os.fork()
             if pid == 0:
-                signal.set_wakeup_fd(-1)
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                for fd in (listener.fileno(), wake_r, wake_w, conn.fileno(),
-                           *(c.fileno() for c in waiting.values())):
-                    os.close(fd)
-                child(request)
+                try:  # a child never comes back to this loop: what fails before its call ends it
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    for fd in (listener.fileno(), wake_r, wake_w, conn.fileno(),
+                               *(c.fileno() for c in waiting.values())):
+                        os.close(fd)
+                    child(request)
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    os._exit(1)
             with contextlib.suppress(OSError):
                 conn.sendall(f"{pid}\n".encode())
             waiting[pid] = conn
