@@ -63,3 +63,18 @@ def test_a_call_that_outlives_its_timeout_is_killed(tmp_path: Path):
     assert time.monotonic() - began < 10
     after = forked.run(["--db", db, "apps", "ls"])  # the zygote serves on
     assert after.returncode == 0, after.stderr
+
+
+def test_calls_from_many_threads_at_once_each_get_their_own_answer(tmp_path: Path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def create(n: int) -> tuple[int, str]:
+        env = {**os.environ, "FLOWLI_DB": f"sqlite:///{tmp_path / f'{n}.db'}"}
+        made = forked.run(["apps", "create", f"app{n}", "--json"], env=env)
+        assert made.returncode == 0, made.stderr
+        return n, json.loads(made.stdout)["application"]["name"]
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(create, range(16)))
+    assert answers == [(n, f"app{n}") for n in range(16)]
+    assert all((tmp_path / f"{n}.db").exists() for n in range(16))
