@@ -68,9 +68,13 @@ def run(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None, env: 
     """``subprocess.run([python, -m, flowli.cli, *args], capture_output=True, text=True,
     input=input, cwd=cwd, env=env, timeout=timeout)``, the process forked from the zygote: its
     output, standard error and return code (``-N`` when a signal ended it). A call that outlives
-    ``timeout`` is killed and raises ``subprocess.TimeoutExpired``, as ``subprocess.run`` does."""
-    path = _started()
+    ``timeout`` is killed and raises ``subprocess.TimeoutExpired``, as ``subprocess.run`` does.
+    Where processes cannot fork (Windows), a new interpreter, as ``subprocess.run``."""
     full = [*FLOWLI, *args]
+    if not hasattr(os, "fork"):
+        return subprocess.run(full, cwd=cwd, env=env, input=input, timeout=timeout, capture_output=True, text=True,
+                              check=False)
+    path = _started()
     if cwd is not None and not os.path.isdir(cwd):
         raise FileNotFoundError(f"no such directory: {os.fspath(cwd)!r}")  # as subprocess.run says it
     with tempfile.TemporaryDirectory(prefix="flowli-call-") as tmp:
