@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,7 +31,7 @@ FLOWLI = [sys.executable, "-m", "flowli.cli"]
 """What each call stands for (the ``args`` of the result)."""
 
 _lock = threading.Lock()
-_zygote: tuple[subprocess.Popen[bytes], str, str] | None = None  # the process, its socket, its directory
+_zygote: tuple[subprocess.Popen[bytes], str] | None = None  # the process and its socket
 
 
 def _started() -> str:
@@ -48,12 +49,12 @@ def _started() -> str:
         if line.strip() != b"ready":
             proc.kill()
             raise RuntimeError(f"the CLI's zygote did not start (it said {line!r}, exit {proc.wait()})")
-        _zygote = (proc, path, home)
-        atexit.register(_stop, proc)
+        _zygote = (proc, path)
+        atexit.register(_stop, proc, home)
         return path
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: subprocess.Popen[bytes], home: str) -> None:
     if proc.stdin is not None:
         with contextlib.suppress(OSError):
             proc.stdin.close()  # its end of file: it returns
@@ -61,6 +62,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(5)
     if proc.poll() is None:
         proc.kill()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def run(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -32,7 +31,6 @@ from flowli.pipelines import Applications
 from . import forked
 from .pg import fresh_schema, server_url
 
-FLOWLI = [sys.executable, "-m", "flowli.cli"]
 APP = "tests.dashboard.app:registry"
 """The workflow types a shared server knows: the catalog's test types and the expense review."""
 PASSWORD = "correct horse battery"
@@ -86,7 +84,7 @@ class Service:
     def start(self, lease_ttl: float = 30.0) -> Service:
         assert self.log is not None
         out = open(self.log, "a")  # noqa: SIM115
-        self.process = subprocess.Popen([*FLOWLI, "--db", self.db, "serve", "--port", "0", "--lease-ttl", str(lease_ttl),
+        self.process = subprocess.Popen([*forked.FLOWLI, "--db", self.db, "serve", "--port", "0", "--lease-ttl", str(lease_ttl),
                                          *self.extra], stdout=subprocess.PIPE, stderr=out, text=True,
                                         env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         assert self.process.stdout is not None

@@ -110,6 +110,12 @@ def cwd(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def flowli(cwd: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    return in_directory(cwd)
+
+
+def in_directory(cwd: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``flowli ARGS`` run in ``cwd``, its modules importable (``cli_env``)."""
+
     def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return forked.run(args, cwd=cwd, env=cli_env(cwd), timeout=timeout)
 

@@ -16,8 +16,7 @@ import pytest
 import flowli
 from flowli.domain import EntryKind
 
-from . import forked
-from .test_cli import assert_refused, cli_env
+from .test_cli import assert_refused, cli_env, in_directory
 
 pytestmark = pytest.mark.e2e
 
@@ -52,10 +51,7 @@ def cwd(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def flowli_cli(cwd: Path) -> Flowli:
-    def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return forked.run(args, cwd=cwd, env=cli_env(cwd), timeout=timeout)
-
-    return run
+    return in_directory(cwd)
 
 
 @pytest.fixture

@@ -2,8 +2,9 @@
 a child must not find the ``tests`` package already imported where a real process would not).
 
 It imports what a call of ``python -m flowli.cli`` imports except the CLI's own modules (see
-below), says ``ready`` on its standard output, then serves its socket: for each request (one JSON line: the arguments, the working
-directory, the environment, the files of the three standard streams) it forks a child, answers
+below), says ``ready`` on its standard output, then serves its socket: for each request (one
+JSON line: the arguments, the working directory, the environment, the files of the three
+standard streams) it forks a child, answers
 the child's pid at once and, once the child has ended, its return code as ``subprocess`` gives it
 (``-N`` for a signal). The child takes the request's directory, environment and streams and runs
 ``flowli.cli`` as ``python -m`` does, then exits as that process would (``atexit`` handlers,

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.integration
 def registry() -> Registry:
     reg = Registry()
 
-    @reg.workflow("waits")
-    async def waits(ctx: Context) -> None:
+    @reg.workflow("noop")
+    async def noop(ctx: Context) -> None:
         return None
 
     return reg
@@ -37,9 +37,9 @@ async def idle_reads(path: str, waiting: int, steps: list[int]) -> int:
     engine = await flowli.connect(f"sqlite:///{path}", registry(), **FAST)
     async with engine:
         for _ in range(waiting):
-            await engine.start("waits", queue="nobody")
+            await engine.start("noop", queue="nobody")
         async with engine.worker():  # on the default queue: it takes none of them, and leases one task
-            started = await engine.start("waits")
+            started = await engine.start("noop")
             await engine.result(started, timeout=30)
             store = store_of(engine)
             now = engine.clock.now()

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from .. import forked
 from ..pg import fresh_schema
 
 pytestmark = pytest.mark.e2e
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-FLOWLI = [sys.executable, "-m", "flowli.cli"]
 
 
 def pages() -> list[Path]:
@@ -98,7 +98,7 @@ def serve(words: list[str], cwd: Path, db: str) -> None:
         args += ["--port", "0"]
     else:
         args[args.index("--port") + 1] = "0"
-    proc = subprocess.Popen([*FLOWLI, "--db", db, "serve", *args], cwd=cwd, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*forked.FLOWLI, "--db", db, "serve", *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env())
     try:
         assert proc.stdout is not None

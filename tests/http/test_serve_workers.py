@@ -9,7 +9,6 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,7 +24,6 @@ from .test_pipelines import Worker, until_status
 
 pytestmark = pytest.mark.e2e
 
-FLOWLI = [sys.executable, "-m", "flowli.cli"]
 
 
 def test_workers_are_refused_on_sqlite(tmp_path: Path):
@@ -35,7 +33,7 @@ def test_workers_are_refused_on_sqlite(tmp_path: Path):
 
 async def test_two_processes_serve_one_database_and_wake_each_others_long_polls(tmp_path: Path):
     async with fresh_schema() as db:
-        serve = subprocess.Popen([*FLOWLI, "--db", db, "serve", "--workers", "2", "--port", "0"],
+        serve = subprocess.Popen([*forked.FLOWLI, "--db", db, "serve", "--workers", "2", "--port", "0"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             assert serve.stdout is not None
