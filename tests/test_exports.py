@@ -42,12 +42,12 @@ PINNED = {
     ],
     flowli.engine: [
         "AttemptView", "COLLECTOR_THRESHOLDS", "CallNext", "Checked", "Clock", "Consumer", "Context", "Decider", "Difference", "EXECUTIONS", "Engine", "ExecutionPage", "ExecutionSummary",
-        "Explanation", "FRAME_TONES", "FrameIds", "FrameView", "MAX_INTERVAL", "MIN_INTERVAL", "Memo", "Middleware", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
+        "Explanation", "FRAME_TONES", "FrameIds", "FrameView", "MAX_INTERVAL", "MIN_INTERVAL", "Memo", "Middleware", "OpenAttempt", "Options", "Projector", "Registry", "RunView", "SCHEDULE", "ScheduleError",
         "StateQuery", "StoredState", "SystemClock", "Transition", "Verification", "WorkflowDef", "describe_wait", "divergence", "error_summary", "firing_key", "input_model", "next_fire", "problems",
         "reply_channel", "task_traceparent", "trigger", "tuned_collector", "unvisited", "validation_error",
     ],
     flowli.store: [
-        "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "HELD", "Intent", "Item", "Items", "JournalFilter", "NewExecution", "NewItem", "NewMessage", "Plan", "Query", "Renewal",
+        "Acquired", "Acquisition", "Announcement", "Claim", "Fence", "Guard", "HELD", "Intent", "Item", "Items", "JournalFilter", "NewExecution", "NewItem", "NewMessage", "OpenAttempt", "Plan", "Query", "Renewal",
         "Resume", "StateIndex", "StateQuery", "StatusChange", "Store", "StoredState", "TaskHold", "Views", "WakeCheck", "WakeWaiters", "Withdrawal", "Write", "WriteResult", "connect_wal", "fits", "scope_sql",
     ],
     flowli.pipelines: [

@@ -6,6 +6,7 @@ rewrites the row in the write that advances the state (a stale row is never read
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from datetime import timedelta
 from typing import Any
@@ -15,8 +16,8 @@ import pytest
 
 import flowli
 from flowli import Registry
-from flowli.engine import StateQuery
-from flowli.engine.deciders import Complete, Event, Index, Signal, Start
+from flowli.engine import OpenAttempt, StateQuery
+from flowli.engine.deciders import Answered, Complete, Delegate, Event, Index, Signal, Start
 from flowli.testing import Clock, store_of
 
 from .conftest import wait_status
@@ -274,3 +275,66 @@ async def test_a_page_that_runs_out_before_its_size_is_its_own_total(tmp_path: A
             assert await counted(text="t1", limit=2, offset=4) == ([], 3, 1)  # past the end
         finally:
             reader.conn.set_trace_callback(None)
+
+
+def work_registry() -> Registry:
+    """A decider that delegates two parts of each job, ``a`` and ``b``, and completes when both
+    are answered; its index is the job's number."""
+
+    def decide_job(state: dict[str, Any], command: Any) -> tuple[list[Event], list[Any]]:
+        match command:
+            case Start(input=n):
+                return [Event("opened", {"n": n})], [Delegate("a", "parts", {"n": n, "base": 2}, attempt=1),
+                                                     Delegate("b", "parts", {"n": n}, attempt=1)]
+            case Answered(key=key):
+                done = [*state["done"], key]
+                return [Event("answered", {"key": key})], [Complete(state["n"])] if len(done) == 2 else []
+        return [], []
+
+    def evolve_job(state: dict[str, Any], event: Event) -> dict[str, Any]:
+        if event.kind == "opened":
+            return {**state, "n": event.data["n"]}
+        return {**state, "done": [*state["done"], event.data["key"]]}
+
+    reg = Registry()
+    reg.decider("job", initial={"n": 0, "done": []}, evolve=evolve_job,
+                index=lambda s: Index(number=s["n"], label="Open"))(decide_job)
+    return reg
+
+
+async def test_a_page_read_with_its_attempts_gives_each_row_its_open_delegations(open_engine: Any) -> None:
+    """``StateQuery(attempts=True)``: each row carries the delegations of its execution not yet
+    answered, read in the same call as the page, as ``OpenAttempt.of`` reads them from the
+    execution's tasks (a lease taken shows as the attempt's owner; an answer takes it away)."""
+    async with open_engine(work_registry(), worker=False) as engine, engine.worker(concurrency=4):
+        eids = [await engine.start("job", n, application="app") for n in (1, 2, 3)]
+        for eid in eids:
+            await wait_status(engine, eid, "suspended")
+        consumer = engine.consumer("parts", name="c1", lease=timedelta(seconds=30))
+        taken = None
+        while taken is None:  # one of the parts leased to c1
+            got = await consumer.dequeue(limit=1, wait=0.05)
+            taken = got[0] if got else None
+        rows, total = await engine.decided(StateQuery("job", application="app", attempts=True))
+        assert (numbers(rows), total) == ([3, 2, 1], 3)
+        for r in rows:
+            tasks = await engine.tasks(eid=r.record.eid)
+            expected = sorted((a for a in map(OpenAttempt.of, tasks) if a is not None), key=lambda a: a.task_id)
+            assert sorted(r.attempts, key=lambda a: a.task_id) == expected and len(expected) == 2
+            assert {a.key: a.payload for a in r.attempts} == {"a": {"n": r.state["n"], "base": 2},
+                                                              "b": {"n": r.state["n"]}}
+        leased = [a for r in rows for a in r.attempts if a.lease_owner is not None]
+        assert [a.task_id for a in leased] == [taken.id] and leased[0].visible_at > engine.clock.now()
+        plain, _ = await engine.decided(StateQuery("job", application="app"))
+        assert [r.attempts for r in plain] == [(), (), ()]  # not asked for: not read
+
+        await consumer.answer(taken, "done")
+        owner = next(r for r in rows if any(a.task_id == taken.id for a in r.attempts))
+        for _ in range(200):
+            after, _ = await engine.decided(StateQuery("job", application="app", attempts=True))
+            left = next(r for r in after if r.record.eid == owner.record.eid).attempts
+            if len(left) == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert [a.key for a in left] == [k for k in ("a", "b") if k != next(
+            a.key for a in owner.attempts if a.task_id == taken.id)]

@@ -70,7 +70,7 @@ async def test_a_page_reads_the_store_the_same_few_times_for_any_number_of_pipel
     async with open_pipelines() as (engine, access, pipelines), engine.worker(queues=("pipelines",)):
         store = store_of(engine)
         calls: list[str] = []
-        names = ("read_execution", "read_state", "read_journal", "read_tasks", "read_states", "read_open_tasks")
+        names = ("read_execution", "read_state", "read_journal", "read_tasks", "read_states", "read_executions")
         originals = {n: getattr(store, n) for n in names}
 
         def counted(name: str) -> Any:
@@ -95,4 +95,4 @@ async def test_a_page_reads_the_store_the_same_few_times_for_any_number_of_pipel
             finally:
                 for n in names:
                     setattr(store, n, originals[n])
-        assert reads[0] == reads[1] == ["read_open_tasks", "read_states"]
+        assert reads[0] == reads[1] == ["read_states"]  # the page, its total and its open attempts in one call

@@ -3,6 +3,7 @@
 Imports domain and the Store protocol, never a backend module.
 """
 
+from flowli.store import OpenAttempt as OpenAttempt
 from flowli.store import StateQuery as StateQuery
 from flowli.store import StoredState as StoredState
 
@@ -91,6 +92,7 @@ __all__ = [
     "Projector",
     "StateQuery",
     "StoredState",
+    "OpenAttempt",
     "SystemClock",
     "Transition",
     "WorkflowDef",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -36,10 +35,6 @@ class ReadModels:
         """How many of a decider's executions match ``query`` per label (its page aside): the
         counts beside a list, one statement whatever the number of labels."""
         return await self._store.read_state_counts(query)
-
-    async def open_tasks(self, eids: Sequence[str]) -> builtins.list[Task]:
-        """The tasks not yet acked of several executions, in one read."""
-        return await self._store.read_open_tasks(list(eids)) if eids else []
 
     async def idle(self, older_than: timedelta, *, application: str | None = None,
                    limit: int = 200) -> builtins.list[ExecutionRecord]:

@@ -39,7 +39,7 @@ from ._inputs import IdempotentPipelineIn, PipelineIn, PipelineInputError, Stage
 from ._spec import declaration, intent_digest, short, stage_list
 from ._statuses import PIPELINE_STATUSES, TERMINAL
 from ._upgrade import convert, executions_of_version_1, fold
-from ._view import build, declared, iso, pipeline_status
+from ._view import build, declared, iso, open_attempts, pipeline_status
 
 PIPELINE, STAGE, IDEMPOTENCY, SECRET, POLICY, REFUSED = "pipeline", "stage", "idempotency", "secret", "policy", "refused"
 REFUSED_RESULT = "result.refused"
@@ -245,7 +245,7 @@ class Pipelines:
         except Starting:
             return await self._starting(access, pid, eid)
         tasks = await self.engine.tasks(eid=eid, application=access.application)
-        return build(record, p, tasks, access.application_id, self.engine.clock.now())
+        return build(record, p, open_attempts(tasks), access.application_id, self.engine.clock.now())
 
     async def _starting(self, access: Access, pid: int, eid: str) -> dict[str, Any]:
         """The view of a pipeline whose start is not decided yet: its declaration (its input)."""
@@ -293,16 +293,13 @@ class Pipelines:
         await self.upgrade()
         query = StateQuery(WORKFLOW, access.application, labels=tuple(statuses or ()), name=name or None,
                            tags=tuple(f"{k}:{v}" for k, v in wanted_keywords), text=search or None,
-                           offset=(page - 1) * size, limit=size)
+                           offset=(page - 1) * size, limit=size, attempts=True)
         rows, total = await self.engine.decided(query)
         return {"items": [v for _, v in await self.views(access, rows)], "totalCount": total, "pageNumber": page, "pageSize": size}
 
     async def views(self, access: Access, rows: builtins.list[StoredState]) -> builtins.list[tuple[str, dict[str, Any]]]:
-        """The public views of a page of pipelines (from ``engine.decided``), each with its
-        execution id: their states and, in one read, the open attempts of all of them."""
-        tasks: dict[str, builtins.list[Any]] = {}
-        for t in await self.engine.open_tasks([r.record.eid for r in rows]):
-            tasks.setdefault(t.eid or "", []).append(t)
+        """The public views of a page of pipelines, each with its execution id: their states and
+        their open attempts, as ``engine.decided`` read them (a ``StateQuery`` with ``attempts``)."""
         now = self.engine.clock.now()
         out = []
         for r in rows:
@@ -311,7 +308,7 @@ class Pipelines:
                 if isinstance(spec, dict):
                     out.append((r.record.eid, declared(spec, access.application_id, r.record.created_at)))
                 continue
-            out.append((r.record.eid, build(r.record, r.state, tasks.get(r.record.eid, []), access.application_id, now)))
+            out.append((r.record.eid, build(r.record, r.state, r.attempts, access.application_id, now)))
         return out
 
     async def waiting(self, access: Access, limit: int = 100) -> builtins.list[tuple[str, dict[str, Any]]]:
@@ -319,7 +316,8 @@ class Pipelines:
         inbox), newest first, each with its execution id: one page of the index, whatever the
         number of pipelines."""
         await self.upgrade()
-        rows, _ = await self.engine.decided(StateQuery(WORKFLOW, access.application, waiting=True, limit=limit))
+        rows, _ = await self.engine.decided(StateQuery(WORKFLOW, access.application, waiting=True, limit=limit,
+                                                       attempts=True))
         return await self.views(access, rows)
 
     async def history(self, access: Access, pid: Any) -> builtins.list[dict[str, Any]]:

@@ -3,13 +3,14 @@ attempts. Sensitive values are ``"***"``."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any
 
 from flowli.domain import REDACTED as REDACTED  # the one mark of a hidden value (the worker protocol's too)
 from flowli.domain import ExecutionRecord, Status, Task, is_sensitive
+from flowli.engine import OpenAttempt
 from flowli.engine.deciders import Event
 
 from ._decider import INITIAL, evolve, status_of
@@ -48,16 +49,16 @@ def progress(p: dict[str, Any] | None) -> tuple[int, int]:
     return sum(1 for s in stages if s["status"] in DONE_STAGES), len(stages)
 
 
-def _open_task(s: dict[str, Any], tasks: dict[tuple[str, int], Task]) -> Task | None:
-    return tasks.get((str(s["id"]), s["attempts"]))
+def open_attempts(tasks: Iterable[Task]) -> list[OpenAttempt]:
+    """The open attempts among an execution's ``tasks`` (``engine.tasks``), for ``build``."""
+    return [a for a in map(OpenAttempt.of, tasks) if a is not None]
 
 
-def build(record: ExecutionRecord, p: dict[str, Any], tasks: list[Task], application_id: int,
+def build(record: ExecutionRecord, p: dict[str, Any], attempts: Iterable[OpenAttempt], application_id: int,
           now: datetime) -> dict[str, Any]:
-    open_tasks: dict[tuple[str, int], Task] = {}
-    for t in tasks:
-        if t.frame and t.state == "ready" and t.frame.get("decider"):
-            open_tasks[(t.frame["key"], t.attempt or 1)] = t
+    """The public view of a pipeline: its execution's ``record``, its decider's state ``p`` and the
+    open attempts of its stages (a stage leased now is Running)."""
+    open_at = {(a.key, a.attempt): a for a in attempts}
     status = pipeline_status(record, p)
     stages = []
     spec_of = p["spec"]
@@ -67,11 +68,11 @@ def build(record: ExecutionRecord, p: dict[str, Any], tasks: list[Task], applica
         stage_status = s["status"]
         attempt = s["attempts"]
         execution = None
-        task = _open_task(s, open_tasks) if stage_status == "Pending" else None
-        if task is not None:
-            attempt = spec_attempt(task)
-            execution = task.id
-            if task.lease_owner is not None and task.visible_at > now:
+        open_ = open_at.get((str(s["id"]), s["attempts"])) if stage_status == "Pending" else None
+        if open_ is not None:
+            attempt = stage_attempt(open_.payload, open_.attempt)
+            execution = open_.task_id
+            if open_.lease_owner is not None and open_.visible_at > now:
                 stage_status = "Running"
         if status == "Cancelled" and stage_status not in ("Completed", "Skipped", "Failed"):
             stage_status = "Cancelled"
@@ -97,8 +98,14 @@ def _iso(at: str | None) -> str | None:
 
 
 def spec_attempt(task: Task) -> int:
-    """The stage's attempt number of a task: the attempts before its frame, plus its own."""
-    return int((task.payload or {}).get("base", 0)) + int(task.attempt or 1)
+    """The stage's attempt number of a task (``stage_attempt``)."""
+    return stage_attempt(task.payload, task.attempt)
+
+
+def stage_attempt(payload: Any, attempt: int | None) -> int:
+    """The stage's attempt number of a delegation's attempt: the attempts before its frame (the
+    payload's ``base``), plus its own."""
+    return int((payload or {}).get("base", 0)) + int(attempt or 1)
 
 
 def declared(spec: dict[str, Any], application_id: int, now: datetime) -> dict[str, Any]:
@@ -110,4 +117,4 @@ def declared(spec: dict[str, Any], application_id: int, now: datetime) -> dict[s
         if not st["spec"]["dependsOn"]:
             st["status"] = "Pending"
     record = SimpleNamespace(status=Status.RUNNING, created_at=now, updated_at=now)
-    return build(record, p, [], application_id, now)  # type: ignore[arg-type]
+    return build(record, p, (), application_id, now)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from ._protocol import Items as Items
 from ._protocol import NewExecution as NewExecution
 from ._protocol import NewItem as NewItem
 from ._protocol import NewMessage as NewMessage
+from ._protocol import OpenAttempt as OpenAttempt
 from ._protocol import Plan as Plan
 from ._protocol import Query as Query
 from ._protocol import Renewal as Renewal
@@ -51,6 +52,7 @@ __all__ = [
     "StateIndex",
     "StateQuery",
     "StoredState",
+    "OpenAttempt",
     "Resume",
     "Acquisition",
     "StatusChange",

@@ -13,10 +13,12 @@ from typing import Any
 
 import asyncpg
 
-from flowli.domain import ExecutionRecord, Message, Task
+from flowli.domain import ExecutionRecord, Message
 
 from . import _codec as c
+from . import _states_sql as states
 from ._pg_sql import dialect
+from ._protocol import StoredState
 from ._reads import R, SharedReads
 
 READ_MESSAGES = (
@@ -41,11 +43,15 @@ class PostgresReads(SharedReads):
         assert self._pool is not None
         return [record(r) for r in await self._pool.fetch(dialect(sql), *params)]
 
-    async def read_open_tasks(self, eids: Sequence[str]) -> list[Task]:
+    async def _read_all(self, reading: states.Reading) -> tuple[list[StoredState], int]:
         assert self._pool is not None
-        rows = await self._pool.fetch(f"SELECT {c.TASK_READ} FROM tasks WHERE eid = ANY($1::text[]) AND state = 'ready'"
-                                      " ORDER BY visible_at, id", list(eids))
-        return [c.task_record(r) for r in rows]
+        async with self._pool.acquire() as conn:  # one connection for all of its statements
+            try:
+                step = next(reading)
+                while True:
+                    step = reading.send(list(await conn.fetch(dialect(step[0]), *step[1])))
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
 
     async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         assert self._pool is not None

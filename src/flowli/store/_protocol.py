@@ -259,17 +259,50 @@ class StateQuery:
     waiting: bool = False
     offset: int = 0
     limit: int = 20
+    attempts: bool = False
+    """Read each row's open attempts too (``StoredState.attempts``), in the same call."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAttempt:
+    """An attempt of a decider's delegation not answered yet, as a view of its execution shows
+    it: its task, the delegation's key, attempt and payload, and the task's lease (held while
+    ``lease_owner`` is set and ``visible_at`` is ahead). Its provenance is not read."""
+
+    task_id: str
+    key: str
+    attempt: int
+    payload: Any
+    lease_owner: str | None
+    visible_at: datetime
+
+    @classmethod
+    def of(cls, task: Task) -> OpenAttempt | None:
+        """The open attempt ``task`` is: None unless it is a decider's delegation on its queue."""
+        if task.state != "ready":
+            return None
+        return cls.read(task.id, task.frame, task.payload, task.attempt, task.lease_owner, task.visible_at)
+
+    @classmethod
+    def read(cls, task_id: str, frame: Any, payload: Any, attempt: int | None, lease_owner: str | None,
+             visible_at: datetime) -> OpenAttempt | None:
+        """The open attempt of a ready task's columns: None unless its frame is a decider's."""
+        if not isinstance(frame, dict) or not frame.get("decider"):
+            return None
+        return cls(task_id, frame["key"], attempt or 1, payload, lease_owner, visible_at)
 
 
 @dataclass(frozen=True)
 class StoredState:
     """One row of a StateQuery's page: the execution's record, its state's version and state
-    (None before its start is decided) and its label."""
+    (None before its start is decided) and its label; with ``StateQuery.attempts``, its open
+    attempts, oldest first."""
 
     record: ExecutionRecord
     version: int
     state: Any
     label: str | None
+    attempts: tuple[OpenAttempt, ...] = ()
 
 
 class Intent(enum.StrEnum):
@@ -620,14 +653,13 @@ class Store(Protocol):
 
     async def read_states(self, query: StateQuery) -> tuple[list[StoredState], int]:
         """A page of decider states by their index, newest first (by number, then creation),
-        and how many match the filters in all. Two statements whatever the page's size."""
+        and how many match the filters in all; with ``query.attempts``, each row's open attempts.
+        At most three statements whatever the page's size, in one call of the backend (SQLite:
+        one job of its reader thread)."""
 
     async def read_state_counts(self, query: StateQuery) -> dict[str, int]:
         """How many decider states match ``query`` per label (those with none are left out; its
         page is not read): one statement whatever the number of labels or of states."""
-
-    async def read_open_tasks(self, eids: Sequence[str]) -> list[Task]:
-        """The tasks not yet acked of the executions ``eids`` (one statement)."""
 
     async def read_states_of(self, eids: Sequence[str]) -> dict[str, tuple[int, Any]]:
         """``read_state`` of many executions in one read: those with a state, by eid."""

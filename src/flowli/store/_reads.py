@@ -105,16 +105,11 @@ class SharedReads:
         return await self._rows(_EXPIRED_TASKS, (now.timestamp(), limit), c.task_record)
 
     async def read_states(self, query: StateQuery) -> tuple[list[StoredState], int]:
-        sql, params = states.page(query, self.CONTAINS)
-        rows = await self._rows(sql, params, states.stored)
-        if 0 < len(rows) < query.limit or (not rows and query.offset == 0 and query.limit > 0):
-            # the page ran out before its size: the rows before it and its own are all there are,
-            # which gives the total without a second statement (a search that matches a few of
-            # many rows scans them once, not twice)
-            return rows, query.offset + len(rows)
-        sql, params = states.count(query, self.CONTAINS, labelled=self.LABELLED)
-        total = await self._one(sql, params, _first)
-        return rows, int(total or 0)
+        return await self._read_all(states.read_page(query, self.CONTAINS, self.LABELLED))
+
+    async def _read_all(self, reading: states.Reading) -> tuple[list[StoredState], int]:
+        """Run a read of several statements in one call of the backend (``states.drive``)."""
+        raise NotImplementedError
 
     async def read_state_counts(self, query: StateQuery) -> dict[str, int]:
         sql, params = states.counts(query, self.CONTAINS, labelled=self.LABELLED)

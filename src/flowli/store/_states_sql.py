@@ -11,12 +11,13 @@ filter on text is a substring test, and its count reads every row of the applica
 
 from __future__ import annotations
 
+from collections.abc import Generator, Sequence
 from typing import Any
 
-from flowli.domain import StaleState
+from flowli.domain import StaleState, TaskKind
 
 from . import _codec as c
-from ._protocol import HELD, Advance, Plan, StateIndex, StateQuery, StoredState
+from ._protocol import HELD, Advance, OpenAttempt, Plan, StateIndex, StateQuery, StoredState
 
 READ = "SELECT version, CASE WHEN version = ? THEN NULL ELSE state END FROM decider_states WHERE eid = ? AND version > 0"
 """A state and its version; not the state itself when its version is the one the caller holds."""
@@ -158,11 +159,50 @@ def counts(q: StateQuery, contains: str, labelled: bool = False) -> tuple[str, l
     return f"SELECT d.label, COUNT(*) FROM decider_states d WHERE {' AND '.join(cond)} GROUP BY d.label", params
 
 
-def stored(row: Any) -> StoredState:
+def stored(row: Any, attempts: tuple[OpenAttempt, ...] = ()) -> StoredState:
     width = c.EXECUTION_WIDTH
     return StoredState(record=c.execution_record(row[:width]), version=int(row[width]),
-                       state=c.unjs(row[width + 1]), label=row[width + 2])
+                       state=c.unjs(row[width + 1]), label=row[width + 2], attempts=attempts)
 
 
-def open_tasks(n: int) -> str:
-    return f"SELECT {c.TASK_READ} FROM tasks WHERE eid IN ({_marks(n)}) AND state = 'ready' ORDER BY visible_at, id"
+Reading = Generator[tuple[str, Sequence[Any]], list[Any], tuple[list[StoredState], int]]
+"""A read of several statements: it yields each statement with its parameters and is sent its
+rows; it returns the page and its total. The backend runs all of it in one call (``drive``)."""
+
+
+def read_page(q: StateQuery, contains: str, labelled: bool) -> Reading:
+    """A page of ``q`` and its total; with ``q.attempts``, each row's open attempts (one more
+    statement). The total of a page that ran out before its size is counted from the page: a
+    search that matches a few of many rows scans them once, not twice."""
+    sql, params = page(q, contains)
+    rows = yield sql, params
+    if 0 < len(rows) < q.limit or (not rows and q.offset == 0 and q.limit > 0):
+        total = q.offset + len(rows)
+    else:
+        sql, params = count(q, contains, labelled=labelled)
+        total = int((yield sql, params)[0][0] or 0)
+    if not (q.attempts and rows):
+        return [stored(r) for r in rows], total
+    found: dict[str, list[OpenAttempt]] = {}
+    eids = [r[0] for r in rows]
+    for t in (yield OPEN_ATTEMPTS.format(_marks(len(eids))), eids):
+        attempt = OpenAttempt.read(t[1], c.unjs(t[2]), c.unjs(t[3]), t[4], t[5], c.dt_(t[6]))
+        if attempt is not None:
+            found.setdefault(t[0], []).append(attempt)
+    return [stored(r, tuple(found.get(r[0], ()))) for r in rows], total
+
+
+OPEN_ATTEMPTS = ("SELECT eid, id, frame, payload, attempt, lease_owner, visible_at FROM tasks"
+                 f" WHERE eid IN ({{}}) AND state = 'ready' AND kind = '{TaskKind.DELEGATE.value}' ORDER BY visible_at, id")
+"""The open attempts of a page's executions: their decider's delegations not answered yet (a
+task's provenance is not read: a view does not show it)."""
+
+
+def drive(reading: Reading, execute: Any) -> tuple[list[StoredState], int]:
+    """Run ``reading`` to its end, each statement by ``execute(sql, params) -> rows``."""
+    try:
+        step = next(reading)
+        while True:
+            step = reading.send(execute(*step))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

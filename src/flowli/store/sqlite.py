@@ -30,7 +30,7 @@ from flowli.domain import (
 from . import _codec as c
 from . import _states_sql as states
 from ._apply import apply_write, stale_hold
-from ._protocol import Acquired, Renewal, Write, WriteResult
+from ._protocol import Acquired, Renewal, StoredState, Write, WriteResult
 from ._reads import EXECUTION, JOURNAL, TASK, R, SharedReads
 from ._sqlite_file import Thread, connect_wal, drive
 from ._sqlite_items import SQLiteItems
@@ -239,6 +239,11 @@ class SQLiteStore(SharedReads):
 
         return await (self._p(run) if point else self._r(run))
 
+    async def _read_all(self, reading: states.Reading) -> tuple[list[StoredState], int]:
+        # all of its statements in one job of the reader thread: a hop there and back costs more
+        # than a page's statements, and the rows are decoded there too
+        return await self._r(lambda conn: states.drive(reading, lambda sql, ps: conn.execute(sql, ps).fetchall()))
+
     def _r(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._reader is None:
             raise RuntimeError(f"store {self.url} is not open")
@@ -394,12 +399,6 @@ class SQLiteStore(SharedReads):
             return {r[0]: (int(r[1]), c.unjs(r[2])) for r in rows}
 
         return await self._r(run) if eids else {}
-
-    async def read_open_tasks(self, eids: Sequence[str]) -> list[Task]:
-        if not eids:
-            return []
-        return await self._r(lambda conn: [c.task_record(r) for r in conn.execute(states.open_tasks(len(eids)),
-                                                                                  tuple(eids))])
 
     async def read_executions(self, eids: Sequence[str]) -> list[ExecutionRecord]:
         marks = ",".join("?" * len(eids))
