@@ -41,12 +41,12 @@ from flowli.domain import (
     check_json,
     task_id,
 )
-from flowli.store import Intent, StatusChange, WakeCheck, Write, WriteResult
+from flowli.store import Intent, StatusChange, WakeCheck, Write
 
 from ._context import Context, Scope
 from ._core import Stopping, StoreFailure
 from ._decider import DECIDER_TASK, decided
-from ._deciding import end_with_parent
+from ._ends import Ending, end_with_parent
 from ._errors import error_data
 from ._frames import ROOT
 from ._registry import WorkflowDef
@@ -55,7 +55,6 @@ from ._runtime import Runtime
 from ._steps import Steps
 from ._tasks import cancel_and_wait
 from ._tracing import derived
-from ._transitions import Transition
 from ._typing import problems, validation_error
 from ._waits import Waits
 from ._writer import Writer
@@ -483,17 +482,8 @@ class Activation(Context):
 
     async def _end_with_parent(self, write: Write, ended: ExecutionRecord, payload: Any) -> bool:
         """The end of a decider's child, written with its parent's command in one store write (see
-        ``_deciding.end_with_parent``): whether it was; when not, nothing was written."""
-        made: list[WriteResult] = []
-
-        async def commit_end(parent: Transition) -> WriteResult:
-            write.intent = None  # a joined write has no one-statement form
-            made.append(await self.writer.write(write, kind="end", final=True, payload=payload, then=parent))
-            assert made[-1].then is not None
-            return made[-1].then
-
-        await end_with_parent(self.rt, ended, commit_end)
-        return bool(made)
+        ``_ends``): whether it was; when not, nothing was written."""
+        return await end_with_parent(self.rt, Ending(ended, self.writer, write, payload))
 
     def _finish_span(self, status: Status, error: dict[str, Any] | None) -> None:
         if self.rt.tracing is not None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -168,7 +168,7 @@ async def start_decided(rt: Runtime, decider: Decider, args: tuple[Any, ...], *,
         return eid, None
     stored = _remember(rt, new.record, write)
     if own is not None:
-        _trace(rt, decider, new.record, command, 1, write, began, own)
+        _trace(rt, decider, new.record, (command,), 1, write, began, own)
     return eid, stored
 
 
@@ -186,9 +186,9 @@ Base = Callable[[], Write]
 """The command's own part of the write, made afresh for each try."""
 
 
-Joined = Callable[[Transition], Awaitable[WriteResult]]
-"""Commits a decider's transition joined to the caller's own (``Transition.then``) and answers
-the decider's part."""
+Joined = Callable[[Transition, int], Awaitable[WriteResult]]
+"""Commits a decider's transition joined to the callers' own (``Transition.then``), those of the
+first ``n`` commands (the ones the transition took), and answers the decider's part."""
 
 
 async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Base, principal: Principal,
@@ -203,12 +203,15 @@ async def apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Bas
     if rt.turns.busy(eid):
         record = None  # read again once its turn comes: the commands before it change it
     async with rt.turns.turn(eid):
-        return await _apply(rt, eid, command, kind=kind, base=base, principal=principal, payload=payload,
-                            record=record, reopen=reopen, joined=joined)
+        return await apply_in_turn(rt, eid, (command,), kind=kind, base=base, principal=principal, payload=payload,
+                                   record=record, reopen=reopen, joined=joined)
 
 
-async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Base, principal: Principal,
-                 payload: Any, record: ExecutionRecord | None, reopen: bool, joined: Joined | None) -> WriteResult | None:
+async def apply_in_turn(rt: Runtime, eid: str, commands: Sequence[Command], *, kind: str, base: Base,
+                        principal: Principal, payload: Any, record: ExecutionRecord | None = None,
+                        reopen: bool = False, joined: Joined | None = None) -> WriteResult | None:
+    """``apply`` of ``commands`` in one write (see ``decide_all``), by a caller that holds the
+    turn of ``eid`` (``rt.turns.turn``)."""
     for _ in range(_TRIES):
         # the record this process's last write left (see ``_turns``): no read of it when the
         # caller has none; the state's version fences a stale one
@@ -229,12 +232,12 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         write = base()
         began = rt.clock.now()
         own = await execution_span(rt, eid) if rt.tracing is not None else None
-        decide(rt, decider, record, state, version, command, principal.actor, write, own)
+        taken = decide_all(rt, decider, record, state, version, commands, principal.actor, write, own)
         direct = _direct_children(rt, write)
         handed = _hand_off(rt, write)
         try:
             t = Transition(kind, write, eid, record.workflow, principal, record.application, payload)
-            result = await (commit(rt, t) if joined is None else joined(t))
+            result = await (commit(rt, t) if joined is None else joined(t, taken))
         except StaleState:
             _adopt(direct, write, None)
             _handed(rt, handed, None)
@@ -250,7 +253,7 @@ async def _apply(rt: Runtime, eid: str, command: Command, *, kind: str, base: Ba
         _handed(rt, handed, result)
         _remember(rt, record, write)
         if own is not None:
-            _trace(rt, decider, record, command, version + 1, write, began, own)
+            _trace(rt, decider, record, commands[:taken], version + 1, write, began, own)
         return result
     raise StaleState(eid, -1)
 
@@ -335,16 +338,19 @@ def _remember(rt: Runtime, record: ExecutionRecord, write: Write) -> ExecutionRe
     return after
 
 
-def _trace(rt: Runtime, decider: Decider, record: ExecutionRecord, command: Command, version: int, write: Write,
-           began: datetime, own: Any) -> None:
-    """The spans of a command (tracing on): one ``decide`` span per command, a child of the
-    execution's span ``own``, which is written when the execution ends (as a workflow's)."""
+def _trace(rt: Runtime, decider: Decider, record: ExecutionRecord, commands: Sequence[Command], version: int,
+           write: Write, began: datetime, own: Any) -> None:
+    """The spans of the commands of one write (tracing on): one ``decide`` span per command, a
+    child of the execution's span ``own``, which is written when the execution ends (as a
+    workflow's)."""
     tracing = rt.tracing
     assert tracing is not None
     attrs = {"flowli.eid": record.eid, "flowli.workflow": decider.name, "flowli.version": decider.version}
     now = rt.clock.now()
-    tracing.finish(f"decide {decider.name}", derived(own, "decide", record.eid, version), own,
-                   {**attrs, "flowli.command": type(command).__name__, "flowli.state_version": version}, began, now)
+    for i, command in enumerate(commands):
+        tracing.finish(f"decide {decider.name}", derived(own, "decide", record.eid, version, *([i] if i else [])),
+                       own, {**attrs, "flowli.command": type(command).__name__, "flowli.state_version": version},
+                       began, now)
     end = write.status
     if end is not None and end.status.terminal:
         error = None if end.status is Status.COMPLETED else (end.error or {}).get("message") or end.status.value
@@ -414,6 +420,35 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
     write.withdrawals += decided_.withdrawals
     write.status = decided_.status
     write.clear_timers, write.withdraw_delegates = decided_.clear_timers, decided_.withdraw_delegates
+
+
+def decide_all(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, version: int,
+               commands: Sequence[Command], actor: Actor, write: Write, own: Any = None) -> int:
+    """``decide`` of several commands in one write (the ends of a parent's children that came
+    together): each decided against the state the one before it left, the state advanced once.
+    A command that ends the execution is the last one taken: how many were."""
+    if len(commands) == 1:
+        decide(rt, decider, record, state, version, commands[0], actor, write, own)
+        return 1
+    for i, command in enumerate(commands):
+        one = Write()
+        decide(rt, decider, record, state, version, command, actor, one, own)
+        write.expect = write.expect or one.expect
+        write.entries += one.entries
+        write.tasks += one.tasks
+        write.timers += one.timers
+        write.executions += one.executions
+        write.withdrawals += one.withdrawals
+        write.advance = one.advance
+        if one.status is not None:
+            write.status = one.status
+            record = dataclasses.replace(record, status=one.status.status)
+            if one.status.status.terminal:
+                write.clear_timers, write.withdraw_delegates = one.clear_timers, one.withdraw_delegates
+                return i + 1
+        assert one.advance is not None
+        state = one.advance.state
+    return len(commands)
 
 
 def _index_or_none(decider: Decider, record: ExecutionRecord, state: Any) -> StateIndex | None:
@@ -529,21 +564,10 @@ def _child(rt: Runtime, record: ExecutionRecord, c: Child, actor: Actor) -> NewE
 # ---- commands from tasks: START, a fired timer, a child's end -----------------------------------
 
 
-async def end_with_parent(rt: Runtime, child: ExecutionRecord, commit_end: Joined) -> None:
-    """Apply the end of ``child`` (its record as it ends) to its decider parent in the child's own
-    end write: ``commit_end`` commits that write joined with the parent's transition, so the
-    caller knows whether it was made. When it was not (the parent ended, a middleware refused the
-    parent's command, the store kept refusing it, ...), the caller writes the end alone, with the
-    RESUME that tells the parent. A lost lease of the child, or a failing store, is raised."""
-    assert child.parent_eid is not None
-    command = ChildEnded(str(child.parent_fid).split("/child:", 1)[-1], child.eid, child.status.value,
-                         child.result, child.error)
-    try:
-        await apply(rt, child.parent_eid, command, kind="decide", base=Write, principal=rt.principal,
-                    payload={"command": "ChildEnded", "child": child.eid}, joined=commit_end)
-    except Exception as exc:  # noqa: BLE001 - the end goes alone; its RESUME gives the parent the rest
-        log.info("the end of %s goes alone, not with its parent %s's command (%s: %s)", child.eid, child.parent_eid,
-                 type(exc).__name__, exc)
+def child_ended(child: ExecutionRecord) -> ChildEnded:
+    """The command that the end of ``child`` (its record as it ended) is to its decider parent."""
+    return ChildEnded(str(child.parent_fid).split("/child:", 1)[-1], child.eid, child.status.value,
+                      child.result, child.error)
 
 
 async def tell_parent(rt: Runtime, task: Task, child: ExecutionRecord) -> None:
@@ -581,8 +605,7 @@ async def handle(rt: Runtime, task: Task, ended: ExecutionRecord | None = None) 
         if child is None or not child.terminal or not decided(child.parent_fid):
             await _ack(rt, task)
             return
-        command = ChildEnded(str(child.parent_fid).split("/child:", 1)[-1], child.eid, child.status.value,
-                             child.result, child.error)
+        command = child_ended(child)
     else:
         log.warning("task %s carries no command a decider knows: %r", task.id, p)
         await _ack(rt, task)

@@ -8,6 +8,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from flowli.domain import Actor, Code, Entry, Principal, Provenance, Site, new_eid
 from flowli.log import Bucket
@@ -116,6 +117,8 @@ class Runtime:
         (see ``_handoff``)."""
         self.turns = Turns()
         """The commands of this process for each decider execution (see ``_turns``)."""
+        self.ends: dict[str, Any] = {}
+        """Per decider parent: the ends of its children gathered for its next command (``_ends``)."""
         self.cache = WorkflowCache(options.workflow_cache, options.workflow_cache_memory)
         """The suspended activations kept to continue without a replay (see ``_cache``)."""
         self.slots = Slots()

@@ -82,36 +82,55 @@ async def commit(rt: Runtime, t: Transition) -> WriteResult:
     """Commit one transition: the middleware chain (not for ``append``), the store write, the
     reactions, the observers. A middleware that raises refuses it: nothing is written.
 
-    With ``t.then``: its middleware chain runs inside this one's, and one store write holds both;
-    each middleware and observer sees its own transition and answer (the joined one's answer is
-    also ``WriteResult.then`` of the one returned)."""
+    With ``t.then`` (and its own ``then``, a chain): each joined transition's middleware chain
+    runs inside the one's before it, and one store write holds them all; each middleware and
+    observer sees its own transition and answer (a joined one's answer is also ``WriteResult.then``
+    of the one before it)."""
     if t.then is None:
         return await _through(rt, t, lambda: _apply(rt, t))
-    joined = t.then
-    firsts: list[WriteResult] = []
+    chain = [t]
+    while chain[-1].then is not None:
+        chain.append(chain[-1].then)  # type: ignore[arg-type]
+    answers: list[WriteResult] = []
 
-    async def both() -> WriteResult:
+    async def all_of() -> WriteResult:
         now = rt.clock.now()
-        t.write.then = joined.write
+        for a, b in zip(chain, chain[1:]):
+            a.write.then = b.write
         try:
-            first = await rt.store.write(t.write, now)
+            answer: WriteResult | None = await rt.store.write(t.write, now)
         finally:
-            t.write.then = None  # the link is this commit's: a write tried again goes alone, or joined anew
-        second = first.then
-        assert second is not None
-        react(rt, t.write, first, now)
-        react(rt, joined.write, second, now)
+            for a in chain:
+                a.write.then = None  # the links are this commit's: a write tried again goes alone, or joined anew
+        while answer is not None:
+            answers.append(answer)
+            answer = answer.then
+        assert len(answers) == len(chain)
+        for link, got in zip(chain, answers):
+            react(rt, link.write, got, now)
         for observer in rt.interceptors.observers:
-            observer(t, first)
-            observer(joined, second)
-        firsts.append(first)
-        return second
+            for link, got in zip(chain, answers):
+                observer(link, got)
+        return answers[-1]
 
-    async def inner() -> WriteResult:
-        await _through(rt, joined, both)
-        return firsts[0]
+    call: CallNext = all_of
+    for k in range(len(chain) - 1, 0, -1):
+        call = _Joined(rt, chain[k], call, answers, k - 1).call
+    return await _through(rt, t, call)
 
-    return await _through(rt, t, inner)
+
+class _Joined:
+    """The middleware chain of a joined transition, run inside the one's before it; its caller
+    gets the answer of that one (``k``). A class, as ``_Chain``: no closure that keeps itself."""
+
+    __slots__ = ("rt", "t", "inner", "answers", "k")
+
+    def __init__(self, rt: Runtime, t: Transition, inner: CallNext, answers: list[WriteResult], k: int):
+        self.rt, self.t, self.inner, self.answers, self.k = rt, t, inner, answers, k
+
+    async def call(self) -> WriteResult:
+        await _through(self.rt, self.t, self.inner)
+        return self.answers[self.k]
 
 
 async def _through(rt: Runtime, t: Transition, write: CallNext) -> WriteResult:

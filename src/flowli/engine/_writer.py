@@ -101,6 +101,23 @@ class Writer:
         fast lane of the transition path. The caller sets the write's intent (``plain`` marks a
         write of entries only); the entries pending are only entries of this execution, so they
         keep it. ``then``: another execution's transition committed in the same store write."""
+        t = self.transition(write, kind=kind, final=final, payload=payload, then=then)
+        try:
+            if t is None:
+                result = await store_call(append(self.rt, write))  # the fast lane
+            else:
+                result = await store_call(commit(self.rt, t))
+        except LeaseLost:
+            self.replay.mark_lost()
+            raise
+        self.settle(write, result)
+        return result
+
+    def transition(self, write: Write, *, kind: str, final: bool = False, payload: Any = None,
+                   then: Transition | None = None) -> Transition | None:
+        """``write`` made ready to commit under this execution's fence (its pending entries first),
+        as the transition that commits it; None for a plain append of the fast lane. The caller
+        commits it (``commit``), then gives its answer to ``settle``."""
         replay = self.replay
         if replay.closing and not final:
             raise Closed()
@@ -110,19 +127,15 @@ class Writer:
             write.put_first(self.pending)  # the memos move with the entries they name
             self.pending = []
         write.fence = self.fence
-        try:
-            if kind == "append" and write.intent is Intent.APPEND and not self.rt.interceptors.observers and then is None:
-                result = await store_call(append(self.rt, write))  # the fast lane
-            else:
-                t = Transition(kind, write, self.eid, self.wf.name, self.rt.principal, self.record.application, payload,
-                               then)
-                result = await store_call(commit(self.rt, t))
-        except LeaseLost:
-            replay.mark_lost()
-            raise
+        if kind == "append" and write.intent is Intent.APPEND and not self.rt.interceptors.observers and then is None:
+            return None
+        return Transition(kind, write, self.eid, self.wf.name, self.rt.principal, self.record.application, payload, then)
+
+    def settle(self, write: Write, result: WriteResult) -> None:
+        """What this execution keeps of a committed ``write``: the places of its outcomes."""
+        replay = self.replay
         if result.entry_seqs:
             self.written.update(result.entry_seqs)
             for entry, seq in zip(write.entries, result.entry_seqs):
                 if entry.fid is not None and entry.kind in _OUTCOMES:
                     replay.outcome_places[entry.fid] = (replay.horizon + 0.5, seq)
-        return result
