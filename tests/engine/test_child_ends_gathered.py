@@ -20,6 +20,7 @@ from flowli.store import Write
 from flowli.testing import store_of
 
 from .conftest import FAST
+from .test_deciders import folds
 
 pytestmark = pytest.mark.integration
 
@@ -78,16 +79,6 @@ def ends_in(writes: list[Write]) -> list[str]:
     return [e.eid for w in writes for e in w.entries if e.kind is EntryKind.EXECUTION_COMPLETED]
 
 
-async def folded(engine: flowli.Engine, eid: str) -> dict[str, Any]:
-    decider = engine.registry.decider_of("fan")
-    assert decider is not None
-    journal = await engine.journal(eid)
-    events = [Event(e.value["event"], e.value["data"]) for e in journal if e.kind is EntryKind.EVENT]
-    _, state = await engine.decider_state(eid)
-    assert decider.fold(events) == state
-    return state
-
-
 async def children_of(engine: flowli.Engine, eid: str) -> list[Any]:
     return [r for r in await engine.statuses([c.eid for c in await engine.list()]) if r.parent_eid == eid]
 
@@ -122,7 +113,7 @@ async def test_ends_that_come_together_are_one_write_with_the_parents_command(db
             # the ends that came together went in one write: fewer writes than children
             assert len(carried) < WIDTH, [len(ends_in(w)) for w in carried]
             gathered += len(carried)
-            state = await folded(engine, eid)
+            state = await folds(engine, eid, "fan")
             assert state["results"] == {f"c{i}": i for i in range(WIDTH)}
             journal = await engine.journal(eid)
             assert [e.value["event"] for e in journal if e.kind is EntryKind.EVENT].count("child.ended") == WIDTH
@@ -150,7 +141,7 @@ async def test_a_refused_command_of_gathered_ends_leaves_each_end_to_its_resume(
         assert len(refused) == 1
         children = await children_of(engine, eid)
         assert [c.status for c in children] == [Status.COMPLETED] * WIDTH
-        state = await folded(engine, eid)
+        state = await folds(engine, eid, "fan")
         assert state["results"] == {f"c{i}": i for i in range(WIDTH)}
         journal = await engine.journal(eid)
         assert [e.value["event"] for e in journal if e.kind is EntryKind.EVENT].count("child.ended") == WIDTH
@@ -170,7 +161,7 @@ async def test_ends_after_the_one_that_ended_the_parent_are_written_alone(db_url
         assert [c.status for c in children] == [Status.COMPLETED] * WIDTH
         for c in children:  # each end is in its own journal once
             assert [e.kind for e in await engine.journal(c.eid)].count(EntryKind.EXECUTION_COMPLETED) == 1
-        state = await folded(engine, eid)
+        state = await folds(engine, eid, "fan")
         assert len(state["results"]) == 1  # the parent took the first end only
         journal = await engine.journal(eid)
         assert [e.value["event"] for e in journal if e.kind is EntryKind.EVENT].count("child.ended") == 1

@@ -122,9 +122,10 @@ def make_registry() -> Registry:
 ORDER = {"id": "o-1", "amount": 42}
 
 
-async def folds(engine: flowli.Engine, eid: str) -> dict[str, Any]:
-    """Folding the journal with the registered evolve gives the stored state; returns it."""
-    decider = engine.registry.decider_of("order")
+async def folds(engine: flowli.Engine, eid: str, name: str = "order") -> dict[str, Any]:
+    """Folding the journal with the registered evolve (of decider ``name``) gives the stored
+    state; returns it."""
+    decider = engine.registry.decider_of(name)
     assert decider is not None
     journal = await engine.journal(eid)
     events = [Event(e.value["event"], e.value["data"]) for e in journal if e.kind is EntryKind.EVENT]

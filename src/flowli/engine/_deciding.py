@@ -413,13 +413,18 @@ def decide(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, v
         return
     write.advance = Advance(eid, version + 1, new_state, index=state_index(decider, record, new_state),
                             encoded=encoded)
+    _add(write, decided_)
+    write.status = decided_.status
+    write.clear_timers, write.withdraw_delegates = decided_.clear_timers, decided_.withdraw_delegates
+
+
+def _add(write: Write, decided_: Write) -> None:
+    """What a decision wrote (its entries and effects) added to the command's ``write``."""
     write.entries += decided_.entries
     write.tasks += decided_.tasks
     write.timers += decided_.timers
     write.executions += decided_.executions
     write.withdrawals += decided_.withdrawals
-    write.status = decided_.status
-    write.clear_timers, write.withdraw_delegates = decided_.clear_timers, decided_.withdraw_delegates
 
 
 def decide_all(rt: Runtime, decider: Decider, record: ExecutionRecord, state: Any, version: int,
@@ -434,11 +439,7 @@ def decide_all(rt: Runtime, decider: Decider, record: ExecutionRecord, state: An
         one = Write()
         decide(rt, decider, record, state, version, command, actor, one, own)
         write.expect = write.expect or one.expect
-        write.entries += one.entries
-        write.tasks += one.tasks
-        write.timers += one.timers
-        write.executions += one.executions
-        write.withdrawals += one.withdrawals
+        _add(write, one)
         write.advance = one.advance
         if one.status is not None:
             write.status = one.status
