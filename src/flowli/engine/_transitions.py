@@ -95,6 +95,7 @@ async def commit(rt: Runtime, t: Transition) -> WriteResult:
 
     async def all_of() -> WriteResult:
         now = rt.clock.now()
+        answers.clear()  # a middleware that calls on again after a failure: this try's answers only
         for a, b in zip(chain, chain[1:]):
             a.write.then = b.write
         try:
