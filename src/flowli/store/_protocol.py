@@ -296,7 +296,7 @@ class OpenAttempt:
 class StoredState:
     """One row of a StateQuery's page: the execution's record, its state's version and state
     (None before its start is decided) and its label; with ``StateQuery.attempts``, its open
-    attempts, oldest first."""
+    attempts, in the order of their tasks' visible instants (a leased one's is its lease's end)."""
 
     record: ExecutionRecord
     version: int
